@@ -1,0 +1,1 @@
+"""Temporal contracts and configuration: pydantic models only, no I/O (imported by workflows)."""

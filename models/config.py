@@ -1,0 +1,109 @@
+"""Memory configuration: the vocation presets of SPEC section 3 and every tuning knob.
+
+The config travels inside workflow inputs, so it must stay a plain pydantic model with
+deterministic defaults (no clock, no environment).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+FragmentType = Literal["identity", "decision", "preference", "fact", "episode", "chat"]
+
+#: Type values of SPEC section 3 (unknown types score 0).
+TYPE_VALUES: dict[str, float] = {
+    "identity": 0.95,
+    "decision": 0.85,
+    "preference": 0.80,
+    "fact": 0.60,
+    "episode": 0.40,
+    "chat": 0.15,
+}
+FRAGMENT_TYPES: tuple[str, ...] = tuple(TYPE_VALUES)
+
+
+class Vocation(StrEnum):
+    """The three presets of the ancestor, plus `custom` (keep whatever was given)."""
+
+    CUSTOMER_SERVICE = "customer service"
+    COLLABORATIVE_CREATION = "collaborative creation"
+    ACCOMPANY = "accompany"
+    CUSTOM = "custom"
+
+
+class Preset(BaseModel):
+    """Time constants and gates of one vocation."""
+
+    tau_m: float = Field(gt=0, description="maturity time constant, seconds")
+    c_m: float = Field(gt=0, description="maturity shape")
+    tau: float = Field(gt=0, description="decay time constant, seconds")
+    c: float = Field(gt=0, description="decay shape")
+    slice_gate: float = Field(gt=0, lt=1, description="maturity at which messages are sliced")
+    long_term_gate: float = Field(gt=0, lt=1, description="maturity at which fragments are inducted")
+
+
+PRESETS: dict[Vocation, Preset] = {
+    Vocation.CUSTOMER_SERVICE: Preset(
+        tau_m=600, c_m=0.5, tau=43200, c=0.5, slice_gate=0.7, long_term_gate=0.9
+    ),
+    Vocation.COLLABORATIVE_CREATION: Preset(
+        tau_m=3600, c_m=1.0, tau=604800, c=0.7, slice_gate=0.9, long_term_gate=0.98
+    ),
+    Vocation.ACCOMPANY: Preset(
+        tau_m=7200, c_m=0.8, tau=86400, c=0.5, slice_gate=0.8, long_term_gate=0.95
+    ),
+}
+
+
+class BudgetPattern(StrEnum):
+    """How the window budget is expressed (as in the ancestor)."""
+
+    FRACTION = "fraction"
+    TOKENS = "tokens"
+    MESSAGES = "messages"
+
+
+class MemoryConfig(BaseModel):
+    """Everything that shapes one user's memory; carried in the user workflow's input."""
+
+    vocation: Vocation = Vocation.CUSTOMER_SERVICE
+    tau_m: float = Field(600, gt=0)
+    c_m: float = Field(0.5, gt=0)
+    tau: float = Field(43200, gt=0)
+    c: float = Field(0.5, gt=0)
+    slice_gate: float = Field(0.7, gt=0, lt=1)
+    long_term_gate: float = Field(0.9, gt=0, lt=1)
+
+    top_k: int = Field(4, ge=1, le=64, description="fragments injected per model call")
+    retrieve_k: int | None = Field(
+        None, ge=1, description="vector prefilter size; None scores all of the user's fragments"
+    )
+    always_inject_types: tuple[str, ...] = ("identity", "preference")
+    theme_cap: int | None = Field(None, ge=1, description="max fragments of one theme")
+    scoring_log_size: int = Field(200, ge=1, le=5000, description="selections kept in the log")
+    published_candidates: int = Field(
+        12, ge=1, le=64, description="ranked fragments published, so the hot path can skip ones in its window"
+    )
+
+    pattern: BudgetPattern = BudgetPattern.FRACTION
+    trigger_threshold: float = Field(0.8, gt=0, description="budget: fraction, tokens or messages")
+    hard_ceiling: float = Field(0.95, gt=0, le=1, description="fraction of max input tokens")
+    max_input_tokens: int = Field(64000, ge=256)
+
+    max_turns_per_round: int = Field(64, ge=1, le=500)
+    max_turn_chars: int = Field(8000, ge=64, description="longer turn texts are trimmed")
+    profile_list_limit: int = Field(12, ge=1, le=100)
+    failed_round_backoff_s: float = Field(600, ge=0, description="wait before re-slicing after a failed round")
+
+    @classmethod
+    def from_vocation(cls, vocation: Vocation | str, **overrides: object) -> MemoryConfig:
+        """Config with a preset's time constants and gates, then any overrides."""
+        voc = Vocation(vocation)
+        values: dict[str, object] = {"vocation": voc}
+        if voc in PRESETS:
+            values.update(PRESETS[voc].model_dump())
+        values.update(overrides)
+        return cls.model_validate(values)

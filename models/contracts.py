@@ -1,0 +1,329 @@
+"""Temporal contracts: one pydantic model in and one out for every workflow, activity, signal,
+update and query. Contracts change only by adding fields with defaults."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from models.config import MemoryConfig
+from models.fragments import Fragment, FragmentDraft, SelectionLog
+from models.params import TunedParams
+from models.profile import UserProfile
+from models.turns import ChatTurn
+from models.usage import CostLedger, LLMUsage, PriceTable
+
+Trigger = Literal["handover", "budget", "ceiling", "explicit", "retry"]
+
+# --- read model ------------------------------------------------------------------------------
+
+
+class Watermark(BaseModel):
+    """Per-thread positions: `accepted` handed to Temporal, `indexed` in Milvus (exclusive ends)."""
+
+    accepted: int = 0
+    indexed: int = 0
+
+
+class ContextFragment(BaseModel):
+    """A selected fragment as the hot path needs it (enough to skip ones still in the window)."""
+
+    id: str
+    theme: str
+    types: list[str]
+    content: str
+    thread_id: str = ""
+    start_pos: int = 0
+    end_pos: int = 0
+    score: float = 0.0
+
+
+class InjectedContext(BaseModel):
+    """What the agent's next model call gets, prepared by the workflows and published to Redis."""
+
+    user_id: str
+    version: int = 0
+    generated_at: float = 0.0
+    profile: UserProfile = Field(default_factory=UserProfile)
+    fragments: list[ContextFragment] = Field(default_factory=list)
+    watermarks: dict[str, Watermark] = Field(default_factory=dict)
+    top_k: int = 4
+
+
+# --- user workflow ---------------------------------------------------------------------------
+
+
+class SubmitEvent(BaseModel):
+    """Signal: new messages of one thread (positions make a re-send a no-op)."""
+
+    event_id: str = Field(min_length=1, max_length=512)
+    turns: list[ChatTurn] = Field(default_factory=list)
+    urgent: bool = Field(False, description="window reached the hard ceiling: slice now")
+    trigger: Trigger = "handover"
+
+
+class ReinforceEvent(BaseModel):
+    """Signal: the fragments a model call actually used (applied once per call id)."""
+
+    call_id: str = Field(min_length=1, max_length=512)
+    fragment_ids: list[str] = Field(default_factory=list)
+
+
+class FragmentRef(BaseModel):
+    """Enough of a fragment for the induction cursor: id, order and creation time."""
+
+    id: str
+    created_at: float
+    seq: int = Field(description="monotonic per user; the induction cursor compares these")
+
+
+class ThreadState(BaseModel):
+    """One thread's watermarks and its accepted but not yet indexed turns."""
+
+    accepted: int = 0
+    indexed: int = 0
+    pending: list[ChatTurn] = Field(default_factory=list)
+    urgent: bool = False
+    not_before: float = Field(0.0, description="after a failed round, wait until this time")
+    last_seen: float = 0.0
+
+
+class RoundRecord(BaseModel):
+    """What the user workflow remembers of one round."""
+
+    round_no: int
+    workflow_id: str
+    event_id: str
+    thread_id: str
+    start: int
+    end: int
+    trigger: Trigger
+    status: Literal["running", "completed", "failed"] = "running"
+    fragments: int = 0
+    error: str | None = None
+    started_at: float = 0.0
+    finished_at: float | None = None
+
+
+class UserMemoryState(BaseModel):
+    """Everything the user workflow carries across continue-as-new."""
+
+    threads: dict[str, ThreadState] = Field(default_factory=dict)
+    seen_event_ids: list[str] = Field(default_factory=list)
+    seen_call_ids: list[str] = Field(default_factory=list)
+    pending_reinforce: list[ReinforceEvent] = Field(default_factory=list)
+    rounds_started: int = 0
+    rounds_completed: int = 0
+    rounds_failed: int = 0
+    fragment_seq: int = 0
+    induction_cursor: int = Field(0, description="seq of the last inducted fragment")
+    uninducted: list[FragmentRef] = Field(default_factory=list)
+    inductions: int = 0
+    tuned: dict[str, TunedParams] = Field(default_factory=dict)
+    profile: UserProfile = Field(default_factory=UserProfile)
+    context: InjectedContext | None = None
+    ledger: CostLedger = Field(default_factory=CostLedger)
+    rounds: list[RoundRecord] = Field(default_factory=list)
+    last_error: str | None = None
+    continued: int = 0
+
+
+class UserMemoryInput(BaseModel):
+    """Input of UserMemoryWorkflow (state is set when continuing as new)."""
+
+    user_id: str
+    config: MemoryConfig = Field(default_factory=MemoryConfig)
+    prices: PriceTable = Field(default_factory=PriceTable)
+    llm_task_queue: str | None = Field(None, description="task queue of LLM activities")
+    max_history_events: int = Field(
+        10_000, ge=50, description="continue-as-new past this history length (tests force it low)"
+    )
+    search_attributes: bool = Field(True, description="set mnemoflow search attributes on rounds")
+    state: UserMemoryState | None = None
+
+
+class UserStatus(BaseModel):
+    """Query: what the user workflow is doing."""
+
+    user_id: str
+    rounds_started: int
+    rounds_completed: int
+    rounds_failed: int
+    pending_turns: int
+    pending_events: int
+    watermarks: dict[str, Watermark]
+    induction_cursor: int
+    uninducted: int
+    inductions: int
+    tuned_themes: list[str]
+    ledger: CostLedger
+    rounds: list[RoundRecord]
+    last_error: str | None
+    continued: int
+    history_length: int = 0
+
+
+class StatusQuery(BaseModel):
+    """Query input of status (how many recent rounds to include)."""
+
+    recent_rounds: int = Field(20, ge=0, le=500)
+
+
+# --- round workflow --------------------------------------------------------------------------
+
+
+class RoundInput(BaseModel):
+    """Input of MemoryRoundWorkflow: one thread's turns to slice, index, tune, select, publish."""
+
+    user_id: str
+    round_no: int
+    event_id: str
+    thread_id: str
+    turns: list[ChatTurn]
+    trigger: Trigger = "handover"
+    first_seq: int = Field(description="seq given to the round's first fragment")
+    config: MemoryConfig = Field(default_factory=MemoryConfig)
+    tuned: dict[str, TunedParams] = Field(default_factory=dict)
+    profile: UserProfile = Field(default_factory=UserProfile)
+    watermarks_after: dict[str, Watermark] = Field(default_factory=dict)
+    context_version: int = 0
+    llm_task_queue: str | None = None
+
+
+class RoundResult(BaseModel):
+    """Output of a round."""
+
+    round_no: int
+    fragments: list[FragmentRef] = Field(default_factory=list)
+    themes: list[str] = Field(default_factory=list)
+    tuned_new: dict[str, TunedParams] = Field(default_factory=dict)
+    context: InjectedContext
+    selection: SelectionLog | None = None
+    usage: dict[str, LLMUsage] = Field(default_factory=dict)
+
+
+# --- activities ------------------------------------------------------------------------------
+
+
+class SliceInput(BaseModel):
+    """Turns of one thread to split into themed fragments."""
+
+    user_id: str
+    turns: list[ChatTurn]
+    max_fragments: int = Field(16, ge=1)
+
+
+class SliceOutput(BaseModel):
+    """Validated fragment drafts and the LLM usage."""
+
+    drafts: list[FragmentDraft]
+    usage: LLMUsage = Field(default_factory=LLMUsage)
+    model: str = ""
+
+
+class IndexInput(BaseModel):
+    """Fragments to embed and upsert (ids are derived from business ids)."""
+
+    fragments: list[Fragment]
+
+
+class IndexOutput(BaseModel):
+    """Ids upserted."""
+
+    ids: list[str]
+
+
+class TuneInput(BaseModel):
+    """A theme and sample fragments to re-weight the scoring formula for."""
+
+    theme: str
+    samples: list[str] = Field(default_factory=list)
+    types: list[str] = Field(default_factory=list)
+
+
+class TuneOutput(BaseModel):
+    """Renormalised parameters (never trusted raw) and the LLM usage."""
+
+    params: TunedParams
+    raw: dict[str, float] = Field(default_factory=dict)
+    usage: LLMUsage = Field(default_factory=LLMUsage)
+    model: str = ""
+
+
+class SelectInput(BaseModel):
+    """Score the user's candidates for a query and pick the injected fragments."""
+
+    user_id: str
+    query: str
+    theme: str = ""
+    params: TunedParams = Field(default_factory=TunedParams)
+    params_source: str = "default"
+    config: MemoryConfig = Field(default_factory=MemoryConfig)
+    now: float
+    limit: int | None = Field(None, description="how many ranked fragments to return")
+
+
+class SelectOutput(BaseModel):
+    """Ranked fragments (picked first) and the scoring log of this selection."""
+
+    fragments: list[ContextFragment]
+    log: SelectionLog
+
+
+class PublishInput(BaseModel):
+    """The read model to write for a user."""
+
+    context: InjectedContext
+
+
+class PublishOutput(BaseModel):
+    """Where it was written and how big it was."""
+
+    key: str
+    bytes: int
+
+
+class InductInput(BaseModel):
+    """Fold these fragments into the profile."""
+
+    user_id: str
+    profile: UserProfile
+    fragment_ids: list[str]
+    list_limit: int = 12
+
+
+class InductOutput(BaseModel):
+    """The merged profile (not yet stored) and the LLM usage."""
+
+    profile: UserProfile
+    inducted: list[str]
+    usage: LLMUsage = Field(default_factory=LLMUsage)
+    model: str = ""
+
+
+class ReinforceInput(BaseModel):
+    """Strengthen the fragments one model call used."""
+
+    user_id: str
+    call_id: str
+    fragment_ids: list[str]
+    now: float
+
+
+class ReinforceOutput(BaseModel):
+    """How many of the user's fragments were strengthened."""
+
+    updated: int
+
+
+class ActivityName:
+    """Registered activity names (workflows call activities by name: no heavy imports there)."""
+
+    SLICE = "mnemoflow.slice"
+    TUNE = "mnemoflow.tune"
+    INDUCT = "mnemoflow.induct"
+    INDEX = "mnemoflow.index"
+    SELECT = "mnemoflow.select"
+    REINFORCE = "mnemoflow.reinforce"
+    PUBLISH = "mnemoflow.publish"

@@ -1,0 +1,60 @@
+"""Deterministic, safely encoded identifiers derived from business ids.
+
+User ids can be anything a caller sends (quotes, slashes, unicode, thousands of characters), so
+they never appear raw in workflow ids, Milvus filter expressions or Redis keys: those use a hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MAX_USER_ID_CHARS = 4096
+USER_WORKFLOW_PREFIX = "mnemoflow-user"
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.@-]+")
+
+
+def validate_user_id(user_id: object) -> str:
+    """Return the user id, or raise ValueError with a message the caller can act on."""
+    if not isinstance(user_id, str):
+        raise ValueError(f"user id must be a string, got {type(user_id).__name__}")
+    if not user_id.strip():
+        raise ValueError("user id is empty: pass runtime.context.user_id or state['user_id']")
+    if len(user_id) > MAX_USER_ID_CHARS:
+        raise ValueError(f"user id is {len(user_id)} characters; at most {MAX_USER_ID_CHARS}")
+    if "\x00" in user_id:
+        raise ValueError("user id contains a NUL character")
+    return user_id
+
+
+def user_key(user_id: str) -> str:
+    """A stable hex key of the user id: safe in filters, keys and ids (32 hex chars)."""
+    return hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:32]
+
+
+def user_workflow_id(user_id: str) -> str:
+    """Workflow id of the user's UserMemoryWorkflow: readable slug plus the hash key."""
+    slug = _SLUG_UNSAFE.sub("_", user_id[:40]).strip("_") or "user"
+    return f"{USER_WORKFLOW_PREFIX}-{slug}-{user_key(user_id)[:20]}"
+
+
+def round_workflow_id(user_workflow: str, round_no: int) -> str:
+    """Workflow id of a round child: `<user workflow id>/round-<n>`."""
+    return f"{user_workflow}/round-{round_no}"
+
+
+def fragment_id(user_id: str, round_no: int, index: int) -> str:
+    """Primary key of the index-th fragment of a round, so a retried index upserts the same row."""
+    return f"{user_key(user_id)[:24]}-r{round_no}-f{index}"
+
+
+def explicit_fragment_id(user_id: str, event_id: str) -> str:
+    """Primary key of an explicitly remembered fragment, derived from its event id."""
+    digest = hashlib.sha256(event_id.encode("utf-8")).hexdigest()[:16]
+    return f"{user_key(user_id)[:24]}-m{digest}"
+
+
+def turn_event_id(thread_id: str, start: int, end: int) -> str:
+    """Event id of a hand-over of positions [start, end) of a thread."""
+    digest = hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:16]
+    return f"turns-{digest}-{start}-{end}"
