@@ -66,6 +66,8 @@ def relevance(cosines: Sequence[float]) -> list[float]:
     return [max(0.0, (c - median) / span) for c in cosines]
 
 
-def score(r: float, t: float, f: float, alpha: float, beta: float, gamma: float, delta: float) -> float:
+def score(
+    r: float, t: float, f: float, alpha: float, beta: float, gamma: float, delta: float
+) -> float:
     """S = alpha*R + beta*T + gamma*F + delta."""
     return alpha * r + beta * t + gamma * f + delta

@@ -1,0 +1,105 @@
+"""Assembling the system prompt: core prompt, then profile, then fragments (SPEC section 3).
+
+The order is for the provider's KV cache: the core prompt never changes and the profile changes
+rarely, so the bytes most likely to be reused come first and the per-turn fragments last. All
+rendering is deterministic (fixed field order, business fields sorted by key) so that the same
+memory always produces byte-identical text, which is what lets the cache hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memory.profile_merge import PROFILE_SCALAR_FIELDS
+from models.contracts import ContextFragment
+from models.profile import PROFILE_LIST_FIELDS, UserProfile
+
+PROFILE_HEADING = "## What you know about this user"
+FRAGMENTS_HEADING = "## Relevant memories"
+
+
+def _one_line(text: str) -> str:
+    # A value spanning lines could break the list (or smuggle in a heading): collapse it.
+    return " ".join(text.split())
+
+
+def _label(field: str) -> str:
+    return field.replace("_", " ").capitalize()
+
+
+def render_profile(profile: UserProfile) -> str:
+    """The profile as a bullet list of its non-empty fields, in a fixed order ("" if empty).
+
+    Scalars first (name, occupation, style), then list fields in PROFILE_LIST_FIELDS order with
+    their items in stored order (which carries recency), then business fields sorted by key.
+    """
+    lines: list[str] = []
+    for field in PROFILE_SCALAR_FIELDS:
+        value = _one_line(getattr(profile, field) or "")
+        if value:
+            lines.append(f"- {_label(field)}: {value}")
+    for field in PROFILE_LIST_FIELDS:
+        items = [_one_line(item) for item in getattr(profile, field)]
+        items = [item for item in items if item]
+        if items:
+            lines.append(f"- {_label(field)}: {'; '.join(items)}")
+    for key in sorted(profile.business_fields):
+        value = _one_line(profile.business_fields[key])
+        if value and key.strip():
+            lines.append(f"- {_one_line(key)}: {value}")
+    return "\n".join(lines)
+
+
+def render_fragments(fragments: Sequence[ContextFragment]) -> str:
+    """Fragments as a numbered list, `N. [theme | type, type] content` ("" if none).
+
+    Continuation lines of multi-line content are indented so each fragment stays one item.
+    """
+    lines: list[str] = []
+    number = 0
+    for frag in fragments:
+        content = frag.content.strip()
+        if not content:
+            continue
+        number += 1
+        body = "\n   ".join(line.rstrip() for line in content.splitlines())
+        tag = _one_line(frag.theme)
+        if frag.types:
+            tag = f"{tag} | {', '.join(frag.types)}"
+        lines.append(f"{number}. [{tag}] {body}")
+    return "\n".join(lines)
+
+
+def assemble_system_prompt(
+    core: str, profile: UserProfile, fragments: Sequence[ContextFragment]
+) -> str:
+    """Core prompt, then the profile section, then the memories section; empty ones omitted.
+
+    With nothing to add the core prompt is returned unchanged.
+    """
+    sections = []
+    profile_text = render_profile(profile)
+    if profile_text:
+        sections.append(f"{PROFILE_HEADING}\n{profile_text}")
+    fragments_text = render_fragments(fragments)
+    if fragments_text:
+        sections.append(f"{FRAGMENTS_HEADING}\n{fragments_text}")
+    if not sections:
+        return core
+    head = core.rstrip()
+    return "\n\n".join([head, *sections] if head else sections)
+
+
+def filter_in_window(
+    fragments: Sequence[ContextFragment], thread_id: str, window_start: int
+) -> list[ContextFragment]:
+    """Drop fragments whose source messages are still in the model's window (no paying twice).
+
+    A fragment covers positions [start_pos, end_pos) of its thread_id; the window holds the
+    thread's positions >= window_start. A fragment is dropped when it comes from this thread and
+    end_pos > window_start, i.e. at least one of its messages is still visible. Fragments of other
+    threads, and those without a thread (remembered explicitly), are always kept.
+    """
+    if not thread_id:
+        return list(fragments)
+    return [f for f in fragments if not (f.thread_id == thread_id and f.end_pos > window_start)]
