@@ -120,6 +120,7 @@ class UserMemoryState(BaseModel):
     induction_cursor: int = Field(0, description="seq of the last inducted fragment")
     uninducted: list[FragmentRef] = Field(default_factory=list)
     inductions: int = 0
+    induction_not_before: float = 0.0
     tuned: dict[str, TunedParams] = Field(default_factory=dict)
     profile: UserProfile = Field(default_factory=UserProfile)
     context: InjectedContext | None = None
@@ -189,6 +190,7 @@ class RoundInput(BaseModel):
     watermarks_after: dict[str, Watermark] = Field(default_factory=dict)
     context_version: int = 0
     llm_task_queue: str | None = None
+    search_attributes: bool = True
 
 
 class RoundResult(BaseModel):
@@ -327,3 +329,12 @@ class ActivityName:
     SELECT = "mnemoflow.select"
     REINFORCE = "mnemoflow.reinforce"
     PUBLISH = "mnemoflow.publish"
+
+
+class RememberRequest(BaseModel):
+    """Update: remember this text explicitly (a high-importance fragment)."""
+
+    event_id: str = Field(min_length=1, max_length=512)
+    content: str = Field(min_length=1, max_length=8000)
+    theme: str = Field("remembered", min_length=1, max_length=200)
+    types: list[str] = Field(default_factory=lambda: ["fact"])

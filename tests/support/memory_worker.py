@@ -1,0 +1,72 @@
+"""A real memory worker for tests: both workflows, the real activities, real Milvus and Redis.
+
+Each call gets its own task queue, Milvus collection and Redis key prefix, so tests never see
+each other's data. Memory models and embeddings are injected (offline ones in tests).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.embeddings import HashingEmbeddings
+from activities.fragment_store import FragmentStore
+from activities.fragments import FragmentActivities
+from activities.llm_activities import LLMActivities
+from activities.read_model import ReadModel, ReadModelActivities
+from worker.app import activity_methods
+from workflows.memory_round import MemoryRoundWorkflow
+from workflows.user_memory import UserMemoryWorkflow
+
+
+@dataclass
+class MemoryWorker:
+    """What a test needs to drive and inspect a running memory worker."""
+
+    client: Client
+    task_queue: str
+    store: FragmentStore
+    read_model: ReadModel
+    models: Any
+
+
+@asynccontextmanager
+async def memory_worker(
+    client: Client,
+    *,
+    milvus_uri: str,
+    redis_url: str,
+    models: Any,
+    embeddings: Any | None = None,
+) -> AsyncIterator[MemoryWorker]:
+    """Run a worker for the duration of the block; close the store clients after."""
+    tag = uuid.uuid4().hex[:10]
+    store = FragmentStore(
+        uri=milvus_uri, embeddings=embeddings or HashingEmbeddings(), collection=f"t_{tag}"
+    )
+    await store.ensure()
+    read_model = ReadModel.from_url(redis_url, prefix=f"test:{tag}:")
+    objects = [
+        LLMActivities(models, fragments=store),
+        FragmentActivities(store),
+        ReadModelActivities(read_model),
+    ]
+    task_queue = f"tq-{tag}"
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[UserMemoryWorkflow, MemoryRoundWorkflow],
+        activities=[m for obj in objects for m in activity_methods(obj)],
+    )
+    try:
+        async with worker:
+            yield MemoryWorker(client, task_queue, store, read_model, models)
+    finally:
+        await read_model.close()
+        await store.close()

@@ -1,0 +1,42 @@
+"""Replay of recorded histories: every end-to-end workflow test replays its own histories.
+
+Set MNEMOFLOW_RECORD_REPLAY=1 to also write them under tests/replay/ (committed on purpose
+when a workflow changes), where tests/workflows/test_replay.py replays them on every run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.memory_round import MemoryRoundWorkflow
+from workflows.user_memory import UserMemoryWorkflow
+
+REPLAY_DIR = Path(__file__).resolve().parent.parent / "replay"
+
+
+def replayer() -> Replayer:
+    """A replayer with both workflows and the project's data converter."""
+    return Replayer(
+        workflows=[UserMemoryWorkflow, MemoryRoundWorkflow],
+        data_converter=pydantic_data_converter,
+    )
+
+
+async def assert_replays(client: Client, workflow_ids: list[str], *, name: str) -> int:
+    """Fetch the histories of these workflows and replay them; raises on non-determinism."""
+    histories: list[WorkflowHistory] = []
+    for workflow_id in workflow_ids:
+        histories.append(await client.get_workflow_handle(workflow_id).fetch_history())
+    await replayer().replay_workflows(histories)
+    if os.environ.get("MNEMOFLOW_RECORD_REPLAY"):
+        REPLAY_DIR.mkdir(parents=True, exist_ok=True)
+        for i, history in enumerate(histories):
+            safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{name}-{i}")
+            (REPLAY_DIR / f"{safe}.json").write_text(history.to_json())
+    return len(histories)

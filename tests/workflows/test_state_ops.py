@@ -1,0 +1,124 @@
+"""The user workflow's state transitions, without a server: de-duplication, deadlines, cursor."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory.formulas import time_to_maturity
+from models.config import MemoryConfig
+from models.contracts import (
+    FragmentRef,
+    InductOutput,
+    InjectedContext,
+    ReinforceEvent,
+    RoundRecord,
+    RoundResult,
+    SubmitEvent,
+    UserMemoryState,
+)
+from models.profile import UserProfile
+from models.turns import ChatTurn
+from models.usage import LLMUsage, PriceTable
+from workflows import state_ops
+
+CFG = MemoryConfig.from_vocation("customer service")
+T0 = 1_700_000_000.0
+
+
+def turns(thread: str, start: int, end: int, t: float = T0) -> list[ChatTurn]:
+    return [
+        ChatTurn(thread_id=thread, position=p, role="human" if p % 2 == 0 else "ai",
+                 content=f"message {p}", time=t + p)
+        for p in range(start, end)
+    ]
+
+
+def submit(s: UserMemoryState, event_id: str, batch: list[ChatTurn], **kw: object) -> None:
+    state_ops.absorb_submit(s, SubmitEvent(event_id=event_id, turns=batch, **kw), CFG, T0)
+
+
+def test_duplicate_events_and_resent_positions_change_nothing() -> None:
+    s = UserMemoryState()
+    submit(s, "e1", turns("a", 0, 4))
+    snapshot = s.model_copy(deep=True)
+    submit(s, "e1", turns("a", 0, 4))
+    assert s == snapshot
+    submit(s, "e2", turns("a", 0, 6))  # a re-send overlapping the accepted range
+    assert [t.position for t in s.threads["a"].pending] == [0, 1, 2, 3, 4, 5]
+    assert s.threads["a"].accepted == 6
+
+
+def test_long_turns_are_trimmed_on_entry() -> None:
+    s = UserMemoryState()
+    big = ChatTurn(thread_id="a", position=0, role="tool", content="x" * 50_000, time=T0)
+    submit(s, "e1", [big])
+    assert len(s.threads["a"].pending[0].content) == CFG.max_turn_chars
+
+
+def test_round_is_due_at_the_slice_gate_or_at_once_when_urgent() -> None:
+    s = UserMemoryState()
+    submit(s, "e1", turns("a", 0, 2))
+    gate = T0 + time_to_maturity(CFG.slice_gate, CFG.tau_m, CFG.c_m)
+    assert state_ops.due_thread(s, CFG, T0 + 14 * 60) is None
+    assert state_ops.due_thread(s, CFG, T0 + 15 * 60) == "a"
+    assert state_ops.next_due(s, CFG) == pytest.approx(gate)
+    submit(s, "e2", turns("b", 0, 2, t=T0 + 100), urgent=True)
+    assert state_ops.due_thread(s, CFG, T0 + 101) == "b"
+
+
+def _result(refs: list[FragmentRef]) -> RoundResult:
+    return RoundResult(
+        round_no=1,
+        fragments=refs,
+        context=InjectedContext(user_id="u", version=1),
+        usage={"slice": LLMUsage(calls=1, input_tokens=100, output_tokens=10)},
+    )
+
+
+def test_completed_round_advances_indexed_and_failed_round_backs_off() -> None:
+    s = UserMemoryState()
+    batch = turns("a", 0, 4)
+    submit(s, "e1", batch)
+    record = RoundRecord(round_no=1, workflow_id="w/round-1", event_id="x", thread_id="a",
+                         start=0, end=4, trigger="handover")
+    state_ops.round_failed(s, record, "boom", T0 + 900, CFG)
+    assert s.threads["a"].pending and s.threads["a"].indexed == 0
+    assert state_ops.due_thread(s, CFG, T0 + 901) is None
+    assert state_ops.due_thread(s, CFG, T0 + 900 + CFG.failed_round_backoff_s) == "a"
+    refs = [FragmentRef(id="f1", created_at=T0, seq=1), FragmentRef(id="f2", created_at=T0, seq=2)]
+    state_ops.round_completed(s, record, _result(refs), batch, T0 + 2000, PriceTable())
+    assert s.threads["a"].indexed == 4 and not s.threads["a"].pending
+    assert s.fragment_seq == 2 and len(s.uninducted) == 2
+    assert s.ledger.by_operation["slice"].calls == 1 and s.ledger.cost > 0
+
+
+def test_induction_cursor_moves_only_forward_and_only_when_stored() -> None:
+    s = UserMemoryState(uninducted=[
+        FragmentRef(id="f1", created_at=T0, seq=1),
+        FragmentRef(id="f2", created_at=T0 + 5000, seq=2),
+    ])
+    gate = time_to_maturity(CFG.long_term_gate, CFG.tau_m, CFG.c_m)
+    assert state_ops.mature_for_induction(s, CFG, T0 + gate - 1) == []
+    ready = state_ops.mature_for_induction(s, CFG, T0 + gate + 1)
+    assert [r.id for r in ready] == ["f1"]
+    assert s.induction_cursor == 0  # asking is not storing
+    out = InductOutput(profile=UserProfile(name="Ada"), inducted=["f1"])
+    state_ops.induction_stored(s, ready, out, PriceTable())
+    assert s.induction_cursor == 1 and s.profile.name == "Ada"
+    state_ops.induction_stored(s, [FragmentRef(id="old", created_at=T0, seq=0)], out, PriceTable())
+    assert s.induction_cursor == 1
+
+
+def test_reinforcement_once_per_call_id() -> None:
+    s = UserMemoryState()
+    state_ops.absorb_reinforce(s, ReinforceEvent(call_id="c1", fragment_ids=["f1"]))
+    state_ops.absorb_reinforce(s, ReinforceEvent(call_id="c1", fragment_ids=["f1"]))
+    assert len(s.pending_reinforce) == 1
+
+
+def test_seen_sets_stay_bounded() -> None:
+    s = UserMemoryState()
+    for i in range(state_ops.MAX_SEEN_EVENTS + 10):
+        submit(s, f"e{i}", [])
+    assert len(s.seen_event_ids) == state_ops.MAX_SEEN_EVENTS
+    assert s.seen_event_ids[-1] == f"e{state_ops.MAX_SEEN_EVENTS + 9}"

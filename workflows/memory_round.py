@@ -1,0 +1,270 @@
+"""MemoryRoundWorkflow: one memory event of one user, slice -> index -> tune -> select -> publish.
+
+Id: `<user workflow id>/round-<n>` (REJECT_DUPLICATE), started only by UserMemoryWorkflow, which
+owns every piece of state; the round is a pure function of its input plus activity results, so a
+retried or replayed round writes the same fragment rows (ids derive from user, round, index).
+
+Each step is an activity with explicit timeouts and a retry policy. An LLM outage of hours is
+absorbed by retries up to the schedule-to-close bound; past it the round fails visibly and its
+messages stay un-indexed for a later round or an operator retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from models.contracts import (
+        ActivityName,
+        FragmentRef,
+        IndexInput,
+        IndexOutput,
+        InjectedContext,
+        PublishInput,
+        PublishOutput,
+        RoundInput,
+        RoundResult,
+        SelectInput,
+        SelectOutput,
+        SliceInput,
+        SliceOutput,
+        TuneInput,
+        TuneOutput,
+    )
+    from models.errors import NON_RETRYABLE_TYPES
+    from models.fragments import Fragment, FragmentDraft
+    from models.ids import fragment_id
+    from models.params import TunedParams
+    from models.usage import LLMUsage
+    from workflows.options import theme_key, upsert_round_attributes
+
+# LLM calls: a provider outage of hours is absorbed here, then the round fails visibly.
+LLM_START_TO_CLOSE = timedelta(minutes=2)
+LLM_SCHEDULE_TO_CLOSE = timedelta(hours=6)
+LLM_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=5),
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
+# Store calls (Milvus, Redis): short attempts, retried for an hour of store downtime.
+STORE_START_TO_CLOSE = timedelta(seconds=60)
+STORE_SCHEDULE_TO_CLOSE = timedelta(hours=1)
+STORE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
+MAX_TUNES_PER_ROUND = 4
+QUERY_TURNS = 6
+QUERY_CHARS = 2000
+TUNE_SAMPLE_CHARS = 1500
+
+
+@workflow.defn
+class MemoryRoundWorkflow:
+    """One round of one user's memory: turns in, fragments indexed, context published."""
+
+    @workflow.run
+    async def run(self, inp: RoundInput) -> RoundResult:
+        """Slice, index, tune (cache misses only), select and publish; record the outcome."""
+        try:
+            result = await self._run(inp)
+        except asyncio.CancelledError:
+            if inp.search_attributes:
+                upsert_round_attributes(outcome="cancelled")
+            raise
+        except Exception:
+            if inp.search_attributes:
+                upsert_round_attributes(outcome="failed")
+            raise
+        if inp.search_attributes:
+            upsert_round_attributes(outcome="completed")
+        return result
+
+    async def _run(self, inp: RoundInput) -> RoundResult:
+        usage: dict[str, LLMUsage] = {}
+        sliced = await self._slice(inp)
+        usage["slice"] = sliced.usage
+        fragments = build_fragments(inp, sliced.drafts, workflow.now().timestamp())
+        if fragments:
+            await workflow.execute_activity(
+                ActivityName.INDEX,
+                IndexInput(fragments=fragments),
+                result_type=IndexOutput,
+                start_to_close_timeout=STORE_START_TO_CLOSE,
+                schedule_to_close_timeout=STORE_SCHEDULE_TO_CLOSE,
+                retry_policy=STORE_RETRY,
+                summary=f"index {len(fragments)} fragments",
+            )
+        themes = _ordered_themes(fragments)
+        if themes and inp.search_attributes:
+            upsert_round_attributes(theme=themes[0])
+        tuned_new, tune_usage = await self._tune_missing(inp, fragments)
+        if tune_usage.calls:
+            usage["tune"] = tune_usage
+        selection = await self._select(inp, fragments, tuned_new)
+        context = InjectedContext(
+            user_id=inp.user_id,
+            version=inp.context_version + 1,
+            generated_at=workflow.now().timestamp(),
+            profile=inp.profile,
+            fragments=selection.fragments,
+            watermarks=inp.watermarks_after,
+            top_k=inp.config.top_k,
+        )
+        await publish_context(context)
+        return RoundResult(
+            round_no=inp.round_no,
+            fragments=[
+                FragmentRef(id=f.id, created_at=f.created_at, seq=inp.first_seq + i)
+                for i, f in enumerate(fragments)
+            ],
+            themes=themes,
+            tuned_new=tuned_new,
+            context=context,
+            selection=selection.log,
+            usage=usage,
+        )
+
+    async def _slice(self, inp: RoundInput) -> SliceOutput:
+        return await workflow.execute_activity(
+            ActivityName.SLICE,
+            SliceInput(user_id=inp.user_id, turns=inp.turns),
+            result_type=SliceOutput,
+            task_queue=inp.llm_task_queue,
+            start_to_close_timeout=LLM_START_TO_CLOSE,
+            schedule_to_close_timeout=LLM_SCHEDULE_TO_CLOSE,
+            retry_policy=LLM_RETRY,
+            summary=f"slice {len(inp.turns)} turns",
+        )
+
+    async def _tune_missing(
+        self, inp: RoundInput, fragments: list[Fragment]
+    ) -> tuple[dict[str, TunedParams], LLMUsage]:
+        """Tune only themes the user workflow's cache does not hold (the cache is per theme)."""
+        tuned: dict[str, TunedParams] = {}
+        total = LLMUsage()
+        for theme in _ordered_themes(fragments)[-MAX_TUNES_PER_ROUND:]:
+            key = theme_key(theme)
+            if key in inp.tuned or key in tuned:
+                continue
+            same = [f for f in fragments if theme_key(f.theme) == key]
+            samples = _bounded([f.content for f in same], TUNE_SAMPLE_CHARS)
+            types = sorted({t for f in same for t in f.types})
+            out = await workflow.execute_activity(
+                ActivityName.TUNE,
+                TuneInput(theme=theme, samples=samples, types=types),
+                result_type=TuneOutput,
+                task_queue=inp.llm_task_queue,
+                start_to_close_timeout=LLM_START_TO_CLOSE,
+                schedule_to_close_timeout=LLM_SCHEDULE_TO_CLOSE,
+                retry_policy=LLM_RETRY,
+                summary=f"tune theme {theme[:60]}",
+            )
+            tuned[key] = out.params
+            total = total + out.usage
+        return tuned, total
+
+    async def _select(
+        self, inp: RoundInput, fragments: list[Fragment], tuned_new: dict[str, TunedParams]
+    ) -> SelectOutput:
+        theme = fragments[-1].theme if fragments else ""
+        key = theme_key(theme)
+        params = tuned_new.get(key) or inp.tuned.get(key)
+        return await workflow.execute_activity(
+            ActivityName.SELECT,
+            SelectInput(
+                user_id=inp.user_id,
+                query=query_text(inp),
+                theme=theme,
+                params=params or TunedParams(),
+                params_source=f"tuned:{key}" if params else "default",
+                config=inp.config,
+                now=workflow.now().timestamp(),
+            ),
+            result_type=SelectOutput,
+            start_to_close_timeout=STORE_START_TO_CLOSE,
+            schedule_to_close_timeout=STORE_SCHEDULE_TO_CLOSE,
+            retry_policy=STORE_RETRY,
+            summary="select fragments",
+        )
+
+
+async def publish_context(context: InjectedContext) -> PublishOutput:
+    """Write the read model (shared by rounds and the user workflow)."""
+    return await workflow.execute_activity(
+        ActivityName.PUBLISH,
+        PublishInput(context=context),
+        result_type=PublishOutput,
+        start_to_close_timeout=timedelta(seconds=15),
+        schedule_to_close_timeout=STORE_SCHEDULE_TO_CLOSE,
+        retry_policy=STORE_RETRY,
+        summary=f"publish context v{context.version}",
+    )
+
+
+def build_fragments(inp: RoundInput, drafts: list[FragmentDraft], now: float) -> list[Fragment]:
+    """Turn validated drafts into stored fragments with business-id keys and source positions.
+
+    A fragment is as old as the newest message it came from: maturity for induction measures
+    how long ago something was said, not when a worker got round to slicing it.
+    """
+    out: list[Fragment] = []
+    last = len(inp.turns) - 1
+    for i, draft in enumerate(drafts):
+        lo = min(max(draft.start_idx, 0), last)
+        hi = min(max(draft.end_idx, lo), last)
+        source = inp.turns[lo : hi + 1]
+        created = min(now, max(t.time for t in source))
+        out.append(
+            Fragment(
+                id=fragment_id(inp.user_id, inp.round_no, i),
+                user_id=inp.user_id,
+                theme=draft.theme,
+                types=list(draft.types),
+                content=draft.content,
+                created_at=created,
+                reinforced_at=created,
+                round_no=inp.round_no,
+                thread_id=inp.thread_id,
+                start_pos=source[0].position,
+                end_pos=source[-1].position + 1,
+            )
+        )
+    return out
+
+
+def query_text(inp: RoundInput) -> str:
+    """The selection query: the latest turns of the batch, human words first."""
+    recent = inp.turns[-QUERY_TURNS:]
+    human = [t.content for t in recent if t.role == "human" and t.content]
+    other = [t.content for t in recent if t.role != "human" and t.content]
+    return "\n".join(human + other)[:QUERY_CHARS]
+
+
+def _ordered_themes(fragments: list[Fragment]) -> list[str]:
+    seen: dict[str, str] = {}
+    for f in fragments:
+        seen.pop(theme_key(f.theme), None)
+        seen[theme_key(f.theme)] = f.theme
+    return list(seen.values())
+
+
+def _bounded(texts: list[str], limit: int) -> list[str]:
+    out: list[str] = []
+    used = 0
+    for text in texts:
+        if used >= limit:
+            break
+        out.append(text[: limit - used])
+        used += len(out[-1])
+    return out
+
+
+__all__ = ["MemoryRoundWorkflow", "build_fragments", "publish_context", "query_text"]

@@ -1,0 +1,215 @@
+"""Pure transitions of UserMemoryState: what the user workflow's loop does to its state.
+
+Kept apart from the workflow class so every rule (de-duplication, deadlines, cursor moves) is a
+plain function that unit tests can call without a Temporal server. Deterministic: `now` is passed
+in (the workflow gives `workflow.now()`), nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+from memory.triggers import induction_due_at, slice_due_at
+from models.config import MemoryConfig
+from models.contracts import (
+    FragmentRef,
+    InductOutput,
+    ReinforceEvent,
+    RoundRecord,
+    RoundResult,
+    SubmitEvent,
+    ThreadState,
+    UserMemoryState,
+    UserStatus,
+    Watermark,
+)
+from models.turns import ChatTurn
+from models.usage import PriceTable
+
+MAX_SEEN_EVENTS = 4096
+MAX_SEEN_CALLS = 4096
+MAX_PENDING_REINFORCE = 1000
+MAX_ROUND_RECORDS = 50
+MAX_TUNED_THEMES = 64
+MAX_PUBLISHED_THREADS = 50
+MAX_IDLE_THREADS = 200
+
+
+def _remember(seen: list[str], key: str, limit: int) -> bool:
+    """Add key to a bounded, ordered seen-list; False when it was already there."""
+    if key in seen:
+        return False
+    seen.append(key)
+    del seen[:-limit]
+    return True
+
+
+def absorb_submit(s: UserMemoryState, event: SubmitEvent, cfg: MemoryConfig, now: float) -> None:
+    """Accept an event's turns once: by event id, then by (thread, position)."""
+    if not _remember(s.seen_event_ids, event.event_id, MAX_SEEN_EVENTS):
+        return
+    for turn in sorted(event.turns, key=lambda t: (t.thread_id, t.position)):
+        ts = s.threads.setdefault(turn.thread_id, ThreadState())
+        if turn.position < ts.indexed or any(p.position == turn.position for p in ts.pending):
+            continue
+        if len(turn.content) > cfg.max_turn_chars:
+            turn = turn.model_copy(update={"content": turn.content[: cfg.max_turn_chars]})
+        ts.pending.append(turn)
+        ts.accepted = max(ts.accepted, turn.position + 1)
+        ts.last_seen = now
+    if event.urgent:
+        for thread_id in {t.thread_id for t in event.turns}:
+            s.threads[thread_id].urgent = True
+    _prune_idle_threads(s)
+
+
+def _prune_idle_threads(s: UserMemoryState) -> None:
+    """Forget the watermarks of long-idle threads with nothing pending (bounded state)."""
+    if len(s.threads) <= MAX_IDLE_THREADS:
+        return
+    idle = sorted((t.last_seen, k) for k, t in s.threads.items() if not t.pending)
+    for _, key in idle[: len(s.threads) - MAX_IDLE_THREADS]:
+        del s.threads[key]
+
+
+def absorb_reinforce(s: UserMemoryState, event: ReinforceEvent) -> None:
+    """Queue a reinforcement once per call id."""
+    if not event.fragment_ids:
+        return
+    if _remember(s.seen_call_ids, event.call_id, MAX_SEEN_CALLS):
+        s.pending_reinforce.append(event)
+        del s.pending_reinforce[:-MAX_PENDING_REINFORCE]
+
+
+def thread_due_at(ts: ThreadState, cfg: MemoryConfig, now: float) -> float | None:
+    """When a thread's round is due: oldest pending message mature, or now when urgent."""
+    if not ts.pending:
+        return None
+    due = now if ts.urgent else slice_due_at(min(t.time for t in ts.pending), cfg)
+    return max(due, ts.not_before)
+
+
+def due_thread(s: UserMemoryState, cfg: MemoryConfig, now: float) -> str | None:
+    """The thread whose round is due first (ties by thread id), if any is due now."""
+    best: tuple[float, str] | None = None
+    for thread_id, ts in s.threads.items():
+        due = thread_due_at(ts, cfg, now)
+        if due is not None and due <= now and (best is None or (due, thread_id) < best):
+            best = (due, thread_id)
+    return best[1] if best else None
+
+
+def mature_for_induction(s: UserMemoryState, cfg: MemoryConfig, now: float) -> list[FragmentRef]:
+    """Un-inducted fragments that reached the long-term gate, in cursor order."""
+    if now < s.induction_not_before:
+        return []
+    ready = [r for r in s.uninducted if induction_due_at(r.created_at, cfg) <= now]
+    return sorted(ready, key=lambda r: r.seq)
+
+
+def next_due(s: UserMemoryState, cfg: MemoryConfig) -> float | None:
+    """The earliest future deadline (a round or an induction), for the durable timer."""
+    dues: list[float] = []
+    for ts in s.threads.values():
+        if ts.pending:
+            due = thread_due_at(ts, cfg, ts.last_seen)
+            if due is not None:
+                dues.append(due)
+    if s.uninducted:
+        oldest = min(r.created_at for r in s.uninducted)
+        dues.append(max(induction_due_at(oldest, cfg), s.induction_not_before))
+    return min(dues) if dues else None
+
+
+def round_started(s: UserMemoryState, record: RoundRecord) -> None:
+    """Keep a bounded list of recent rounds."""
+    s.rounds.append(record)
+    del s.rounds[:-MAX_ROUND_RECORDS]
+
+
+def round_completed(
+    s: UserMemoryState,
+    record: RoundRecord,
+    result: RoundResult,
+    batch: list[ChatTurn],
+    now: float,
+    prices: PriceTable,
+) -> None:
+    """Advance the indexed watermark and hand the new fragments to the induction queue."""
+    ts = s.threads[record.thread_id]
+    done = {t.position for t in batch}
+    ts.pending = [t for t in ts.pending if t.position not in done]
+    ts.indexed = max(ts.indexed, record.end)
+    ts.urgent = ts.urgent and bool(ts.pending)
+    ts.not_before = 0.0
+    s.uninducted.extend(result.fragments)
+    if result.fragments:
+        s.fragment_seq = max(s.fragment_seq, max(r.seq for r in result.fragments))
+    for key, params in result.tuned_new.items():
+        s.tuned.pop(key, None)
+        s.tuned[key] = params
+    for key in list(s.tuned)[:-MAX_TUNED_THEMES]:
+        del s.tuned[key]
+    s.context = result.context
+    for operation, usage in result.usage.items():
+        s.ledger.add(operation, usage, prices)
+    s.rounds_completed += 1
+    _finish(record, "completed", now, fragments=len(result.fragments))
+
+
+def round_failed(
+    s: UserMemoryState, record: RoundRecord, error: str, now: float, cfg: MemoryConfig
+) -> None:
+    """Keep the turns pending and back off, so a later round or an operator picks them up."""
+    s.rounds_failed += 1
+    s.last_error = f"round {record.round_no} failed: {error}"
+    ts = s.threads[record.thread_id]
+    ts.not_before = now + cfg.failed_round_backoff_s
+    _finish(record, "failed", now, error=error)
+
+
+def _finish(record: RoundRecord, status: str, now: float, **extra: object) -> None:
+    record.status = status  # type: ignore[assignment]
+    record.finished_at = now
+    for key, value in extra.items():
+        setattr(record, key, value)
+
+
+def induction_stored(
+    s: UserMemoryState, batch: list[FragmentRef], out: InductOutput, prices: PriceTable
+) -> None:
+    """The merged profile is stored: only now does the cursor move (never backwards)."""
+    s.profile = out.profile
+    done = {r.id for r in batch}
+    s.uninducted = [r for r in s.uninducted if r.id not in done]
+    s.induction_cursor = max([s.induction_cursor, *(r.seq for r in batch)])
+    s.inductions += 1
+    s.ledger.add("induct", out.usage, prices)
+
+
+def watermarks(s: UserMemoryState) -> dict[str, Watermark]:
+    """Per-thread watermarks of the most recently active threads (bounded for the read model)."""
+    recent = sorted(s.threads.items(), key=lambda kv: kv[1].last_seen)[-MAX_PUBLISHED_THREADS:]
+    return {k: Watermark(accepted=t.accepted, indexed=t.indexed) for k, t in recent}
+
+
+def status(
+    s: UserMemoryState, user_id: str, *, pending_events: int, history_length: int
+) -> UserStatus:
+    """The status query's answer."""
+    return UserStatus(
+        user_id=user_id,
+        rounds_started=s.rounds_started,
+        rounds_completed=s.rounds_completed,
+        rounds_failed=s.rounds_failed,
+        pending_turns=sum(len(t.pending) for t in s.threads.values()),
+        pending_events=pending_events + len(s.pending_reinforce),
+        watermarks=watermarks(s),
+        induction_cursor=s.induction_cursor,
+        uninducted=len(s.uninducted),
+        inductions=s.inductions,
+        tuned_themes=list(s.tuned),
+        ledger=s.ledger,
+        rounds=list(s.rounds),
+        last_error=s.last_error,
+        continued=s.continued,
+        history_length=history_length,
+    )

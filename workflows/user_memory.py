@@ -1,0 +1,335 @@
+"""UserMemoryWorkflow: the single writer of one user's memory.
+
+Id: `models.ids.user_workflow_id(user_id)`, entered by signal-with-start from the agent side.
+Messages: signal `submit` (turns of a thread, de-duplicated by event id and by thread position),
+signal `reinforce` (fragments a model call used, applied once per call id); queries `context`,
+`profile`, `status`.
+
+Handlers only enqueue; the main loop does the work, one thing at a time: absorb the inbox, run a
+due round as a MemoryRoundWorkflow child, run a due induction, apply reinforcements, then wait on
+a durable timer for the next maturity deadline (no polling). It continues-as-new when Temporal
+suggests it or past `max_history_events`, after all handlers finished, carrying all state.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from models.contracts import (
+        ActivityName,
+        InductInput,
+        InductOutput,
+        InjectedContext,
+        ReinforceEvent,
+        ReinforceInput,
+        ReinforceOutput,
+        RoundInput,
+        RoundRecord,
+        RoundResult,
+        SubmitEvent,
+        UserMemoryInput,
+        UserMemoryState,
+        UserStatus,
+    )
+    from models.ids import round_workflow_id
+    from models.profile import UserProfile
+    from workflows import state_ops
+    from workflows.memory_round import (
+        LLM_RETRY,
+        LLM_SCHEDULE_TO_CLOSE,
+        LLM_START_TO_CLOSE,
+        STORE_RETRY,
+        STORE_SCHEDULE_TO_CLOSE,
+        STORE_START_TO_CLOSE,
+        MemoryRoundWorkflow,
+        publish_context,
+    )
+    from workflows.options import round_search_attributes
+
+MAX_INDUCTION_BATCH = 32
+MAX_ROUND_ID_PROBES = 24
+
+
+@workflow.defn
+class UserMemoryWorkflow:
+    """One user's memory: ordering, de-duplication, timers, watermarks, profile, cursors."""
+
+    @workflow.init
+    def __init__(self, inp: UserMemoryInput) -> None:
+        self._inp = inp
+        self._cfg = inp.config
+        self._s: UserMemoryState = inp.state or UserMemoryState()
+        self._inbox: list[SubmitEvent] = []
+        self._reinforce_inbox: list[ReinforceEvent] = []
+
+    @workflow.run
+    async def run(self, inp: UserMemoryInput) -> None:
+        """Main loop: absorb, round, induction, reinforcement, continue-as-new, sleep."""
+        while True:
+            self._absorb()
+            if await self._maybe_round():
+                continue
+            if await self._maybe_induct():
+                continue
+            if await self._maybe_reinforce():
+                continue
+            if self._history_is_long():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._absorb()
+                self._s.continued += 1
+                workflow.continue_as_new(self._inp.model_copy(update={"state": self._s}))
+            await self._sleep_until_due()
+
+    # --- the loop's steps -------------------------------------------------------------------
+
+    def _absorb(self) -> None:
+        now = workflow.now().timestamp()
+        for event in self._inbox:
+            state_ops.absorb_submit(self._s, event, self._cfg, now)
+        for used in self._reinforce_inbox:
+            state_ops.absorb_reinforce(self._s, used)
+        self._inbox.clear()
+        self._reinforce_inbox.clear()
+        self._describe()
+
+    async def _maybe_round(self) -> bool:
+        now = workflow.now().timestamp()
+        thread_id = state_ops.due_thread(self._s, self._cfg, now)
+        if thread_id is None:
+            return False
+        ts = self._s.threads[thread_id]
+        batch = sorted(ts.pending, key=lambda t: t.position)[: self._cfg.max_turns_per_round]
+        start, end = batch[0].position, batch[-1].position + 1
+        trigger = "ceiling" if ts.urgent else "handover"
+        after = state_ops.watermarks(self._s)
+        after[thread_id] = after[thread_id].model_copy(update={"indexed": max(ts.indexed, end)})
+        record = RoundRecord(
+            round_no=0,
+            workflow_id="",
+            event_id=f"{thread_id}:{start}-{end}",
+            thread_id=thread_id,
+            start=start,
+            end=end,
+            trigger=trigger,
+            started_at=now,
+        )
+        try:
+            result = await self._start_round(record, batch, after)
+        except (ChildWorkflowError, ApplicationError) as err:
+            state_ops.round_failed(self._s, record, _cause(err), now, self._cfg)
+            return True
+        state_ops.round_completed(
+            self._s, record, result, batch, workflow.now().timestamp(), self._inp.prices
+        )
+        return True
+
+    async def _start_round(self, record: RoundRecord, batch: list, after: dict) -> RoundResult:
+        """Start the round child; a number already used (fresh history) is skipped, not reused."""
+        parent_id = workflow.info().workflow_id
+        step = 1
+        for _ in range(MAX_ROUND_ID_PROBES):
+            self._s.rounds_started += 1
+            round_no = self._s.rounds_started
+            record.round_no = round_no
+            record.workflow_id = round_workflow_id(parent_id, round_no)
+            try:
+                handle = await workflow.start_child_workflow(
+                    MemoryRoundWorkflow.run,
+                    self._round_input(record, batch, after),
+                    id=record.workflow_id,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    search_attributes=self._round_attributes(record),
+                    static_summary=(
+                        f"user {self._display_user()}, round {round_no}, "
+                        f"{len(batch)} messages, trigger {record.trigger}"
+                    ),
+                )
+            except WorkflowAlreadyStartedError:
+                self._s.rounds_started += step - 1
+                step *= 2
+                continue
+            state_ops.round_started(self._s, record)
+            self._describe()
+            return await handle
+        raise ApplicationError("no free round id", type="InvalidInput", non_retryable=True)
+
+    def _round_input(self, record: RoundRecord, batch: list, after: dict) -> RoundInput:
+        return RoundInput(
+            user_id=self._inp.user_id,
+            round_no=record.round_no,
+            event_id=record.event_id,
+            thread_id=record.thread_id,
+            turns=batch,
+            trigger=record.trigger,
+            first_seq=self._s.fragment_seq + 1,
+            config=self._cfg,
+            tuned=self._s.tuned,
+            profile=self._s.profile,
+            watermarks_after=after,
+            context_version=self._context().version,
+            llm_task_queue=self._inp.llm_task_queue,
+            search_attributes=self._inp.search_attributes,
+        )
+
+    async def _maybe_induct(self) -> bool:
+        now = workflow.now().timestamp()
+        batch = state_ops.mature_for_induction(self._s, self._cfg, now)[:MAX_INDUCTION_BATCH]
+        if not batch:
+            return False
+        try:
+            out = await workflow.execute_activity(
+                ActivityName.INDUCT,
+                InductInput(
+                    user_id=self._inp.user_id,
+                    profile=self._s.profile,
+                    fragment_ids=[r.id for r in batch],
+                    list_limit=self._cfg.profile_list_limit,
+                ),
+                result_type=InductOutput,
+                task_queue=self._inp.llm_task_queue,
+                start_to_close_timeout=LLM_START_TO_CLOSE,
+                schedule_to_close_timeout=LLM_SCHEDULE_TO_CLOSE,
+                retry_policy=LLM_RETRY,
+                summary=f"induct {len(batch)} fragments",
+            )
+            # Store the merged profile first: the cursor never moves past an unstored profile.
+            context = self._context().model_copy(
+                update={
+                    "profile": out.profile,
+                    "version": self._context().version + 1,
+                    "generated_at": workflow.now().timestamp(),
+                    "watermarks": state_ops.watermarks(self._s),
+                }
+            )
+            await publish_context(context)
+        except ActivityError as err:
+            self._s.last_error = f"induction failed: {_cause(err)}"
+            self._s.induction_not_before = now + self._cfg.failed_round_backoff_s
+            return True
+        self._s.context = context
+        state_ops.induction_stored(self._s, batch, out, self._inp.prices)
+        return True
+
+    async def _maybe_reinforce(self) -> bool:
+        if not self._s.pending_reinforce:
+            return False
+        event = self._s.pending_reinforce.pop(0)
+        try:
+            await workflow.execute_activity(
+                ActivityName.REINFORCE,
+                ReinforceInput(
+                    user_id=self._inp.user_id,
+                    call_id=event.call_id,
+                    fragment_ids=event.fragment_ids,
+                    now=workflow.now().timestamp(),
+                ),
+                result_type=ReinforceOutput,
+                start_to_close_timeout=STORE_START_TO_CLOSE,
+                schedule_to_close_timeout=STORE_SCHEDULE_TO_CLOSE,
+                retry_policy=STORE_RETRY,
+                summary=f"reinforce {len(event.fragment_ids)} fragments",
+            )
+        except ActivityError as err:
+            self._s.last_error = f"reinforce failed: {_cause(err)}"
+        return True
+
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self._inp.max_history_events
+        )
+
+    async def _sleep_until_due(self) -> None:
+        now = workflow.now().timestamp()
+        due = state_ops.next_due(self._s, self._cfg)
+        has_input = lambda: bool(self._inbox or self._reinforce_inbox)  # noqa: E731
+        if due is None:
+            await workflow.wait_condition(has_input)
+            return
+        if due <= now:
+            # Nothing ran although a deadline passed (e.g. clock rounding): never spin hot.
+            due = now + 1.0
+        try:
+            await workflow.wait_condition(
+                has_input, timeout=timedelta(seconds=due - now), timeout_summary="next maturity"
+            )
+        except TimeoutError:
+            pass
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _context(self) -> InjectedContext:
+        return self._s.context or InjectedContext(
+            user_id=self._inp.user_id, top_k=self._cfg.top_k, profile=self._s.profile
+        )
+
+    def _display_user(self) -> str:
+        return self._inp.user_id[:80]
+
+    def _round_attributes(self, record: RoundRecord) -> TypedSearchAttributes | None:
+        if not self._inp.search_attributes:
+            return None
+        return round_search_attributes(
+            user=self._inp.user_id[:2000],
+            round_no=record.round_no,
+            trigger=record.trigger,
+            outcome="running",
+        )
+
+    def _describe(self) -> None:
+        s = self._s
+        pending = sum(len(t.pending) for t in s.threads.values())
+        workflow.set_current_details(
+            f"rounds {s.rounds_completed} done, {s.rounds_failed} failed; pending turns {pending}; "
+            f"induction cursor {s.induction_cursor}; last error: {s.last_error or '-'}"
+        )
+
+    # --- messages ---------------------------------------------------------------------------
+
+    @workflow.signal
+    def submit(self, event: SubmitEvent) -> None:
+        """New turns of a thread (enqueued only; the loop de-duplicates and schedules)."""
+        self._inbox.append(event)
+
+    @workflow.signal
+    def reinforce(self, event: ReinforceEvent) -> None:
+        """Fragments a model call used (applied once per call id)."""
+        self._reinforce_inbox.append(event)
+
+    @workflow.query
+    def context(self) -> InjectedContext:
+        """The latest injected context (also published to Redis)."""
+        return self._context().model_copy(update={"watermarks": state_ops.watermarks(self._s)})
+
+    @workflow.query
+    def profile(self) -> UserProfile:
+        """The stored profile."""
+        return self._s.profile
+
+    @workflow.query
+    def status(self) -> UserStatus:
+        """Counters, watermarks, cursor, ledger and the recent rounds."""
+        return state_ops.status(
+            self._s,
+            self._inp.user_id,
+            pending_events=len(self._inbox) + len(self._reinforce_inbox),
+            history_length=workflow.info().get_current_history_length(),
+        )
+
+
+def _cause(err: BaseException) -> str:
+    """The innermost failure message, which is what an operator needs to read."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return f"{type(err).__name__}: {err}"[:1000]
