@@ -42,7 +42,9 @@ class Preset(BaseModel):
     tau: float = Field(gt=0, description="decay time constant, seconds")
     c: float = Field(gt=0, description="decay shape")
     slice_gate: float = Field(gt=0, lt=1, description="maturity at which messages are sliced")
-    long_term_gate: float = Field(gt=0, lt=1, description="maturity at which fragments are inducted")
+    long_term_gate: float = Field(
+        gt=0, lt=1, description="maturity at which fragments are inducted"
+    )
 
 
 PRESETS: dict[Vocation, Preset] = {
@@ -85,7 +87,10 @@ class MemoryConfig(BaseModel):
     theme_cap: int | None = Field(None, ge=1, description="max fragments of one theme")
     scoring_log_size: int = Field(200, ge=1, le=5000, description="selections kept in the log")
     published_candidates: int = Field(
-        12, ge=1, le=64, description="ranked fragments published, so the hot path can skip ones in its window"
+        12,
+        ge=1,
+        le=64,
+        description="ranked fragments published, so the hot path can skip ones in its window",
     )
 
     pattern: BudgetPattern = BudgetPattern.FRACTION
@@ -96,7 +101,9 @@ class MemoryConfig(BaseModel):
     max_turns_per_round: int = Field(64, ge=1, le=500)
     max_turn_chars: int = Field(8000, ge=64, description="longer turn texts are trimmed")
     profile_list_limit: int = Field(12, ge=1, le=100)
-    failed_round_backoff_s: float = Field(600, ge=0, description="wait before re-slicing after a failed round")
+    failed_round_backoff_s: float = Field(
+        600, ge=0, description="wait before re-slicing after a failed round"
+    )
 
     @classmethod
     def from_vocation(cls, vocation: Vocation | str, **overrides: object) -> MemoryConfig:

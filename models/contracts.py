@@ -128,6 +128,7 @@ class UserMemoryState(BaseModel):
     rounds: list[RoundRecord] = Field(default_factory=list)
     last_error: str | None = None
     continued: int = 0
+    forget_receipts: list[ForgetReceipt] = Field(default_factory=list)
 
 
 class UserMemoryInput(BaseModel):
@@ -329,6 +330,8 @@ class ActivityName:
     SELECT = "mnemoflow.select"
     REINFORCE = "mnemoflow.reinforce"
     PUBLISH = "mnemoflow.publish"
+    DELETE_FRAGMENTS = "mnemoflow.delete_fragments"
+    DELETE_READ_MODEL = "mnemoflow.delete_read_model"
 
 
 class RememberRequest(BaseModel):
@@ -338,3 +341,83 @@ class RememberRequest(BaseModel):
     content: str = Field(min_length=1, max_length=8000)
     theme: str = Field("remembered", min_length=1, max_length=200)
     types: list[str] = Field(default_factory=lambda: ["fact"])
+
+
+class RememberResult(BaseModel):
+    """The explicit fragment's id (derived from the event id, so a retry stores it once)."""
+
+    fragment_id: str
+
+
+class RecallRequest(BaseModel):
+    """Update: score the user's fragments for a query."""
+
+    query: str = Field(min_length=1, max_length=4000)
+    top_k: int = Field(5, ge=1, le=50)
+
+
+class RecallResult(BaseModel):
+    """Scored fragments, best first, with the scoring log of this recall."""
+
+    fragments: list[ContextFragment]
+    log: SelectionLog | None = None
+
+
+class ForgetFragmentRequest(BaseModel):
+    """Update: delete one of the user's fragments."""
+
+    fragment_id: str = Field(min_length=1, max_length=256)
+
+
+class ForgetFragmentResult(BaseModel):
+    """How many rows were deleted (0 when the id was not the user's)."""
+
+    deleted: int
+
+
+class ForgetRequest(BaseModel):
+    """Update: forget the user entirely (right to be forgotten)."""
+
+    reason: str = Field("user request", max_length=500)
+
+
+class ForgetReceipt(BaseModel):
+    """What was deleted, and when."""
+
+    user_id: str
+    at: float
+    fragments_deleted: int
+    read_model_deleted: int
+    profile_cleared: bool
+    events_dropped: int
+    rounds_cancelled: int
+    reason: str = ""
+
+
+class DeleteFragmentsInput(BaseModel):
+    """Activity: delete some (ids) or all (ids None) of a user's fragments."""
+
+    user_id: str
+    ids: list[str] | None = None
+
+
+class DeleteFragmentsOutput(BaseModel):
+    """Rows deleted."""
+
+    deleted: int
+
+
+class DeleteReadModelInput(BaseModel):
+    """Activity: delete a user's read model."""
+
+    user_id: str
+
+
+class DeleteReadModelOutput(BaseModel):
+    """Keys deleted."""
+
+    deleted: int
+
+
+UserMemoryState.model_rebuild()
+UserMemoryInput.model_rebuild()

@@ -7,7 +7,7 @@ Every permanent failure leaves an activity or workflow as a non-retryable Applic
     ├── InvalidInputError          "InvalidInput"          caller sent something unusable
     ├── MalformedModelOutputError  "MalformedModelOutput"  the LLM kept answering outside the schema
     ├── PayloadTooLargeError       "PayloadTooLarge"       would exceed Temporal's payload limit
-    └── MemoryUnavailableError     "MemoryUnavailable"     (client side) a store could not be reached
+    └── MemoryUnavailableError     "MemoryUnavailable"     (client side) a store is unreachable
 
 Transient failures (network, 5xx, 429) are ordinary exceptions: Temporal's retry policy, the only
 retry mechanism in the project, handles them.

@@ -58,3 +58,8 @@ def turn_event_id(thread_id: str, start: int, end: int) -> str:
     """Event id of a hand-over of positions [start, end) of a thread."""
     digest = hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:16]
     return f"turns-{digest}-{start}-{end}"
+
+
+def context_key(prefix: str, user_id: str) -> str:
+    """Redis key of a user's published context (the hot path's one GET)."""
+    return f"{prefix}ctx:{user_key(user_id)}"

@@ -13,6 +13,7 @@ suggests it or past `max_history_events`, after all handlers finished, carrying 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -23,6 +24,7 @@ from temporalio.exceptions import (
     ChildWorkflowError,
     WorkflowAlreadyStartedError,
 )
+from temporalio.workflow import ChildWorkflowHandle
 
 with workflow.unsafe.imports_passed_through():
     from models.contracts import (
@@ -55,13 +57,14 @@ with workflow.unsafe.imports_passed_through():
         publish_context,
     )
     from workflows.options import round_search_attributes
+    from workflows.user_requests import UserRequests
 
 MAX_INDUCTION_BATCH = 32
 MAX_ROUND_ID_PROBES = 24
 
 
 @workflow.defn
-class UserMemoryWorkflow:
+class UserMemoryWorkflow(UserRequests):
     """One user's memory: ordering, de-duplication, timers, watermarks, profile, cursors."""
 
     @workflow.init
@@ -71,12 +74,15 @@ class UserMemoryWorkflow:
         self._s: UserMemoryState = inp.state or UserMemoryState()
         self._inbox: list[SubmitEvent] = []
         self._reinforce_inbox: list[ReinforceEvent] = []
+        self._init_requests()
 
     @workflow.run
     async def run(self, inp: UserMemoryInput) -> None:
         """Main loop: absorb, round, induction, reinforcement, continue-as-new, sleep."""
         while True:
             self._absorb()
+            if await self._maybe_forget(0):
+                continue
             if await self._maybe_round():
                 continue
             if await self._maybe_induct():
@@ -100,6 +106,7 @@ class UserMemoryWorkflow:
             state_ops.absorb_reinforce(self._s, used)
         self._inbox.clear()
         self._reinforce_inbox.clear()
+        self._absorb_requests()
         self._describe()
 
     async def _maybe_round(self) -> bool:
@@ -124,16 +131,26 @@ class UserMemoryWorkflow:
             started_at=now,
         )
         try:
-            result = await self._start_round(record, batch, after)
+            self._round_handle = await self._start_round(record, batch, after)
+            result = await self._round_handle
         except (ChildWorkflowError, ApplicationError) as err:
             state_ops.round_failed(self._s, record, _cause(err), now, self._cfg)
             return True
+        except asyncio.CancelledError:
+            if self._forget_request is None:
+                raise  # the user workflow itself is being cancelled
+            state_ops.round_failed(self._s, record, "cancelled by forget", now, self._cfg)
+            return True
+        finally:
+            self._round_handle = None
         state_ops.round_completed(
             self._s, record, result, batch, workflow.now().timestamp(), self._inp.prices
         )
         return True
 
-    async def _start_round(self, record: RoundRecord, batch: list, after: dict) -> RoundResult:
+    async def _start_round(
+        self, record: RoundRecord, batch: list, after: dict
+    ) -> ChildWorkflowHandle[MemoryRoundWorkflow, RoundResult]:
         """Start the round child; a number already used (fresh history) is skipped, not reused."""
         parent_id = workflow.info().workflow_id
         step = 1
@@ -160,7 +177,7 @@ class UserMemoryWorkflow:
                 continue
             state_ops.round_started(self._s, record)
             self._describe()
-            return await handle
+            return handle
         raise ApplicationError("no free round id", type="InvalidInput", non_retryable=True)
 
     def _round_input(self, record: RoundRecord, batch: list, after: dict) -> RoundInput:
@@ -253,7 +270,13 @@ class UserMemoryWorkflow:
     async def _sleep_until_due(self) -> None:
         now = workflow.now().timestamp()
         due = state_ops.next_due(self._s, self._cfg)
-        has_input = lambda: bool(self._inbox or self._reinforce_inbox)  # noqa: E731
+        has_input = lambda: bool(  # noqa: E731
+            self._inbox
+            or self._reinforce_inbox
+            or self._explicit_inbox
+            or self._dropped_ids
+            or self._forget_request
+        )
         if due is None:
             await workflow.wait_condition(has_input)
             return
