@@ -1,0 +1,57 @@
+# Everything a person does with mnemoflow is a target here. `make test` on a fresh machine
+# creates the venv, lints, then runs the tests (which start and stop their own servers).
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Reinstall only when the dependencies change; the stamp lives inside the venv so that
+# deleting the venv also forgets it.
+STAMP  := $(VENV)/.installed-stamp
+TYPED  := models memory workflows activities worker middleware
+
+.PHONY: venv lint test demo dev bench fmt docs clean distclean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $(STAMP)
+
+# Check only: nothing is reformatted before it has been checked (use `make fmt` for that).
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy $(TYPED)
+
+test: lint
+	$(BIN)/pytest
+
+demo: venv
+	$(BIN)/mnemoflow demo
+
+dev: venv
+	$(BIN)/mnemoflow dev
+
+# A benchmark is a script that prints its figures and writes them to a file.
+bench: venv
+	@set -e; found=0; for script in benchmarks/*.py; do \
+		[ -e "$$script" ] || continue; found=1; \
+		echo "== $$script"; $(BIN)/python "$$script"; \
+	done; [ $$found = 1 ] || echo "no benchmarks yet"
+
+fmt: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+# Regenerate the README configuration table from worker/settings.py.
+docs: venv
+	$(BIN)/python -m worker.settings_doc --write README.md
+
+# Leaves .venv and the dev stack's data dir (.run) alone; `distclean` removes both.
+clean:
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info demo-output
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) .run

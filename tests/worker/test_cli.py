@@ -1,0 +1,39 @@
+"""The `mnemoflow` command line and the search-attribute definitions it registers."""
+
+from __future__ import annotations
+
+import pytest
+
+from models import search_attributes as sa
+from worker import cli
+from worker.search_attributes import dev_server_args, wanted
+
+
+@pytest.mark.parametrize("argv", [["demo"], ["inspect", "alice", "--json"], ["forget", "alice"]])
+def test_placeholders_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2
+    assert "not implemented yet" in capsys.readouterr().err
+
+
+def test_every_command_has_a_subparser() -> None:
+    parser = cli.build_parser()
+    for name in cli.COMMANDS:
+        assert parser.parse_args([name, *(["u"] if name in {"inspect", "forget"} else [])])
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["frobnicate"])
+    assert exc.value.code == 2
+
+
+def test_search_attribute_types() -> None:
+    assert wanted() == {
+        "MnemoflowUser": "Keyword",
+        "MnemoflowRound": "Int",
+        "MnemoflowTrigger": "Keyword",
+        "MnemoflowTheme": "Keyword",
+        "MnemoflowOutcome": "Keyword",
+    }
+    assert dev_server_args()[:2] == ["--search-attribute", "MnemoflowUser=Keyword"]
+    assert len(sa.ALL_KEYS) == 5

@@ -1,0 +1,165 @@
+"""Settings: environment parsing, model selection, secrets kept out of printouts, README table."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from models.config import Vocation
+from worker import settings_doc
+from worker.client import tls_config
+from worker.settings import SECTIONS, Settings, TemporalSettings, mask_url
+
+PREFIXES = ("TEMPORAL_", "MILVUS_", "REDIS_", "DEEPSEEK_", "MNEMOFLOW_")
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts from an environment without any mnemoflow variable."""
+    for name in list(os.environ):
+        if name.startswith(PREFIXES):
+            monkeypatch.delenv(name)
+
+
+def test_defaults() -> None:
+    s = Settings.load()
+    assert s.temporal.address == "127.0.0.1:7233"
+    assert s.temporal.namespace == "default"
+    assert s.temporal.task_queue == "mnemoflow"
+    assert s.temporal.llm_task_queue is None
+    assert s.redis.key_prefix == "mnemoflow:"
+    assert s.deepseek.model == "deepseek-chat"
+    assert s.mnemoflow.data_dir == Path(".run")
+    assert s.mnemoflow.vocation is Vocation.CUSTOMER_SERVICE
+    assert s.resolved_models() == "heuristic"
+    assert tls_config(s.temporal) is False
+
+
+def test_environment_is_read_at_load_not_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "temporal.example:7233")
+    monkeypatch.setenv("TEMPORAL_LLM_TASK_QUEUE", "mnemoflow-llm")
+    monkeypatch.setenv("TEMPORAL_TLS", "true")
+    monkeypatch.setenv("MILVUS_EMBEDDING", "hashing")
+    monkeypatch.setenv("REDIS_KEY_PREFIX", "mf:")
+    monkeypatch.setenv("DEEPSEEK_TIMEOUT_S", "12.5")
+    monkeypatch.setenv("MNEMOFLOW_MAX_CONCURRENT_ACTIVITIES", "8")
+    monkeypatch.setenv("MNEMOFLOW_VOCATION", "collaborative_creation")
+    monkeypatch.setenv("MNEMOFLOW_PSEUDONYMOUS_USER_KEYS", "1")
+    monkeypatch.setenv("MNEMOFLOW_HEALTH_PORT", "8081")
+    s = Settings.load()
+    assert s.temporal.address == "temporal.example:7233"
+    assert s.temporal.llm_task_queue == "mnemoflow-llm"
+    assert s.temporal.uses_tls
+    assert s.milvus.embedding == "hashing"
+    assert s.redis.key_prefix == "mf:"
+    assert s.deepseek.timeout_s == 12.5
+    assert s.mnemoflow.max_concurrent_activities == 8
+    assert s.mnemoflow.vocation is Vocation.COLLABORATIVE_CREATION
+    assert s.mnemoflow.pseudonymous_user_keys is True
+    assert s.mnemoflow.health_port == 8081
+
+
+def test_empty_variable_means_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEMPORAL_LLM_TASK_QUEUE", "")
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", "")
+    s = Settings.load()
+    assert s.temporal.llm_task_queue is None
+    assert s.temporal.namespace == "default"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MILVUS_EMBEDDING", "word2vec"),
+        ("MNEMOFLOW_MODELS", "gpt"),
+        ("MNEMOFLOW_VOCATION", "pirate"),
+        ("MNEMOFLOW_MAX_CONCURRENT_ACTIVITIES", "many"),
+    ],
+)
+def test_invalid_values_are_refused(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError):
+        Settings.load()
+
+
+def test_auto_models_follow_the_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings.load().resolved_models() == "heuristic"
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-test")
+    assert Settings.load().resolved_models() == "deepseek"
+    monkeypatch.setenv("MNEMOFLOW_MODELS", "heuristic")
+    assert Settings.load().resolved_models() == "heuristic"
+
+
+def test_deepseek_without_key_fails_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MNEMOFLOW_MODELS", "deepseek")
+    with pytest.raises(ValueError, match="DEEPSEEK_API_KEY"):
+        Settings.load()
+
+
+def test_secrets_never_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = {
+        "TEMPORAL_API_KEY": "temporal-secret-123",
+        "MILVUS_TOKEN": "root:milvus-secret-456",
+        "DEEPSEEK_API_KEY": "sk-deepseek-secret-789",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("REDIS_URL", "redis://default:redis-secret-000@cache.example:6380/1")
+    monkeypatch.setenv("MILVUS_URI", "https://user:milvus-uri-secret@milvus.example:443")
+    s = Settings.load()
+    printouts = [
+        repr(s),
+        str(s),
+        repr(s.redis),
+        repr(s.milvus),
+        json.dumps(s.redacted(), default=str),
+        s.model_dump_json(),
+    ]
+    for text in printouts:
+        for secret in [*secrets.values(), "redis-secret-000", "milvus-uri-secret"]:
+            assert secret not in text
+    summary = s.redacted()
+    assert summary["temporal"]["api_key"] == "set"
+    assert summary["redis"]["url"] == "redis://default:***@cache.example:6380/1"
+    # ...while the values themselves stay usable.
+    assert s.redis.url.endswith("@cache.example:6380/1")
+    assert s.deepseek.api_key is not None
+    assert s.deepseek.api_key.get_secret_value() == secrets["DEEPSEEK_API_KEY"]
+
+
+def test_unset_secrets_are_reported_as_unset() -> None:
+    summary = Settings.load().redacted()
+    assert summary["deepseek"]["api_key"] == "unset"
+    assert summary["milvus"]["token"] == "unset"
+
+
+def test_mask_url_leaves_plain_urls_alone() -> None:
+    assert mask_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    assert mask_url("redis://:pw@h:1/0") == "redis://:***@h:1/0"
+
+
+def test_api_key_implies_tls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEMPORAL_API_KEY", "k")
+    temporal = TemporalSettings()
+    assert temporal.uses_tls
+    assert tls_config(temporal) is not False
+
+
+def test_every_field_is_documented() -> None:
+    for _, cls in SECTIONS:
+        for name, info in cls.model_fields.items():
+            assert info.description, f"{cls.__name__}.{name} has no docstring"
+
+
+def test_readme_table_in_sync() -> None:
+    readme = README.read_text()
+    assert readme == settings_doc.render(readme), "run `make docs` to regenerate the table"
+    for _, cls in SECTIONS:
+        prefix = str(cls.model_config.get("env_prefix"))
+        for name in cls.model_fields:
+            assert f"`{prefix}{name.upper()}`" in readme

@@ -1,0 +1,117 @@
+"""The `mnemoflow` command line.
+
+Each subcommand is one entry of `COMMANDS`: a function that adds its arguments and a handler
+that gets the parsed arguments and the settings (read once, here) and returns the exit code.
+Add a command by writing the two functions and one line in the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from worker.settings import Settings
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its help line, its arguments and its handler."""
+
+    help: str
+    handler: Callable[[argparse.Namespace, Settings], int]
+    arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+
+
+def _dev_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", help="data directory (default: MNEMOFLOW_DATA_DIR)")
+    for name, default in (("temporal", 7233), ("ui", 8233), ("redis", 6379), ("milvus", 19530)):
+        parser.add_argument(
+            f"--{name}-port",
+            type=int,
+            help=f"{name} port (default {default}, or a free one if {default} is busy)",
+        )
+
+
+def _dev(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from worker.devstack import DevPorts, main
+
+    if args.data_dir:
+        update = {"data_dir": Path(args.data_dir)}
+        mnemoflow = settings.mnemoflow.model_copy(update=update)
+        settings = settings.model_copy(update={"mnemoflow": mnemoflow})
+    ports = DevPorts(args.temporal_port, args.ui_port, args.redis_port, args.milvus_port)
+    return main(settings, ports)
+
+
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.serve import serve
+
+    return asyncio.run(serve(settings))
+
+
+def _user_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("user", metavar="USER", help="the user id")
+
+
+def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
+    _user_argument(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _not_implemented(args: argparse.Namespace, settings: Settings) -> int:
+    print(f"mnemoflow {args.command}: not implemented yet", file=sys.stderr)
+    return 2
+
+
+COMMANDS: dict[str, Command] = {
+    "dev": Command(
+        "run the embedded stack (Temporal dev server + UI, Redis, Milvus Lite, a worker)",
+        _dev,
+        _dev_arguments,
+    ),
+    "worker": Command("run a worker against the configured services", _worker),
+    "demo": Command("run the demo against the dev stack", _not_implemented),
+    "inspect": Command(
+        "show a user's profile, fragments, rounds and costs", _not_implemented, _inspect_arguments
+    ),
+    "forget": Command("forget everything about a user", _not_implemented, _user_argument),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with one subparser per entry of COMMANDS."""
+    parser = argparse.ArgumentParser(
+        prog="mnemoflow", description="Durable long-term memory for LangChain agents."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        command.arguments(sub.add_parser(name, help=command.help, description=command.help))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments, read the settings once, run the command."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = Settings.load()
+    except (ValidationError, ValueError) as err:
+        print(f"mnemoflow: invalid configuration:\n{err}", file=sys.stderr)
+        return 2
+    return COMMANDS[args.command].handler(args, settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

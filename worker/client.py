@@ -1,0 +1,43 @@
+"""The one place that connects a Temporal client.
+
+Everything that talks to Temporal (worker, dev stack, CLI commands, tests of the process) goes
+through `connect`, so the data converter is the same everywhere: pydantic, as SPEC section 5
+requires, because every contract is a pydantic model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from temporalio.client import Client, TLSConfig
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from worker.settings import TemporalSettings
+
+
+def _read(path: Path | None) -> bytes | None:
+    return path.read_bytes() if path is not None else None
+
+
+def tls_config(settings: TemporalSettings) -> TLSConfig | bool:
+    """The TLS argument of `Client.connect` for these settings (False = plaintext)."""
+    if not settings.uses_tls:
+        return False
+    return TLSConfig(
+        server_root_ca_cert=_read(settings.tls_server_ca_cert_path),
+        domain=settings.tls_server_name,
+        client_cert=_read(settings.tls_client_cert_path),
+        client_private_key=_read(settings.tls_client_key_path),
+    )
+
+
+async def connect(settings: TemporalSettings) -> Client:
+    """Connect to Temporal with the pydantic data converter, TLS and API key as configured."""
+    api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    return await Client.connect(
+        settings.address,
+        namespace=settings.namespace,
+        api_key=api_key,
+        tls=tls_config(settings),
+        data_converter=pydantic_data_converter,
+    )

@@ -1,0 +1,198 @@
+"""`mnemoflow dev`: the embedded stack in the foreground.
+
+Starts, all on 127.0.0.1 and all with their files under the data dir: the Temporal dev server
+(SQLite file, Web UI, mnemoflow search attributes, Task Failures view), a redis-server and a
+Milvus Lite server, then one worker in this process. Prints the addresses, writes
+`<data_dir>/stack.json` once everything answers, and on Ctrl-C or SIGTERM stops the worker
+first (so running activities finish) and then every service it started, newest first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import socket
+import sys
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from temporalio.client import Client
+
+from worker.client import connect
+from worker.processes import LOOPBACK, ManagedProcess, free_port, start_milvus_lite, start_redis
+from worker.search_attributes import ensure_search_attributes, wanted
+from worker.settings import Settings
+from worker.stack import StackInfo, leftover_services, read_stack, remove_stack, write_stack
+from worker.temporal_dev import start_temporal_dev
+
+CONNECT_DEADLINE_S = 60.0
+STOP_TIMEOUT_S = 15.0
+
+
+class DevStackError(RuntimeError):
+    """The dev stack cannot start (busy port, a stack already on the data dir, ...)."""
+
+
+@dataclass(frozen=True)
+class DevPorts:
+    """Ports of the dev stack; None = the default if free, else any free port."""
+
+    temporal: int | None = None
+    ui: int | None = None
+    redis: int | None = None
+    milvus: int | None = None
+
+
+DEFAULT_PORTS = DevPorts(temporal=7233, ui=8233, redis=6379, milvus=19530)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # SO_REUSEADDR: connections lingering in TIME_WAIT do not count, a listener does.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError as err:
+            if err.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
+def choose_ports(requested: DevPorts) -> DevPorts:
+    """Requested ports must be free; unrequested ones are the defaults, or free ones if busy."""
+    chosen: dict[str, int] = {}
+    for name in ("temporal", "ui", "redis", "milvus"):
+        want = getattr(requested, name)
+        if want is not None:
+            if not _bindable(want):
+                raise DevStackError(f"{name} port {want} is busy")
+            chosen[name] = want
+            continue
+        default = getattr(DEFAULT_PORTS, name)
+        port = default if _bindable(default) else free_port()
+        while port in chosen.values():
+            port = free_port()
+        chosen[name] = port
+    return replace(requested, **chosen)
+
+
+async def _stop_all(procs: list[ManagedProcess]) -> None:
+    # In parallel: each stop may wait up to STOP_TIMEOUT_S before it escalates to SIGKILL.
+    await asyncio.gather(*(asyncio.to_thread(p.stop, STOP_TIMEOUT_S) for p in procs))
+
+
+async def _start_services(
+    data_dir: Path, ports: DevPorts, stack: AsyncExitStack
+) -> list[ManagedProcess]:
+    """Start the three services in parallel; whatever started is registered for stopping."""
+    assert ports.temporal and ports.redis and ports.milvus
+    # The launchers block while polling their port; threads let the three start together.
+    results = await asyncio.gather(
+        asyncio.to_thread(start_redis, ports.redis, data_dir),
+        asyncio.to_thread(start_milvus_lite, ports.milvus, data_dir),
+        asyncio.to_thread(
+            start_temporal_dev, ports.temporal, ports.ui, data_dir / "temporal.db", wanted()
+        ),
+        return_exceptions=True,
+    )
+    started = [r for r in results if isinstance(r, ManagedProcess)]
+    stack.push_async_callback(_stop_all, started)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        raise errors[0]
+    return started
+
+
+async def _connect_when_ready(settings: Settings, stop: asyncio.Event) -> Client | None:
+    """A client once the frontend serves the namespace; None if told to stop meanwhile."""
+    # The gRPC port opens before the frontend serves the namespace; retry until a deadline.
+    deadline = time.monotonic() + CONNECT_DEADLINE_S
+    while not stop.is_set():
+        try:
+            client = await connect(settings.temporal)
+            await ensure_search_attributes(client)
+            return client
+        except Exception:
+            if time.monotonic() >= deadline:
+                raise
+        try:  # retry pause that a stop request cuts short
+            await asyncio.wait_for(stop.wait(), timeout=0.2)
+        except TimeoutError:
+            pass
+    return None
+
+
+def _print_addresses(info: StackInfo, stack_file: Path) -> None:
+    lines = [
+        "mnemoflow dev stack is up (Ctrl-C to stop everything)",
+        f"  Temporal gRPC : {info.temporal_address}  (namespace {info.namespace})",
+        f"  Temporal UI   : {info.ui_url or '(headless)'}",
+        f"  Redis         : {info.redis_url}",
+        f"  Milvus        : {info.milvus_uri}",
+        f"  task queue    : {info.task_queue}",
+        f"  data dir      : {info.data_dir}",
+        f"  stack file    : {stack_file}",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+async def run_dev(settings: Settings, requested: DevPorts = DevPorts()) -> int:
+    """Run the dev stack until SIGINT/SIGTERM; returns the process exit code."""
+    from worker.app import running_worker  # imports the workflows; keep `--help` light
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+
+    data_dir = settings.mnemoflow.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    running = read_stack(data_dir)
+    if running is not None:
+        raise DevStackError(f"a dev stack (pid {running.pid}) already runs on {data_dir}")
+    leftovers = leftover_services(data_dir)
+    if leftovers:
+        pids = " ".join(str(pid) for pid in leftovers.values())
+        raise DevStackError(
+            f"services of a dev stack that did not stop cleanly still run on {data_dir} "
+            f"({leftovers}); stop them first: kill {pids}"
+        )
+    ports = choose_ports(requested)
+    info = StackInfo(
+        temporal_address=f"{LOOPBACK}:{ports.temporal}",
+        namespace=settings.temporal.namespace,
+        task_queue=settings.temporal.task_queue,
+        ui_url=f"http://{LOOPBACK}:{ports.ui}" if ports.ui else None,
+        redis_url=f"redis://{LOOPBACK}:{ports.redis}/0",
+        milvus_uri=f"http://{LOOPBACK}:{ports.milvus}",
+        data_dir=str(data_dir),
+        pid=os.getpid(),
+    )
+    stack_settings = info.apply(settings)
+    async with AsyncExitStack() as stack:
+        stack.callback(remove_stack, data_dir)
+        print(f"starting the dev stack in {data_dir} ...", flush=True)
+        procs = await _start_services(data_dir, ports, stack)
+        info = info.model_copy(update={"service_pids": {p.name: p.pid for p in procs}})
+        client = await _connect_when_ready(stack_settings, stop)
+        if client is not None and not stop.is_set():
+            await stack.enter_async_context(running_worker(client, stack_settings))
+            _print_addresses(info, write_stack(info))
+            await stop.wait()
+        print("stopping the dev stack ...", flush=True)
+    print("dev stack stopped", flush=True)
+    return 0
+
+
+def main(settings: Settings, requested: DevPorts) -> int:
+    """Entry point of `mnemoflow dev`."""
+    try:
+        return asyncio.run(run_dev(settings, requested))
+    except DevStackError as err:
+        print(f"mnemoflow dev: {err}", file=sys.stderr)
+        return 1

