@@ -33,7 +33,9 @@ async def assert_replays(client: Client, workflow_ids: list[str], *, name: str) 
     histories: list[WorkflowHistory] = []
     for workflow_id in workflow_ids:
         histories.append(await client.get_workflow_handle(workflow_id).fetch_history())
-    await replayer().replay_workflows(histories)
+    replay = replayer()
+    for history in histories:
+        await replay.replay_workflow(history)
     if os.environ.get("MNEMOFLOW_RECORD_REPLAY"):
         REPLAY_DIR.mkdir(parents=True, exist_ok=True)
         for i, history in enumerate(histories):

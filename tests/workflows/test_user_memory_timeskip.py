@@ -11,6 +11,7 @@ import uuid
 from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 
+from activities.llm.base import validate_drafts
 from activities.llm.heuristic import HeuristicMemoryModels
 from memory.formulas import time_to_maturity
 from models.config import MemoryConfig
@@ -18,6 +19,7 @@ from models.ids import user_workflow_id
 from tests.support.drive import conversation, status, submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.replay import assert_replays
+from workflows.user_memory import UserMemoryWorkflow
 
 CFG = MemoryConfig.from_vocation("customer service")
 LINES = [
@@ -109,9 +111,8 @@ async def test_llm_down_for_two_hours_then_every_event_indexed_once(
         )
         assert models.failed_attempts >= 10, "the outage did not last"
         assert done.rounds_failed == 0
-        expected, _ = await HeuristicMemoryModels().slice(
-            conversation("t", LINES, t0), max_fragments=16
-        )
+        raw = await HeuristicMemoryModels().slice(conversation("t", LINES, t0), max_fragments=16)
+        expected = validate_drafts(raw.drafts, len(LINES))
         fragments = await mw.store.all_for_user(user)
         assert len(fragments) == len(expected) == done.rounds[-1].fragments
         assert len({f.id for f in fragments}) == len(fragments)
@@ -178,7 +179,7 @@ async def test_forced_continue_as_new_keeps_all_state(
         assert done.watermarks["t"].accepted == len(turns)
         assert done.watermarks["t"].indexed == len(turns)
         assert done.tuned_themes, "the tuned-parameter cache was lost"
-        profile = await handle.query("profile")
+        profile = await handle.query(UserMemoryWorkflow.profile)
         assert profile.name
         # Events seen before continue-as-new are still recognised afterwards.
         before = await status(handle)
@@ -188,3 +189,26 @@ async def test_forced_continue_as_new_keeps_all_state(
         assert after.pending_turns == 0 and after.rounds_started == before.rounds_started
         assert after.induction_cursor >= before.induction_cursor
         assert await mw.store.count(user) == sum(r.fragments for r in after.rounds)
+
+        # A queue of not-yet-mature turns survives continue-as-new and is sliced exactly once.
+        now = (await env.get_current_time()).timestamp()
+        fresh = conversation("fresh", [f"fresh detail number {i}" for i in range(24)], now, 1)
+        for turn in fresh:
+            await submit(env.client, mw.task_queue, user, [turn], max_history_events=50)
+        queued = await wait_status(
+            handle, lambda s: s.continued > after.continued and s.pending_events == 0,
+            env=env, step_s=1, what="continue-as-new with a queue",
+        )
+        assert queued.pending_turns == len(fresh)
+        assert queued.watermarks["fresh"].accepted == len(fresh)
+        assert queued.watermarks["fresh"].indexed == 0
+        sliced = await wait_status(
+            handle, lambda s: s.watermarks["fresh"].indexed == len(fresh),
+            env=env, step_s=60, what="the queued turns sliced",
+        )
+        assert sliced.pending_turns == 0
+        fragments = await mw.store.all_for_user(user)
+        assert len({f.id for f in fragments}) == len(fragments)
+        covered = sorted(p for f in fragments if f.thread_id == "fresh"
+                         for p in range(f.start_pos, f.end_pos))
+        assert set(covered) <= set(range(len(fresh)))
