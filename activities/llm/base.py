@@ -1,0 +1,181 @@
+"""The memory-model protocol (slice, tune, induct) and the validation of what a model answers.
+
+A memory model is anything that can do the three LLM jobs of a round. Two implementations ship:
+`HeuristicMemoryModels` (deterministic, offline) and `LangChainMemoryModels` (any chat model with
+tool calling, DeepSeek by default). Whatever a model answers is untrusted: `validate_drafts` turns
+raw slicer output into `FragmentDraft`s, repairing what can be repaired (unknown types, indexes
+out of range) and raising `MalformedModelOutputError` for what cannot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from models.config import FRAGMENT_TYPES
+from models.errors import InvalidInputError, MalformedModelOutputError
+from models.fragments import Fragment, FragmentDraft
+from models.profile import UserProfile
+from models.turns import ChatTurn
+from models.usage import LLMUsage
+
+MAX_THEME_CHARS = 200
+FALLBACK_THEME = "general"
+FALLBACK_TYPES: tuple[str, ...] = ("chat",)
+
+
+@dataclass
+class SlicedDrafts:
+    """A slicer's raw answer (one mapping per proposed fragment) and what it cost."""
+
+    drafts: list[dict[str, Any]]
+    usage: LLMUsage = field(default_factory=LLMUsage)
+
+
+@dataclass
+class TunedRaw:
+    """A tuner's raw answer (weights as the model gave them, not yet renormalised)."""
+
+    params: dict[str, Any]
+    usage: LLMUsage = field(default_factory=LLMUsage)
+
+
+@dataclass
+class InductedProfile:
+    """An inducer's profile update (to be merged into the stored profile) and its cost."""
+
+    update: UserProfile
+    usage: LLMUsage = field(default_factory=LLMUsage)
+
+
+@runtime_checkable
+class MemoryModels(Protocol):
+    """The three LLM jobs of the memory model; `name` shows up in activity outputs and costs."""
+
+    name: str
+
+    async def slice(self, turns: list[ChatTurn], max_fragments: int) -> SlicedDrafts:
+        """Split turns into themed fragment drafts (indexes relative to `turns`)."""
+        ...
+
+    async def tune(self, theme: str, samples: list[str], types: list[str]) -> TunedRaw:
+        """Propose scoring weights for a theme, given sample contents and their types."""
+        ...
+
+    async def induct(self, profile: UserProfile, fragments: list[Fragment]) -> InductedProfile:
+        """Propose a profile update from fragments (only what the fragments say)."""
+        ...
+
+
+def estimate_tokens(text: str) -> int:
+    """The chars/3.3 estimate the ancestor used when no provider count exists."""
+    return int(len(text) / 3.3) + (1 if text else 0)
+
+
+def _index(value: object, key: str, position: int) -> int:
+    """An index from ints, integral floats or numeric strings; anything else is malformed."""
+    if isinstance(value, bool):
+        raise MalformedModelOutputError(f"fragment {position}: {key} is a boolean, not an index")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise MalformedModelOutputError(f"fragment {position}: {key}={value!r} is not an integer index")
+
+
+def _types(value: object, position: int) -> list[str]:
+    """Known fragment types in first-seen order; none left means plain chat."""
+    if isinstance(value, str):
+        value = value.replace("|", ",").split(",")  # "fact, preference" is a common LLM habit
+    if not isinstance(value, Sequence):
+        raise MalformedModelOutputError(f"fragment {position}: types must be a list of strings")
+    known: list[str] = []
+    for item in value:
+        name = item.strip().lower() if isinstance(item, str) else ""
+        if name in FRAGMENT_TYPES and name not in known:
+            known.append(name)
+    return known or list(FALLBACK_TYPES)
+
+
+def _text(item: Mapping[str, Any], key: str, position: int) -> str:
+    value = item.get(key, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise MalformedModelOutputError(f"fragment {position}: {key} must be a string")
+    return value.strip()
+
+
+def _merge_overflow(drafts: list[FragmentDraft], limit: int) -> list[FragmentDraft]:
+    """Fold drafts beyond `limit` into the last kept one, so nothing the model sliced is lost."""
+    if len(drafts) <= limit:
+        return drafts
+    kept, extra = drafts[: limit - 1], drafts[limit - 1 :]
+    types: list[str] = []
+    for draft in extra:
+        types.extend(t for t in draft.types if t not in types)
+    merged = FragmentDraft(
+        theme=extra[0].theme,
+        types=types,
+        content="\n".join(d.content for d in extra),
+        start_idx=min(d.start_idx for d in extra),
+        end_idx=max(d.end_idx for d in extra),
+    )
+    return [*kept, merged]
+
+
+def validate_drafts(
+    raw: object, n_turns: int, max_fragments: int | None = None
+) -> list[FragmentDraft]:
+    """Trusted drafts from a slicer's raw answer.
+
+    Repaired: unknown types dropped (none left -> chat), indexes clamped into [0, n_turns-1] and
+    swapped when reversed, themes trimmed (blank -> "general"), drafts beyond `max_fragments`
+    folded into the last one. Dropped: drafts with empty content. Raised as
+    MalformedModelOutputError: anything without the shape of a list of fragment objects.
+    """
+    if n_turns < 1:
+        raise InvalidInputError("cannot validate fragment drafts for zero turns")
+    if isinstance(raw, Mapping) and "fragments" in raw:
+        raw = raw["fragments"]  # tolerate the wrapper object the tool schema uses
+    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
+        raise MalformedModelOutputError(
+            f"slicer output must be a list of fragments, got {type(raw).__name__}"
+        )
+    drafts: list[FragmentDraft] = []
+    for position, item in enumerate(raw):
+        if hasattr(item, "model_dump"):
+            item = item.model_dump()
+        if not isinstance(item, Mapping):
+            raise MalformedModelOutputError(
+                f"fragment {position} must be an object, got {type(item).__name__}"
+            )
+        content = _text(item, "content", position)
+        if not content:
+            continue
+        for key in ("start_idx", "end_idx"):
+            if key not in item:
+                raise MalformedModelOutputError(f"fragment {position} has no {key}")
+        start = min(max(_index(item["start_idx"], "start_idx", position), 0), n_turns - 1)
+        end = min(max(_index(item["end_idx"], "end_idx", position), 0), n_turns - 1)
+        if start > end:
+            start, end = end, start
+        theme = _text(item, "theme", position)[:MAX_THEME_CHARS].strip() or FALLBACK_THEME
+        drafts.append(
+            FragmentDraft(
+                theme=theme,
+                types=_types(item.get("types", []), position),
+                content=content,
+                start_idx=start,
+                end_idx=end,
+            )
+        )
+    if max_fragments is not None and max_fragments >= 1:
+        drafts = _merge_overflow(drafts, max_fragments)
+    return drafts

@@ -1,0 +1,250 @@
+"""Keyword themes and type rules of the heuristic (offline) memory models, English and Chinese.
+
+These are deliberately generic: each theme is a bag of everyday keywords, a sentence goes to the
+theme with most hits, a sentence matching nothing joins its neighbour's theme (or the general
+theme), so any conversation slices into something sensible. Nothing is tuned to one dialogue.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+_CJK = re.compile(r"[\u3400-\u9fff]")
+# Clause ends: Latin sentence punctuation followed by space (so "3.5" stays whole), CJK sentence
+# punctuation and the CJK comma (kept on the clause, so clauses re-join verbatim), line breaks.
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；，])|\n+")
+_CJK_PUNCT = tuple("。！？；，")
+# A clause that opens with a pronoun continues the previous clause's topic ("She is three").
+_CONTINUATION = re.compile(r"^(?:(?:she|he|it|they|her|his|its|their)\b|[它她他])", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Theme:
+    """A theme: its English and Chinese labels and the keywords that vote for it."""
+
+    key: str
+    label_en: str
+    label_zh: str
+    pattern: re.Pattern[str]
+
+
+def _rx(english: str, chinese: str = "") -> re.Pattern[str]:
+    parts = [rf"\b(?:{english})\b"]
+    if chinese:
+        parts.append(f"(?:{chinese})")
+    return re.compile("|".join(parts), re.IGNORECASE)
+
+
+# Order matters only to break ties (earlier wins), so specific themes come first.
+THEMES: tuple[Theme, ...] = (
+    Theme(
+        "pets",
+        "pets",
+        "宠物",
+        _rx(
+            r"pets?|dogs?|cats?|pupp(?:y|ies)|kittens?|parrots?|hamsters?|rabbits?|bunny|"
+            r"goldfish|turtles?|vet|walk(?:ing)? the dog",
+            r"宠物|狗|猫|兔子|鹦鹉|仓鼠|金鱼|乌龟|遛狗|兽医",
+        ),
+    ),
+    Theme(
+        "orders",
+        "orders & payment",
+        "订单与支付",
+        _rx(
+            r"orders?|refunds?|returns?|payments?|pay|paid|cards?|credit|debit|visa|mastercard|"
+            r"invoices?|receipts?|shipping|shipped|delivery|package|parcel|tracking|purchased?|"
+            r"bought|price|charged?|coupon|discount|ending in|last (?:four|4) digits|booking|"
+            r"booked|reservation|reserved|confirmation|tickets?|subscription",
+            r"订单|退款|退货|支付|付款|付钱|银行卡|信用卡|卡号|尾号|发票|快递|物流|包裹|购买|下单|价格|优惠|预订|订票|机票",
+        ),
+    ),
+    Theme(
+        "devices",
+        "devices",
+        "设备",
+        _rx(
+            r"phones?|iphone|android|samsung|galaxy|pixel|huawei|xiaomi|redmi|oneplus|oppo|vivo|"
+            r"laptops?|tablets?|ipad|computers?|macbook|devices?|battery|screen|charger|headphones?|"
+            r"earbuds|smartwatch|model",
+            r"手机|电脑|笔记本|平板|型号|设备|屏幕|电池|充电|耳机|手表|华为|小米|苹果|荣耀|红米",
+        ),
+    ),
+    Theme(
+        "address",
+        "address",
+        "地址",
+        _rx(
+            r"address|live (?:in|at|on)|moved to|street|st|road|rd|avenue|ave|apt|apartment|"
+            r"suite|zip|postcode|postal|ship (?:it )?to|deliver (?:it )?to",
+            r"地址|住址|住在|搬到|小区|邮编|号楼|单元|[路街道]\d+号",
+        ),
+    ),
+    Theme(
+        "schedule",
+        "schedule & availability",
+        "时间安排",
+        _rx(
+            r"mondays?|tuesdays?|wednesdays?|thursdays?|fridays?|saturdays?|sundays?|weekdays?|"
+            r"weekends?|busy|free|available|availability|schedule|meetings?|appointments?|"
+            r"mornings?|afternoons?|evenings?|tonight|tomorrow|\d{1,2}(?::\d\d)?\s*(?:am|pm)|"
+            r"o'clock",
+            r"周[一二三四五六日天末]|星期|礼拜|忙|有空|空闲|没空|上午|下午|晚上|早上|明天|预约|会议|\d+点",
+        ),
+    ),
+    Theme(
+        "identity",
+        "identity & contact",
+        "身份与联系方式",
+        _rx(
+            r"my name|name is|call me|years old|born|birthday|i work as|my job|occupation|"
+            r"profession|email|e-mail|phone number|mobile number|wechat|contact",
+            r"我叫|名字|姓名|我姓|生日|出生|岁|职业|工作是|邮箱|微信|电话|手机号|联系方式",
+        ),
+    ),
+    Theme(
+        "preferences",
+        "preferences",
+        "偏好",
+        _rx(
+            r"like|likes|love|loves|prefer|prefers|preferred|favou?rite|enjoy|enjoys|hate|"
+            r"dislike|fan of|hobby|hobbies|food|eat|dish|cuisine|taste",
+            r"喜欢|爱吃|最爱|偏好|讨厌|爱好|兴趣|口味|好吃",
+        ),
+    ),
+    Theme(
+        "relationships",
+        "family & relationships",
+        "家人与关系",
+        _rx(
+            r"wife|husband|partner|son|daughter|kids?|children|mother|mom|mum|father|dad|"
+            r"parents?|brother|sister|friend|boyfriend|girlfriend|family",
+            r"老婆|妻子|丈夫|老公|儿子|女儿|孩子|妈妈|母亲|爸爸|父亲|父母|哥哥|姐姐|弟弟|妹妹|朋友|家人",
+        ),
+    ),
+    Theme(
+        "goals",
+        "goals & plans",
+        "目标与计划",
+        _rx(
+            r"goal|plan|plans|planning|want to|hope to|trying to|learn|learning|project|deadline|"
+            r"career|exam",
+            r"目标|计划|打算|希望|想要|学习|项目|考试|截止",
+        ),
+    ),
+)
+GENERAL = Theme("general", "general", "日常", re.compile(r"(?!x)x"))
+
+TYPE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "identity",
+        re.compile(
+            r"(?i:\b(?:my name|name is|call me|years old|born|birthday|i work as|occupation|"
+            r"profession)\b)|\b(?:I'm|I am|i'm|i am) (?:(?i:an?) |[A-Z])|"
+            r"我叫|我是|名字|我姓|生日|出生|\d+岁|职业",
+        ),
+    ),
+    (
+        "preference",
+        _rx(
+            r"like|likes|love|loves|prefer|prefers|favou?rite|enjoy|enjoys|hate|dislike|"
+            r"can't stand|fan of",
+            r"喜欢|爱吃|最爱|偏好|讨厌|爱好",
+        ),
+    ),
+    (
+        "decision",
+        _rx(
+            r"decide|decided|will|i'll|we'll|going to|gonna|plan to|choose|chose|let's|go with",
+            r"决定|打算|准备|选择|就选|我会|我要",
+        ),
+    ),
+    (
+        "fact",
+        _rx(
+            r"order|card|address|phone|model|number|email|account|called|named|code|my (?:wife|"
+            r"husband|partner|son|daughter|mother|mom|father|dad|brother|sister|friend|boss|dog|cat)",
+            r"\d|订单|卡|地址|手机|型号|号码|邮箱|账号|叫",  # any digit: numbers are concrete facts
+        ),
+    ),
+    (
+        "episode",
+        _rx(
+            r"yesterday|last (?:week|month|year|night|time|weekend)|ago|went|happened|visited|"
+            r"arrived|broke|lost|used to|was|were",
+            r"昨天|前天|上周|上个月|去年|以前|曾经|那次|之前",
+        ),
+    ),
+)
+
+_STOPWORDS = frozenset(
+    "about after again also because been before being could does doing from have having here "
+    "just know like more much need only other over really some than that their them then there "
+    "these they thing think this those very want what when where which while will with would "
+    "your yours maybe please thanks thank okay sure right well good great everything something "
+    "anything nothing".split()
+)
+_WORD = re.compile(r"\b[A-Za-z][A-Za-z-]{3,}\b(?!')")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences (CJK: clauses) of a message, stripped, verbatim otherwise."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+
+
+def join_sentences(previous: str, sentence: str) -> str:
+    """Re-join clauses the way they were written (no space after CJK punctuation)."""
+    if not previous:
+        return sentence
+    return previous + ("" if previous.endswith(_CJK_PUNCT) else " ") + sentence
+
+
+def themes_of(sentences: list[str]) -> list[Theme]:
+    """The theme of each sentence of one message. Sentences without keywords (and ones opening
+    with a pronoun) take the topic of their neighbour in the same message: a message rarely
+    changes subject mid-thought, and "你好，" should not become a fragment of its own."""
+    themes = [theme_of(s) for s in sentences]
+    for i in range(1, len(themes)):
+        if _CONTINUATION.match(sentences[i]) and themes[i - 1] is not GENERAL:
+            themes[i] = themes[i - 1]
+    for i, theme in enumerate(themes):
+        if theme is GENERAL:
+            before = [t for t in themes[:i] if t is not GENERAL]
+            after = [t for t in themes[i + 1 :] if t is not GENERAL]
+            themes[i] = before[-1] if before else (after[0] if after else GENERAL)
+    return themes
+
+
+def theme_of(sentence: str) -> Theme:
+    """The theme with most keyword hits; ties go to the earlier (more specific) theme."""
+    best, best_hits = GENERAL, 0
+    for theme in THEMES:
+        hits = len(theme.pattern.findall(sentence))
+        if hits > best_hits:
+            best, best_hits = theme, hits
+    return best
+
+
+def types_of(text: str) -> list[str]:
+    """Fragment types the text shows evidence of; plain chat when none."""
+    found = [name for name, pattern in TYPE_RULES if pattern.search(text)]
+    return found or ["chat"]
+
+
+def is_mostly_chinese(text: str) -> bool:
+    """True when CJK characters outnumber Latin words (then Chinese theme labels read better)."""
+    return len(_CJK.findall(text)) > len(_WORD.findall(text))
+
+
+def theme_label(theme: Theme, text: str) -> str:
+    """A readable theme label; the general theme names its most frequent content words."""
+    chinese = is_mostly_chinese(text)
+    label = theme.label_zh if chinese else theme.label_en
+    if theme is not GENERAL or chinese:
+        return label
+    counts = Counter(w.lower() for w in _WORD.findall(text) if w.lower() not in _STOPWORDS)
+    # most_common keeps first-seen order among equal counts, so this is deterministic.
+    top = [word for word, _ in counts.most_common(2)]
+    return f"{label}: {', '.join(top)}" if top else label

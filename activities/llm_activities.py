@@ -1,0 +1,153 @@
+"""The LLM activities of a round: slice, tune and induct.
+
+Each wraps one call of a `MemoryModels` (heuristic offline, or a LangChain chat model) and never
+trusts its answer: drafts are validated and clamped, weights renormalised, profile updates merged
+with bounded, de-duplicated lists. Failures leave as the ApplicationErrors described in
+activities.llm.errors: malformed output is retried by Temporal up to `max_malformed_attempts`,
+then fails for good; rate limits honour Retry-After; rejected requests fail at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.llm.base import MemoryModels, validate_drafts
+from activities.llm.errors import to_activity_error
+from memory.params import renormalise
+from memory.profile_merge import merge_profile
+from models.contracts import (
+    ActivityName,
+    InductInput,
+    InductOutput,
+    SliceInput,
+    SliceOutput,
+    TuneInput,
+    TuneOutput,
+)
+from models.errors import InvalidInputError, MalformedModelOutputError
+from models.fragments import Fragment
+
+T = TypeVar("T")
+
+
+class FragmentReader(Protocol):
+    """Where induct reads fragments from (activities.fragment_store.FragmentStore in production)."""
+
+    async def get(self, user_id: str, ids: list[str]) -> list[Fragment]:
+        """The user's fragments among `ids`, in the order asked; unknown ids are skipped."""
+        ...
+
+
+def _numbers(raw: dict[str, object]) -> dict[str, float]:
+    """The numeric part of a raw answer, kept for the scoring log (junk is visible by absence)."""
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            out[str(key)] = float(value)
+    return out
+
+
+class LLMActivities:
+    """slice / tune / induct activities bound to one memory model and one fragment reader."""
+
+    def __init__(
+        self,
+        models: MemoryModels,
+        fragments: FragmentReader,
+        *,
+        max_malformed_attempts: int = 3,
+    ) -> None:
+        if max_malformed_attempts < 1:
+            raise ValueError("max_malformed_attempts must be at least 1")
+        self.models = models
+        self.fragments = fragments
+        self.max_malformed_attempts = max_malformed_attempts
+
+    async def _guarded(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run one model call, turning its failure into the right ApplicationError."""
+        try:
+            return await call()
+        except ApplicationError:
+            raise
+        except Exception as exc:
+            mapped = to_activity_error(
+                exc,
+                operation=operation,
+                model=self.models.name,
+                attempt=activity.info().attempt,
+                max_malformed_attempts=self.max_malformed_attempts,
+            )
+            if mapped is exc:
+                raise  # transient: Temporal's retry policy handles it as it is
+            raise mapped from exc
+
+    @activity.defn(name=ActivityName.SLICE)
+    async def slice(self, inp: SliceInput) -> SliceOutput:
+        """Split one thread's turns into validated themed fragment drafts."""
+        if not inp.turns:
+            raise ApplicationError(
+                f"slice for user {inp.user_id[:64]!r} got no turns",
+                type=InvalidInputError.type,
+                non_retryable=True,
+            )
+        if not any(turn.content.strip() for turn in inp.turns):
+            # Nothing a model could remember (e.g. only tool-call stubs): no call, no cost.
+            return SliceOutput(drafts=[], model=self.models.name)
+
+        async def call() -> SliceOutput:
+            sliced = await self.models.slice(inp.turns, inp.max_fragments)
+            drafts = validate_drafts(sliced.drafts, len(inp.turns), inp.max_fragments)
+            return SliceOutput(drafts=drafts, usage=sliced.usage, model=self.models.name)
+
+        return await self._guarded("slice", call)
+
+    @activity.defn(name=ActivityName.TUNE)
+    async def tune(self, inp: TuneInput) -> TuneOutput:
+        """Scoring weights for a theme: the model proposes, renormalise decides."""
+
+        async def call() -> TuneOutput:
+            tuned = await self.models.tune(inp.theme, inp.samples, inp.types)
+            if not isinstance(tuned.params, dict):
+                raise MalformedModelOutputError("tuned parameters are not an object")
+            return TuneOutput(
+                params=renormalise(tuned.params),
+                raw=_numbers(tuned.params),
+                usage=tuned.usage,
+                model=self.models.name,
+            )
+
+        return await self._guarded("tune", call)
+
+    @activity.defn(name=ActivityName.INDUCT)
+    async def induct(self, inp: InductInput) -> InductOutput:
+        """Fold fragments into the profile; returns the merged profile (not yet stored) and
+        the ids actually inducted (ids no longer in the store are skipped)."""
+        if inp.list_limit < 1:
+            raise ApplicationError(
+                f"induct: list_limit must be at least 1, got {inp.list_limit}",
+                type=InvalidInputError.type,
+                non_retryable=True,
+            )
+        if not inp.fragment_ids:
+            return InductOutput(profile=inp.profile, inducted=[], model=self.models.name)
+        # Store errors are transient: they propagate unchanged and Temporal retries them.
+        fragments = await self.fragments.get(inp.user_id, list(inp.fragment_ids))
+        if not fragments:
+            return InductOutput(profile=inp.profile, inducted=[], model=self.models.name)
+
+        async def call() -> InductOutput:
+            inducted = await self.models.induct(inp.profile, fragments)
+            merged = merge_profile(inp.profile, inducted.update, inp.list_limit)
+            return InductOutput(
+                profile=merged,
+                inducted=[f.id for f in fragments],
+                usage=inducted.usage,
+                model=self.models.name,
+            )
+
+        return await self._guarded("induct", call)

@@ -1,0 +1,251 @@
+"""The real client path: ChatDeepSeek (retries off) -> emulated DeepSeek on loopback -> activities.
+
+Runs each LLM activity through temporalio's ActivityEnvironment, so `activity.info().attempt`
+drives the malformed-output policy exactly as on a worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.llm.deepseek import deepseek_chat_model
+from activities.llm.langchain_models import LangChainMemoryModels
+from activities.llm_activities import LLMActivities
+from models.contracts import InductInput, SliceInput, TuneInput
+from models.fragments import Fragment
+from models.profile import UserProfile
+from models.turns import ChatTurn
+from tests.support.deepseek_emulator import DeepSeekEmulator, Reply
+
+TURNS = [
+    ChatTurn(
+        thread_id="t",
+        position=0,
+        role="human",
+        content="My order is A-1 and my cat is Mochi.",
+        time=1.0,
+    ),
+    ChatTurn(thread_id="t", position=1, role="ai", content="Noted.", time=2.0),
+]
+SLICE_ARGS = {
+    "fragments": [
+        {
+            "theme": "orders",
+            "types": ["fact"],
+            "content": "order A-1",
+            "start_idx": 0,
+            "end_idx": 0,
+        },
+        {
+            "theme": "pets",
+            "types": ["fact", "bogus"],
+            "content": "cat Mochi",
+            "start_idx": 5,
+            "end_idx": -2,
+        },
+    ]
+}
+TUNE_ARGS = {"alpha": 2.0, "beta": 1.0, "gamma": 1.0, "delta": 0.5, "w0": 1, "w1": 1, "w2": 2}
+
+
+class FakeFragments:
+    """In-memory fragment reader: the store is not what these tests are about."""
+
+    def __init__(self, fragments: list[Fragment]) -> None:
+        self.by_id = {f.id: f for f in fragments}
+
+    async def get(self, user_id: str, ids: list[str]) -> list[Fragment]:
+        return [self.by_id[i] for i in ids if i in self.by_id and self.by_id[i].user_id == user_id]
+
+
+def _fragment(fid: str, content: str) -> Fragment:
+    return Fragment(
+        id=fid,
+        user_id="u1",
+        theme="t",
+        types=["fact"],
+        content=content,
+        created_at=0,
+        reinforced_at=0,
+    )
+
+
+@pytest.fixture
+def emulator() -> Iterator[DeepSeekEmulator]:
+    with DeepSeekEmulator() as emu:
+        yield emu
+
+
+def _activities(emu: DeepSeekEmulator, fragments: list[Fragment] | None = None) -> LLMActivities:
+    model = deepseek_chat_model(
+        "test-key", base_url=emu.base_url, model="deepseek-chat", timeout=10
+    )
+    return LLMActivities(LangChainMemoryModels(model), FakeFragments(fragments or []))
+
+
+def _env(attempt: int = 1) -> ActivityEnvironment:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=attempt)
+    return env
+
+
+async def test_slice_parses_clamps_and_reports_deepseek_usage(emulator: DeepSeekEmulator) -> None:
+    emulator.push(Reply.tool(SLICE_ARGS), Reply.tool(SLICE_ARGS))
+    acts = _activities(emulator)
+    first = await _env().run(acts.slice, SliceInput(user_id="u1", turns=TURNS))
+    second = await _env().run(acts.slice, SliceInput(user_id="u1", turns=TURNS))
+
+    assert [d.content for d in first.drafts] == ["order A-1", "cat Mochi"]
+    pets = first.drafts[1]
+    assert (pets.start_idx, pets.end_idx, pets.types) == (0, 1, ["fact"])
+    assert first.model == "deepseek-chat"
+    assert first.usage.calls == 1 and first.usage.input_tokens > 0 and first.usage.output_tokens > 0
+    assert first.usage.cache_hit_tokens == 0
+    assert first.usage.cache_miss_tokens == first.usage.input_tokens
+    # Same system prompt again: the emulated prefix cache serves part of it.
+    assert second.usage.cache_hit_tokens > 0
+    assert (
+        second.usage.cache_hit_tokens + second.usage.cache_miss_tokens == second.usage.input_tokens
+    )
+
+
+async def test_request_is_one_forced_tool_call_without_history(emulator: DeepSeekEmulator) -> None:
+    emulator.push(Reply.tool(SLICE_ARGS))
+    await _env().run(_activities(emulator).slice, SliceInput(user_id="u1", turns=TURNS))
+
+    (request,) = emulator.requests
+    assert request.path.endswith("/chat/completions")
+    assert request.body["tool_choice"]["function"]["name"] == "SliceSchema"
+    roles = [m["role"] for m in request.body["messages"]]
+    assert roles == ["system", "user"]  # stable system prompt first, no conversation history
+    assert "Mochi" in request.body["messages"][1]["content"]
+
+
+async def test_tune_renormalises_weights(emulator: DeepSeekEmulator) -> None:
+    emulator.push(Reply.tool(TUNE_ARGS))
+    out = await _env().run(
+        _activities(emulator).tune, TuneInput(theme="orders", samples=["order A-1"])
+    )
+
+    p = out.params
+    assert p.alpha + p.beta + p.gamma == pytest.approx(1.0)
+    assert p.w0 + p.w1 + p.w2 == pytest.approx(1.0)
+    assert p.alpha == pytest.approx(0.5) and p.w2 == pytest.approx(0.5)
+    assert p.delta == pytest.approx(0.2)
+    assert out.raw["alpha"] == 2.0  # the raw answer is kept for the scoring log
+    assert len(emulator.requests) == 1
+
+
+async def test_induct_merges_the_models_update(emulator: DeepSeekEmulator) -> None:
+    emulator.push(
+        Reply.tool(
+            {
+                "name": "Alice",
+                "hobbies": ["swimming", "Swimming"],
+                "constraints": ["busy on Wednesdays"],
+                "business_fields": {"order_number": "A-1"},
+            }
+        )
+    )
+    fragments = [_fragment("f1", "my name is Alice"), _fragment("f2", "order A-1")]
+    base = UserProfile(
+        occupation="engineer", hobbies=["reading"], business_fields={"card_tail": "4821"}
+    )
+    acts = _activities(emulator, fragments)
+    out = await _env().run(
+        acts.induct, InductInput(user_id="u1", profile=base, fragment_ids=["f1", "f2", "gone"])
+    )
+
+    assert out.inducted == ["f1", "f2"]
+    assert out.profile.name == "Alice" and out.profile.occupation == "engineer"
+    assert out.profile.hobbies[0] == "reading"
+    assert [h.lower() for h in out.profile.hobbies] == ["reading", "swimming"]  # deduplicated
+    assert out.profile.business_fields == {"card_tail": "4821", "order_number": "A-1"}
+    assert out.usage.calls == 1
+    assert "order A-1" in emulator.requests[0].body["messages"][1]["content"]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply.tool_text('{"fragments": [ {"theme": '),  # malformed JSON
+        Reply.tool({"items": [1, 2]}),  # wrong schema
+        Reply.json_object({"fragments": []}),  # no tool call at all
+    ],
+    ids=["malformed-json", "wrong-schema", "no-tool-call"],
+)
+async def test_malformed_output_is_retried_then_fails_for_good(
+    emulator: DeepSeekEmulator, reply: Reply
+) -> None:
+    emulator.push(reply, reply)
+    acts = _activities(emulator)
+    inp = SliceInput(user_id="u1", turns=TURNS)
+
+    with pytest.raises(ApplicationError) as early:
+        await _env(attempt=1).run(acts.slice, inp)
+    assert not early.value.non_retryable
+    assert early.value.type == "MalformedModelOutputRetry"
+
+    with pytest.raises(ApplicationError) as last:
+        await _env(attempt=3).run(acts.slice, inp)
+    assert last.value.non_retryable
+    assert last.value.type == "MalformedModelOutput"
+    assert "SliceSchema" in last.value.message
+    assert len(emulator.requests) == 2  # one HTTP request per call: the client never retried
+
+
+async def test_rate_limit_honours_retry_after(emulator: DeepSeekEmulator) -> None:
+    emulator.push(Reply.error(429, retry_after="7"))
+    with pytest.raises(ApplicationError) as err:
+        await _env().run(_activities(emulator).tune, TuneInput(theme="orders"))
+    assert err.value.type == "RateLimited" and not err.value.non_retryable
+    assert err.value.next_retry_delay == timedelta(seconds=7)
+    assert len(emulator.requests) == 1
+
+
+async def test_server_error_is_retryable_and_not_retried_by_the_client(
+    emulator: DeepSeekEmulator,
+) -> None:
+    emulator.push(Reply.error(500), Reply.error(503))
+    with pytest.raises(ApplicationError) as err:
+        await _env().run(_activities(emulator).slice, SliceInput(user_id="u1", turns=TURNS))
+    assert err.value.type == "ModelUnavailable" and not err.value.non_retryable
+    assert len(emulator.requests) == 1
+    assert emulator.pending == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [(400, "InvalidInput"), (422, "InvalidInput"), (401, "ModelRequestRejected")],
+)
+async def test_rejected_requests_fail_at_once(
+    emulator: DeepSeekEmulator, status: int, kind: str
+) -> None:
+    emulator.push(Reply.error(status))
+    with pytest.raises(ApplicationError) as err:
+        await _env().run(_activities(emulator).tune, TuneInput(theme="orders"))
+    assert err.value.type == kind and err.value.non_retryable
+    assert len(emulator.requests) == 1
+
+
+async def test_emulator_answers_json_object_mode(emulator: DeepSeekEmulator) -> None:
+    emulator.push(Reply.json_object({"alpha": 0.2, "beta": 0.3, "gamma": 0.5}))
+    model = deepseek_chat_model("test-key", base_url=emulator.base_url, timeout=10)
+    runnable = model.with_structured_output(method="json_mode", include_raw=True)
+    result = await runnable.ainvoke("Weights as JSON, please.")
+
+    assert result["parsed"] == {"alpha": 0.2, "beta": 0.3, "gamma": 0.5}
+    assert emulator.requests[0].body["response_format"] == {"type": "json_object"}
+
+
+async def test_empty_turns_are_invalid_input_without_a_call(emulator: DeepSeekEmulator) -> None:
+    with pytest.raises(ApplicationError) as err:
+        await _env().run(_activities(emulator).slice, SliceInput(user_id="u1", turns=[]))
+    assert err.value.type == "InvalidInput" and err.value.non_retryable
+    assert emulator.requests == []
