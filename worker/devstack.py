@@ -16,7 +16,8 @@ import signal
 import socket
 import sys
 import time
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -141,15 +142,18 @@ def _print_addresses(info: StackInfo, stack_file: Path) -> None:
     print("\n".join(lines), flush=True)
 
 
-async def run_dev(settings: Settings, requested: DevPorts = DevPorts()) -> int:
-    """Run the dev stack until SIGINT/SIGTERM; returns the process exit code."""
+@asynccontextmanager
+async def embedded_stack(
+    settings: Settings, requested: DevPorts = DevPorts(), stop: asyncio.Event | None = None
+) -> AsyncIterator[tuple[StackInfo, Settings, Client] | None]:
+    """Start services and a worker; yield (addresses, settings pointed at them, client).
+
+    Yields None when `stop` was set while the services were starting. Everything started is
+    stopped on the way out: the worker first (running activities finish), then the services.
+    """
     from worker.app import running_worker  # imports the workflows; keep `--help` light
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-
+    stop = stop or asyncio.Event()
     data_dir = settings.mnemoflow.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     running = read_stack(data_dir)
@@ -176,15 +180,29 @@ async def run_dev(settings: Settings, requested: DevPorts = DevPorts()) -> int:
     stack_settings = info.apply(settings)
     async with AsyncExitStack() as stack:
         stack.callback(remove_stack, data_dir)
-        print(f"starting the dev stack in {data_dir} ...", flush=True)
+        print(f"starting the embedded stack in {data_dir} ...", flush=True)
         procs = await _start_services(data_dir, ports, stack)
         info = info.model_copy(update={"service_pids": {p.name: p.pid for p in procs}})
         client = await _connect_when_ready(stack_settings, stop)
-        if client is not None and not stop.is_set():
+        if client is None or stop.is_set():
+            yield None
+        else:
             await stack.enter_async_context(running_worker(client, stack_settings))
+            yield info, stack_settings, client
+        print("stopping the embedded stack ...", flush=True)
+
+
+async def run_dev(settings: Settings, requested: DevPorts = DevPorts()) -> int:
+    """Run the dev stack until SIGINT/SIGTERM; returns the process exit code."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with embedded_stack(settings, requested, stop) as up:
+        if up is not None:
+            info, _, _ = up
             _print_addresses(info, write_stack(info))
             await stop.wait()
-        print("stopping the dev stack ...", flush=True)
     print("dev stack stopped", flush=True)
     return 0
 

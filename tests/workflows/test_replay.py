@@ -1,0 +1,28 @@
+"""Committed histories (tests/replay/*.json) replay without non-determinism.
+
+They were recorded from real runs of the end-to-end tests (MNEMOFLOW_RECORD_REPLAY=1). A change
+to workflows/ that breaks one of them breaks running user workflows in production: version it
+with workflow.patched(), or record new histories when the change is deliberate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+
+from tests.support.replay import REPLAY_DIR, replayer
+
+HISTORIES = sorted(REPLAY_DIR.glob("*.json"))
+
+
+def test_histories_are_committed() -> None:
+    kinds = {p.name.split("-")[0] for p in HISTORIES}
+    assert {"timeskip", "pipeline"} <= kinds, f"missing recorded histories in {REPLAY_DIR}"
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_history_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    await replayer().replay_workflow(history)
