@@ -46,7 +46,8 @@ def render_profile(profile: UserProfile) -> str:
     for key in sorted(profile.business_fields):
         value = _one_line(profile.business_fields[key])
         if value and key.strip():
-            lines.append(f"- {_one_line(key)}: {value}")
+            # snake_case keys read as words, for a model as much as for a person
+            lines.append(f"- {_label(_one_line(key))}: {value}")
     return "\n".join(lines)
 
 

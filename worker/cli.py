@@ -66,6 +66,30 @@ def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", help="data directory (default: MNEMOFLOW_DATA_DIR)")
+    parser.add_argument(
+        "--out", default="demo-output/demo.json", help="where to write the JSON summary"
+    )
+
+
+def _with_data_dir(settings: Settings, data_dir: str | None) -> Settings:
+    if not data_dir:
+        return settings
+    from pathlib import Path
+
+    mnemoflow = settings.mnemoflow.model_copy(update={"data_dir": Path(data_dir)})
+    return settings.model_copy(update={"mnemoflow": mnemoflow})
+
+
+def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from worker.demo import run_demo
+
+    return asyncio.run(run_demo(_with_data_dir(settings, args.data_dir), Path(args.out)))
+
+
 def _not_implemented(args: argparse.Namespace, settings: Settings) -> int:
     print(f"mnemoflow {args.command}: not implemented yet", file=sys.stderr)
     return 2
@@ -78,7 +102,9 @@ COMMANDS: dict[str, Command] = {
         _dev_arguments,
     ),
     "worker": Command("run a worker against the configured services", _worker),
-    "demo": Command("run the demo against the dev stack", _not_implemented),
+    "demo": Command(
+        "play the scripted customer-service story on the embedded stack", _demo, _demo_arguments
+    ),
     "inspect": Command(
         "show a user's profile, fragments, rounds and costs", _not_implemented, _inspect_arguments
     ),

@@ -33,8 +33,8 @@ def test_render_profile_only_non_empty_fields_in_fixed_order():
         "- Occupation: nurse\n"
         "- Goals: run a marathon\n"
         "- Constraints: busy on Wednesdays; vegetarian\n"
-        "- account: A-17\n"
-        "- plan: gold"
+        "- Account: A-17\n"
+        "- Plan: gold"
     )
 
 
@@ -46,7 +46,12 @@ def test_render_profile_collapses_multi_line_values():
 def test_render_profile_is_independent_of_business_field_insertion_order():
     a = UserProfile(business_fields={"b": "2", "a": "1"})
     b = UserProfile(business_fields={"a": "1", "b": "2"})
-    assert render_profile(a) == render_profile(b) == "- a: 1\n- b: 2"
+    assert render_profile(a) == render_profile(b) == "- A: 1\n- B: 2"
+
+
+def test_render_profile_reads_snake_case_keys_as_words():
+    profile = UserProfile(business_fields={"card_tail": "7291"})
+    assert render_profile(profile) == "- Card tail: 7291"
 
 
 def test_render_empty_profile_is_empty():

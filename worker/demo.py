@@ -1,0 +1,247 @@
+"""`mnemoflow demo`: the scripted customer-service story through `create_agent` and the middleware.
+
+Uses a running `mnemoflow dev` stack when one is up on the data dir (its Temporal UI then stays
+up after the demo), else starts the same embedded stack for the run. Session 1 states eight
+low-salience details among filler; the agent is then asked for each in the same thread and in a
+new thread. Messages are stamped on a virtual clock (35 s per turn, starting hours ago) so the
+production gate values apply unchanged. Offline models by default, DeepSeek when its key is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from middleware import DurableMemoryMiddleware, MemoryClient
+from models.config import BudgetPattern, MemoryConfig
+from models.contracts import UserStatus
+from models.ids import user_workflow_id
+from worker.demo_story import PROBES, SESSION_ONE, USER_ID, Probe
+from worker.settings import Settings
+from worker.stack import StackInfo, read_stack
+
+CORE_PROMPT = "You are the support agent of a small online shop. Be brief and friendly."
+TURN_SECONDS = 35.0
+START_HOURS_AGO = 3.0
+SETTLE_DEADLINE_S = 180.0
+
+
+@dataclass
+class DemoContext:
+    """Runtime context of the demo agent: who the customer is."""
+
+    user_id: str
+
+
+class VirtualClock:
+    """Scripted time: each turn is TURN_SECONDS after the previous one, starting hours ago."""
+
+    def __init__(self) -> None:
+        self.t = time.time() - START_HOURS_AGO * 3600
+
+    def now(self) -> float:
+        """The current virtual time (unix seconds)."""
+        return self.t
+
+    def tick(self) -> float:
+        """Advance one turn."""
+        self.t += TURN_SECONDS
+        return self.t
+
+
+def demo_config() -> MemoryConfig:
+    """Production gates of the customer-service preset; a 12-message window budget."""
+    return MemoryConfig.from_vocation(
+        "customer service", pattern=BudgetPattern.MESSAGES, trigger_threshold=12
+    )
+
+
+def chat_model(settings: Settings, clock: VirtualClock) -> Any:
+    """DeepSeek when configured, else the offline model that answers only from its request."""
+    if settings.resolved_models() == "deepseek":
+        from activities.llm.deepseek import deepseek_chat_model
+
+        ds = settings.deepseek
+        assert ds.api_key is not None
+        return deepseek_chat_model(
+            api_key=ds.api_key.get_secret_value(), base_url=ds.base_url, model=ds.model
+        )
+    from activities.embeddings import UniversalSentenceEncoderEmbeddings
+    from worker.demo_model import RecallOnlyChatModel
+
+    return RecallOnlyChatModel(
+        embeddings=UniversalSentenceEncoderEmbeddings(), core_prompt=CORE_PROMPT, clock=clock.now
+    )
+
+
+async def _turn(agent: Any, clock: VirtualClock, user: str, thread: str, text: str) -> str:
+    message = HumanMessage(content=text, additional_kwargs={"time": clock.tick()})
+    result = await agent.ainvoke(
+        {"messages": [message]},
+        config={"configurable": {"thread_id": thread}},
+        context=DemoContext(user_id=user),
+    )
+    return str(result["messages"][-1].text)
+
+
+async def _settle(client: MemoryClient, user: str, thread: str) -> UserStatus:
+    """Wait (bounded) until every handed-over turn is indexed and mature fragments inducted."""
+    deadline = time.monotonic() + SETTLE_DEADLINE_S
+    while True:
+        status = await client.status(user)
+        mark = status.watermarks.get(thread) if status else None
+        if status and mark and mark.indexed >= mark.accepted and status.uninducted == 0:
+            return status
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"memory did not settle within {SETTLE_DEADLINE_S:.0f} s: {status}")
+        await asyncio.sleep(0.2)
+
+
+async def _probe(
+    agent: Any, clock: VirtualClock, user: str, thread: str, label: str
+) -> list[dict[str, Any]]:
+    results = []
+    for probe in PROBES:
+        answer = await _turn(agent, clock, user, thread, probe.question)
+        ok = probe.expected.lower() in answer.lower()
+        print(f"  [{label}] {probe.question} -> {answer} {'OK' if ok else 'MISSED'}", flush=True)
+        results.append(_probe_row(probe, answer, ok))
+    return results
+
+
+def _probe_row(probe: Probe, answer: str, ok: bool) -> dict[str, Any]:
+    return {"detail": probe.detail, "question": probe.question, "answer": answer, "ok": ok}
+
+
+async def play(client: MemoryClient, settings: Settings, info: StackInfo | None) -> dict[str, Any]:
+    """Run the story against a connected MemoryClient; return the summary."""
+    clock = VirtualClock()
+    model = chat_model(settings, clock)
+    memory = DurableMemoryMiddleware(client=client, core_prompt=CORE_PROMPT, clock=clock.now)
+    agent = create_agent(
+        model,
+        tools=[],
+        middleware=[memory],
+        checkpointer=InMemorySaver(),
+        context_schema=DemoContext,
+    )
+    user = f"{USER_ID}-{uuid.uuid4().hex[:6]}"
+    session_a, session_b = "session-1", "session-2"
+    print(f"user {user}: session 1, {len(SESSION_ONE)} turns", flush=True)
+    for i, line in enumerate(SESSION_ONE, 1):
+        await _turn(agent, clock, user, session_a, line)
+        print(f"  turn {i:2d}/{len(SESSION_ONE)}: {line}", flush=True)
+    await memory.flush()
+    print("waiting for the workers to slice, index and induct session 1 ...", flush=True)
+    await _settle(client, user, session_a)
+    print("recall within session 1:", flush=True)
+    within = await _probe(agent, clock, user, session_a, "same thread")
+    print("recall in a new session (new thread):", flush=True)
+    across = await _probe(agent, clock, user, session_b, "new thread")
+    await memory.flush()
+    status = await _settle(client, user, session_b)
+    profile = await client.profile(user)
+    workflow_id = user_workflow_id(user)
+    ui = info.ui_url if info else None
+    return {
+        "user_id": user,
+        "models": settings.resolved_models(),
+        "rounds": {"completed": status.rounds_completed, "failed": status.rounds_failed},
+        "fragments_stored": sum(r.fragments for r in status.rounds),
+        "inductions": status.inductions,
+        "profile": profile.model_dump(exclude_defaults=True) if profile else {},
+        "context_injected_on_last_turn": getattr(model, "last_system_prompt", ""),
+        "recall_within_session": f"{sum(r['ok'] for r in within)}/{len(PROBES)}",
+        "recall_across_sessions": f"{sum(r['ok'] for r in across)}/{len(PROBES)}",
+        "probes": {"within_session": within, "across_sessions": across},
+        "ledger": status.ledger.model_dump(),
+        "temporal_ui": (
+            f"{ui}/namespaces/{settings.temporal.namespace}/workflows/{quote(workflow_id, safe='')}"
+            if ui
+            else None
+        ),
+        "workflow_id": workflow_id,
+    }
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The human-readable end of the demo."""
+    ledger = summary["ledger"]
+    lines = [
+        "",
+        "== mnemoflow demo summary ==",
+        f"memory models       : {summary['models']}",
+        f"rounds              : {summary['rounds']['completed']} completed, "
+        f"{summary['rounds']['failed']} failed; inductions {summary['inductions']}",
+        f"fragments stored    : {summary['fragments_stored']}",
+        f"profile             : {json.dumps(summary['profile'], ensure_ascii=False)}",
+        f"recall same session : {summary['recall_within_session']}",
+        f"recall new session  : {summary['recall_across_sessions']}",
+        "LLM ledger          : "
+        + ", ".join(
+            f"{op} {u['calls']} calls {u['input_tokens']} in / {u['output_tokens']} out"
+            for op, u in ledger["by_operation"].items()
+        )
+        + f"; cost {ledger['cost']:.6f} {ledger['currency']}",
+        f"Temporal UI         : {summary['temporal_ui'] or '(headless)'}",
+        "context injected on the last turn:",
+        summary["context_injected_on_last_turn"],
+    ]
+    print("\n".join(lines), flush=True)
+
+
+async def run_demo(settings: Settings, out: Path) -> int:
+    """Find or start the stack, play the story, print and write the summary."""
+    from worker.devstack import embedded_stack
+
+    running = read_stack(settings.mnemoflow.data_dir)
+    if running is not None:
+        print(f"using the running dev stack (pid {running.pid})", flush=True)
+        from worker.client import connect
+
+        stack_settings = running.apply(settings)
+        summary = await _play_on(await connect(stack_settings.temporal), stack_settings, running)
+    else:
+        demo_dir = settings.mnemoflow.data_dir / "demo"
+        demo_settings = settings.model_copy(
+            update={"mnemoflow": settings.mnemoflow.model_copy(update={"data_dir": demo_dir})}
+        )
+        async with embedded_stack(demo_settings) as up:
+            assert up is not None
+            info, stack_settings, client = up
+            summary = await _play_on(client, stack_settings, info)
+    print_summary(summary)
+    await asyncio.to_thread(write_summary, summary, out)
+    print(f"summary written to {out}", flush=True)
+    return 0
+
+
+def write_summary(summary: dict[str, Any], out: Path) -> None:
+    """The same summary as JSON."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+
+
+async def _play_on(temporal: Any, settings: Settings, info: StackInfo | None) -> dict[str, Any]:
+    client = MemoryClient(
+        temporal=temporal,
+        task_queue=settings.temporal.task_queue,
+        redis=settings.redis.url,
+        key_prefix=settings.redis.key_prefix,
+        config=demo_config(),
+        llm_task_queue=settings.temporal.llm_task_queue,
+    )
+    try:
+        return await play(client, settings, info)
+    finally:
+        await client.aclose()
