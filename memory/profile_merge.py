@@ -10,56 +10,16 @@ Chinese alike. On a near-duplicate the newest wording wins: a later statement ma
 
 from __future__ import annotations
 
-import re
-import unicodedata
-
+from memory.text import content_tokens as _tokens
+from memory.text import normalise
 from models.profile import PROFILE_LIST_FIELDS, UserProfile
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_CJK_RUN = re.compile(f"[{_CJK}]+")
-_WORD = re.compile(f"[^\\s{_CJK}]+")
 #: Single-valued profile fields (everything that is neither a list field nor business_fields).
 PROFILE_SCALAR_FIELDS: tuple[str, ...] = tuple(
     name
     for name in UserProfile.model_fields
     if name not in PROFILE_LIST_FIELDS and name != "business_fields"
 )
-# Words that change nothing about a profile item. Negations ("not", "no", "never") are kept on
-# purpose: they change everything.
-_STOPWORDS = frozenset(
-    "a an the is are am was were be been being has have had do does did on in at of to for from "
-    "with by and or but very really so also always usually often every each all any some my his "
-    "her their its our your i me he she they them we you it this that these those user s t".split()
-)
-
-
-def normalise(text: str) -> str:
-    """NFKC, case-folded, punctuation and symbols replaced by spaces, whitespace collapsed."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    kept = (" " if unicodedata.category(ch)[0] in "PSZC" else ch for ch in folded)
-    return " ".join("".join(kept).split())
-
-
-def _stem(word: str) -> str:
-    # A tiny suffix stripper: enough to make "Wednesdays"/"Wednesday", "plays"/"playing" meet.
-    if len(word) > 4:
-        for suffix in ("ing", "ed", "es", "s"):
-            if word.endswith(suffix) and not word.endswith("ss"):
-                word = word[: -len(suffix)]
-                break
-    if len(word) > 3 and word.endswith("e"):
-        word = word[:-1]
-    return word
-
-
-def _tokens(norm: str) -> set[str]:
-    """Content tokens: stemmed non-stopwords, plus CJK character unigrams and bigrams (CJK has
-    no spaces, so characters and their pairs stand in for words)."""
-    tokens = {_stem(w) for w in _WORD.findall(norm) if w not in _STOPWORDS}
-    for run in _CJK_RUN.findall(norm):
-        tokens.update(run)
-        tokens.update(run[i : i + 2] for i in range(len(run) - 1))
-    return tokens
 
 
 def text_similarity(a: str, b: str) -> float:

@@ -1,0 +1,29 @@
+"""Query-time re-ranking of published fragments, with no I/O (the hot path may not do any).
+
+Rounds select fragments for the conversation as it was when the round ran; the next question
+may be about something else. The read model carries more ranked candidates than seats, and the
+middleware re-orders them by how much of the latest human message each one covers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memory.text import query_overlap
+from models.contracts import ContextFragment
+
+#: How much full coverage of the query is worth, in units of the published score.
+QUERY_WEIGHT = 1.0
+
+
+def rerank_for_query(
+    fragments: Sequence[ContextFragment], query: str, weight: float = QUERY_WEIGHT
+) -> list[ContextFragment]:
+    """Published score plus weight * query overlap, best first; ties keep the published order."""
+    if not query.strip() or weight <= 0:
+        return list(fragments)
+    keyed = [
+        (-(f.score + weight * query_overlap(query, f"{f.theme} {f.content}")), i, f)
+        for i, f in enumerate(fragments)
+    ]
+    return [f for _, _, f in sorted(keyed, key=lambda k: (k[0], k[1]))]

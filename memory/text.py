@@ -1,0 +1,74 @@
+"""Text normalisation and content tokens shared by profile merging and query re-ranking.
+
+Deterministic and model-free; English words are stemmed crudely and CJK runs become character
+unigrams and bigrams, since CJK has no spaces.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+_WORD = re.compile(f"[^\\s{_CJK}]+")
+# Words that change nothing about a profile item. Negations ("not", "no", "never") are kept on
+# purpose: they change everything.
+_STOPWORDS = frozenset(
+    "a an the is are am was were be been being has have had do does did on in at of to for from "
+    "with by and or but very really so also always usually often every each all any some my his "
+    "her their its our your i me he she they them we you it this that these those user s t".split()
+)
+
+
+def normalise(text: str) -> str:
+    """NFKC, case-folded, punctuation and symbols replaced by spaces, whitespace collapsed."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    kept = (" " if unicodedata.category(ch)[0] in "PSZC" else ch for ch in folded)
+    return " ".join("".join(kept).split())
+
+
+def _stem(word: str) -> str:
+    # A tiny suffix stripper: enough to make "Wednesdays"/"Wednesday", "plays"/"playing" meet.
+    if len(word) > 4:
+        for suffix in ("ing", "ed", "es", "s"):
+            if word.endswith(suffix) and not word.endswith("ss"):
+                word = word[: -len(suffix)]
+                break
+    if len(word) > 3 and word.endswith("e"):
+        word = word[:-1]
+    return word
+
+
+def content_tokens(norm: str) -> set[str]:
+    """Content tokens: stemmed non-stopwords, plus CJK character unigrams and bigrams (CJK has
+    no spaces, so characters and their pairs stand in for words)."""
+    tokens = {_stem(w) for w in _WORD.findall(norm) if w not in _STOPWORDS}
+    for run in _CJK_RUN.findall(norm):
+        tokens.update(run)
+        tokens.update(run[i : i + 2] for i in range(len(run) - 1))
+    return tokens
+
+
+# Words that make a question a question but say nothing about what is asked for (as tokens).
+_QUESTION_WORDS = content_tokens(
+    normalise(
+        "what which where when who whom whose why how should could would can will shall may "
+        "might please again tell know remember 什么 哪 哪里 哪儿 吗 呢 谁 怎么 几"
+    )
+)
+
+
+def query_overlap(query: str, text: str) -> float:
+    """Share of the query's content tokens found in text (exact, or a shared 4-char prefix).
+
+    The prefix match lets "shipped" meet "ship" and "deliveries" meet "delivery" where the tiny
+    stemmer does not.
+    """
+    wanted = content_tokens(normalise(query)) - _QUESTION_WORDS
+    if not wanted:
+        return 0.0
+    have = content_tokens(normalise(text))
+    prefixes = {t[:4] for t in have if len(t) >= 4}
+    hits = sum(1 for t in wanted if t in have or (len(t) >= 4 and t[:4] in prefixes))
+    return hits / len(wanted)
