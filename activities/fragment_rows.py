@@ -1,0 +1,147 @@
+"""Fragment rows in Milvus: column limits, conversion to and from `Fragment`, safe filters.
+
+Limits are in UTF-8 bytes because standalone Milvus measures VARCHAR `max_length` in bytes
+(Milvus Lite counts characters, so a byte budget is safe on both). Text longer than a column is
+trimmed on purpose, never rejected: a fragment whose content outgrew 64 KiB is a slicer mistake,
+and storing its first 64 KiB keeps the round (and the user's memory) moving, whereas a permanent
+error would leave the round's messages un-indexed for ever.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from models.errors import InvalidInputError
+from models.fragments import Fragment
+from models.ids import MAX_USER_ID_CHARS, user_key, validate_user_id
+
+PK_MAX_BYTES = 128
+USER_KEY_MAX_BYTES = 64
+USER_ID_MAX_BYTES = 4 * MAX_USER_ID_CHARS  # any 4096-character id fits, whatever its script
+CONTENT_MAX_BYTES = 65_535  # Milvus's VARCHAR ceiling
+THEME_MAX_BYTES = 1024
+TYPES_MAX = 16
+TYPE_MAX_BYTES = 64
+THREAD_ID_MAX_BYTES = 2048
+CALL_ID_MAX_BYTES = 2048
+
+# Ids end up inside filter expressions (`pk in [...]`), so only a conservative alphabet is
+# stored. models.ids only produces such ids; anything else cannot be in the collection.
+_ID_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
+
+SCALAR_FIELDS: list[str] = [
+    "pk",
+    "user_id",
+    "content",
+    "theme",
+    "types",
+    "created_at",
+    "reinforced_at",
+    "strengthen_count",
+    "round_no",
+    "thread_id",
+    "start_pos",
+    "end_pos",
+    "explicit",
+    "last_call_id",
+]
+ALL_FIELDS: list[str] = [*SCALAR_FIELDS, "user_key", "vector"]
+
+
+def cosines(vectors: list[list[float]], query: list[float]) -> list[float]:
+    """Exact cosine of each vector with the query (zero vectors score 0)."""
+    matrix = np.asarray(vectors, dtype=np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(q))
+    return [float(c) for c in (matrix @ q) / np.maximum(norms, 1e-12)]
+
+
+def clip(text: str, max_bytes: int) -> str:
+    """`text` cut to at most `max_bytes` UTF-8 bytes, never inside a character."""
+    raw = text.encode("utf-8")
+    if len(raw) <= max_bytes:
+        return text
+    return raw[:max_bytes].decode("utf-8", errors="ignore")
+
+
+def is_valid_id(fragment_id: str) -> bool:
+    """True for ids that may be stored (and so may be put in a filter expression)."""
+    return _ID_RE.fullmatch(fragment_id) is not None
+
+
+def storable_ids(ids: Iterable[str]) -> list[str]:
+    """The distinct ids that could be in the store, in first-seen order (others can't exist)."""
+    return list(dict.fromkeys(i for i in ids if isinstance(i, str) and is_valid_id(i)))
+
+
+def checked_user(user_id: str) -> str:
+    """The user's partition key; an unusable user id is a permanent InvalidInputError."""
+    try:
+        return user_key(validate_user_id(user_id))
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from exc
+
+
+def user_filter(key: str) -> str:
+    """Filter expression for one user's rows (the key is hex, asserted, never a raw user id)."""
+    if not re.fullmatch(r"[0-9a-f]{1,64}", key):
+        raise InvalidInputError("user key must be hex")
+    return f'user_key == "{key}"'
+
+
+def ids_filter(key: str, ids: list[str]) -> str:
+    """One user's rows among `ids` (already passed through `storable_ids`)."""
+    if not all(is_valid_id(i) for i in ids):
+        raise InvalidInputError("fragment ids must match [A-Za-z0-9_.:@-]{1,128}")
+    # json.dumps gives a double-quoted literal; the alphabet above has nothing to escape.
+    return f"{user_filter(key)} and pk in [{', '.join(json.dumps(i) for i in ids)}]"
+
+
+def to_row(fragment: Fragment, vector: list[float], last_call_id: str = "") -> dict[str, Any]:
+    """A Milvus row for a fragment (text trimmed to the column limits)."""
+    if not is_valid_id(fragment.id):
+        raise InvalidInputError(
+            f"fragment id {fragment.id[:80]!r} must match [A-Za-z0-9_.:@-]{{1,128}}"
+        )
+    return {
+        "pk": fragment.id,
+        "user_key": checked_user(fragment.user_id),
+        "user_id": fragment.user_id,
+        "vector": vector,
+        "content": clip(fragment.content, CONTENT_MAX_BYTES),
+        "theme": clip(fragment.theme, THEME_MAX_BYTES),
+        "types": [clip(t, TYPE_MAX_BYTES) for t in fragment.types[:TYPES_MAX]],
+        "created_at": float(fragment.created_at),
+        "reinforced_at": float(fragment.reinforced_at),
+        "strengthen_count": int(fragment.strengthen_count),
+        "round_no": int(fragment.round_no),
+        "thread_id": clip(fragment.thread_id, THREAD_ID_MAX_BYTES),
+        "start_pos": int(fragment.start_pos),
+        "end_pos": int(fragment.end_pos),
+        "explicit": bool(fragment.explicit),
+        "last_call_id": clip(last_call_id, CALL_ID_MAX_BYTES),
+    }
+
+
+def to_fragment(row: dict[str, Any]) -> Fragment:
+    """The Fragment a row holds (the vector and bookkeeping columns are dropped)."""
+    return Fragment(
+        id=row["pk"],
+        user_id=row["user_id"],
+        theme=row["theme"],
+        types=list(row.get("types") or []),
+        content=row["content"],
+        created_at=float(row["created_at"]),
+        reinforced_at=float(row["reinforced_at"]),
+        strengthen_count=int(row["strengthen_count"]),
+        round_no=int(row["round_no"]),
+        thread_id=row.get("thread_id") or "",
+        start_pos=int(row["start_pos"]),
+        end_pos=int(row["end_pos"]),
+        explicit=bool(row["explicit"]),
+    )

@@ -1,0 +1,250 @@
+"""The fragment store: one Milvus collection of every user's fragments, reached by URI only.
+
+Works the same against a Milvus Lite server (the embedded default), standalone or distributed
+Milvus. Rules it keeps:
+
+- User ids never enter a filter expression: rows carry `user_key` (a hex hash, the partition
+  key) and every read filters on it, so a crafted user id cannot widen a query. Fragment ids
+  are checked against a small alphabet before they appear in `pk in [...]`.
+- Primary keys are business ids, so a retried index upserts the same rows.
+- No retries here: a failure surfaces to Temporal, whose retry policy is the only one. Every
+  call carries `retry_times=0` and a deadline (`timeout_s`, so a hung server cannot pin a worker
+  thread); pymilvus still re-sends within that deadline once it has re-opened a dropped channel,
+  which is bounded by `timeout_s` and fails in milliseconds while the server is down.
+- The sync client and the embedder run in worker threads (`asyncio.to_thread`).
+
+Flushing. Milvus Lite searches rows still in its memtable by brute force over *all* users'
+unflushed rows and only indexes flushed segments. Measured on Lite 3.2.2 (512 dims, 2 cores):
+a filtered top-10 search took ~200 ms with 5,000 unflushed rows and ~18 ms once flushed; a flush
+of an 8-row batch took ~24 ms. Writes here are small batches (a round's fragments, a call's
+reinforcements), so by default the store flushes after every write batch: ~20 ms on an
+off-hot-path activity buys searches that stay fast. Standalone Milvus serves growing segments
+from its own interim index and rate-limits flushes, so pass `flush_after_write=False` there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from langchain_core.embeddings import Embeddings
+from pymilvus import MilvusClient, MilvusException
+
+from activities.fragment_collection import (
+    QUERY_WINDOW,
+    create_if_missing,
+    nearest,
+    not_loaded,
+    query_all,
+)
+from activities.fragment_rows import (
+    ALL_FIELDS,
+    CALL_ID_MAX_BYTES,
+    CONTENT_MAX_BYTES,
+    SCALAR_FIELDS,
+    checked_user,
+    clip,
+    cosines,
+    ids_filter,
+    storable_ids,
+    to_fragment,
+    to_row,
+    user_filter,
+)
+from models.fragments import Candidate, Fragment
+
+DEFAULT_COLLECTION = "mnemoflow_fragments"
+T = TypeVar("T")
+Rows = list[dict[str, Any]]
+
+
+class FragmentStore:
+    """Async access to the fragment collection; one instance per worker process."""
+
+    def __init__(
+        self,
+        uri: str,
+        embeddings: Embeddings,
+        *,
+        token: str | None = None,
+        collection: str = DEFAULT_COLLECTION,
+        dim: int | None = None,
+        index_type: str = "HNSW",
+        timeout_s: float = 30.0,
+        flush_after_write: bool = True,
+    ) -> None:
+        resolved_dim = dim if dim is not None else getattr(embeddings, "dim", None)
+        if not isinstance(resolved_dim, int) or resolved_dim < 1:
+            raise ValueError("pass dim= (the embedder has no integer `dim` attribute)")
+        self.uri = uri
+        self.collection = collection
+        self.dim = resolved_dim
+        self.index_type = index_type.upper()
+        self.timeout_s = timeout_s
+        self.flush_after_write = flush_after_write
+        self._embeddings = embeddings
+        self._token = token or ""
+        self._client: MilvusClient | None = None
+        self._connect_lock = threading.Lock()
+
+    def __repr__(self) -> str:  # no token in logs
+        return f"FragmentStore(uri={self.uri!r}, collection={self.collection!r}, dim={self.dim})"
+
+    def _connected(self) -> MilvusClient:
+        with self._connect_lock:
+            if self._client is None:
+                self._client = MilvusClient(uri=self.uri, token=self._token, timeout=self.timeout_s)
+            return self._client
+
+    def _opts(self) -> dict[str, Any]:
+        return {"timeout": self.timeout_s, "retry_times": 0}
+
+    async def _run(self, fn: Callable[[MilvusClient], T]) -> T:
+        return await asyncio.to_thread(self._call, fn)
+
+    def _call(self, fn: Callable[[MilvusClient], T]) -> T:
+        client = self._connected()
+        try:
+            return fn(client)
+        except MilvusException as exc:
+            if not not_loaded(exc):
+                raise
+        # A restarted Milvus Lite brings collections back released. Loading repairs server
+        # state (it is not a retry of a failure), and every operation here is idempotent.
+        client.load_collection(self.collection, **self._opts())
+        return fn(client)
+
+    def _flush(self, client: MilvusClient) -> None:
+        if self.flush_after_write:
+            client.flush(self.collection, **self._opts())
+
+    def _write(self, client: MilvusClient, rows: Rows) -> None:
+        client.upsert(self.collection, rows, **self._opts())
+        self._flush(client)
+
+    async def close(self) -> None:
+        """Close the connection (a later call reconnects)."""
+        with self._connect_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            await asyncio.to_thread(client.close)
+
+    async def drop(self) -> None:
+        """Drop the whole collection (tests and benchmarks; forgetting uses delete_user)."""
+        await self._run(lambda c: c.drop_collection(self.collection, **self._opts()))
+
+    async def ensure(self) -> None:
+        """Create the collection and its COSINE index if missing, then load it."""
+
+        def work(client: MilvusClient) -> None:
+            opts = self._opts()
+            create_if_missing(client, self.collection, self.dim, self.index_type, opts)
+            client.load_collection(self.collection, **opts)
+
+        await self._run(work)
+
+    async def upsert(self, fragments: list[Fragment]) -> list[str]:
+        """Embed and upsert fragments (same ids -> same rows); returns the ids written."""
+        if not fragments:
+            return []
+        texts = [clip(f.content, CONTENT_MAX_BYTES) for f in fragments]
+        vectors = await asyncio.to_thread(self._embeddings.embed_documents, texts)
+        # The last of a repeated id wins, within a batch as across batches.
+        rows = list({f.id: to_row(f, v) for f, v in zip(fragments, vectors, strict=True)}.values())
+        await self._run(lambda c: self._write(c, rows))
+        return [row["pk"] for row in rows]
+
+    async def _rows(self, key: str, ids: list[str], fields: list[str]) -> Rows:
+        if not ids:
+            return []
+        expr = ids_filter(key, ids)
+        opts = self._opts()
+        return await self._run(
+            lambda c: list(c.query(self.collection, filter=expr, output_fields=fields, **opts))
+        )
+
+    async def _user_rows(self, key: str, fields: list[str]) -> Rows:
+        expr, opts = user_filter(key), self._opts()
+        return await self._run(lambda c: query_all(c, self.collection, expr, fields, opts))
+
+    async def get(self, user_id: str, ids: list[str]) -> list[Fragment]:
+        """The user's fragments among `ids`, in the order asked (others' ids are ignored)."""
+        wanted = storable_ids(ids)
+        rows = await self._rows(checked_user(user_id), wanted, SCALAR_FIELDS)
+        by_id = {row["pk"]: to_fragment(row) for row in rows}
+        return [by_id[i] for i in wanted if i in by_id]
+
+    async def all_for_user(self, user_id: str) -> list[Fragment]:
+        """Every fragment of the user, oldest first."""
+        rows = await self._user_rows(checked_user(user_id), SCALAR_FIELDS)
+        return sorted((to_fragment(r) for r in rows), key=lambda f: (f.created_at, f.id))
+
+    async def candidates(self, user_id: str, query: str, limit: int | None) -> list[Candidate]:
+        """The user's fragments with their cosine to `query`, best first.
+
+        `limit=None` scores all of the user's fragments (exact cosine in numpy); a number runs a
+        filtered vector search for that many nearest fragments.
+        """
+        key = checked_user(user_id)
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be >= 1 or None, got {limit}")
+        qvec = await asyncio.to_thread(self._embeddings.embed_query, query)
+        if limit is None:
+            rows = await self._user_rows(key, [*SCALAR_FIELDS, "vector"])
+            cos = cosines([r["vector"] for r in rows], qvec) if rows else []
+            found = [
+                Candidate(fragment=to_fragment(r), cos=c) for r, c in zip(rows, cos, strict=True)
+            ]
+        else:
+            n, opts = min(limit, QUERY_WINDOW), self._opts()
+            expr, kind = user_filter(key), self.index_type
+            hits = await self._run(
+                lambda c: nearest(c, self.collection, qvec, expr, n, kind, SCALAR_FIELDS, opts)
+            )
+            found = [
+                Candidate(fragment=to_fragment(h["entity"]), cos=float(h["distance"])) for h in hits
+            ]
+        return sorted(found, key=lambda c: (-c.cos, c.fragment.id))
+
+    async def reinforce(self, user_id: str, ids: list[str], call_id: str, now: float) -> int:
+        """strengthen_count += 1 and reinforced_at = now, once per call id; returns rows changed.
+
+        A row remembers the last call that strengthened it, so a retried activity (or a re-sent
+        signal) skips rows it already changed. The user workflow applies calls one at a time, so
+        a retry of call A cannot arrive after call B touched the same row.
+        """
+        rows = await self._rows(checked_user(user_id), storable_ids(ids), ALL_FIELDS)
+        stamp = clip(call_id, CALL_ID_MAX_BYTES)
+        updated = []
+        for row in rows:
+            if row.get("last_call_id") == stamp:
+                continue
+            fragment = to_fragment(row).model_copy(
+                update={"strengthen_count": int(row["strengthen_count"]) + 1, "reinforced_at": now}
+            )
+            updated.append(to_row(fragment, list(row["vector"]), last_call_id=call_id))
+        if updated:
+            await self._run(lambda c: self._write(c, updated))
+        return len(updated)
+
+    async def count(self, user_id: str) -> int:
+        """How many fragments the user has."""
+        expr, opts = user_filter(checked_user(user_id)), self._opts()
+        rows = await self._run(
+            lambda c: c.query(self.collection, filter=expr, output_fields=["count(*)"], **opts)
+        )
+        return int(rows[0]["count(*)"]) if rows else 0
+
+    async def delete_user(self, user_id: str) -> int:
+        """Delete every fragment of the user; returns how many there were."""
+        expr, opts = user_filter(checked_user(user_id)), self._opts()
+        before = await self.count(user_id)
+
+        def work(client: MilvusClient) -> None:
+            client.delete(self.collection, filter=expr, **opts)
+            self._flush(client)
+
+        await self._run(work)
+        return before

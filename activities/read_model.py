@@ -1,0 +1,138 @@
+"""The read model in Redis: each user's injected context, as one JSON value the hot path GETs.
+
+Key: `{prefix}ctx:{user_key}` (a hash of the user id, never the raw id). Redis holds nothing
+that cannot be rebuilt from the user workflow, so it is a cache with one rule: a publish never
+replaces a newer `version` with an older one (a slow, retried activity of an earlier round must
+not clobber the context a later round already published). The comparison and the write happen
+in one Lua script, atomically on the server.
+
+The redis client is built without its own retries (`retry=None`): Temporal's retry policy is
+the only retry mechanism, and the hot path prefers a fast miss to a slow hit.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from models.contracts import ActivityName, InjectedContext, PublishInput, PublishOutput
+from models.errors import InvalidInputError, PayloadTooLargeError
+from models.ids import user_key, validate_user_id
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX = "mnemoflow:"
+# The hot path reads this on every model call; a context this large is a bug upstream.
+DEFAULT_MAX_BYTES = 1_000_000
+
+# KEYS[1] = context key; ARGV[1] = new JSON, ARGV[2] = its version.
+# Returns {1, version} when written, {0, stored version} when a newer one is already there.
+# An unreadable stored value counts as absent: the read model is rebuildable, never authoritative.
+_PUBLISH_LUA = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local ok, doc = pcall(cjson.decode, current)
+  if ok and type(doc) == 'table' and tonumber(doc['version']) then
+    local stored = tonumber(doc['version'])
+    if stored > tonumber(ARGV[2]) then
+      return {0, stored}
+    end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return {1, tonumber(ARGV[2])}
+"""
+
+
+class ReadModel:
+    """Publish and read injected contexts; one instance per process, over redis.asyncio."""
+
+    def __init__(
+        self,
+        redis: str | aioredis.Redis,
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        timeout_s: float = 2.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        """`redis` is a URL (a client is built with timeouts and no retries) or a client."""
+        if isinstance(redis, str):
+            redis = aioredis.Redis.from_url(
+                redis, retry=None, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+            )
+        self._redis = redis
+        self.prefix = prefix
+        self.max_bytes = max_bytes
+        self._publish_script = redis.register_script(_PUBLISH_LUA)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        timeout_s: float = 2.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> ReadModel:
+        """A read model on a new client for `url` (same as passing the URL to the constructor)."""
+        return cls(url, prefix, timeout_s=timeout_s, max_bytes=max_bytes)
+
+    async def close(self) -> None:
+        """Close the client's connections."""
+        await self._redis.aclose()
+
+    def key(self, user_id: str) -> str:
+        """The Redis key of a user's context (InvalidInputError for an unusable user id)."""
+        try:
+            uid = validate_user_id(user_id)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        return f"{self.prefix}ctx:{user_key(uid)}"
+
+    async def publish(self, context: InjectedContext) -> PublishOutput:
+        """Store the context unless a newer version is already there."""
+        key = self.key(context.user_id)
+        payload = context.model_dump_json().encode("utf-8")
+        if len(payload) > self.max_bytes:
+            raise PayloadTooLargeError(
+                f"injected context is {len(payload)} bytes; the read model takes {self.max_bytes}"
+            )
+        written, stored = await self._publish_script(keys=[key], args=[payload, context.version])
+        if not written:
+            log.info("read model kept newer version %s over %s", stored, context.version)
+        return PublishOutput(key=key, bytes=len(payload))
+
+    async def get(self, user_id: str) -> InjectedContext | None:
+        """The user's published context (one GET), or None if absent or unreadable."""
+        raw = await self._redis.get(self.key(user_id))
+        if raw is None:
+            return None
+        try:
+            return InjectedContext.model_validate_json(raw)
+        except ValidationError:
+            log.warning("unreadable read-model value for a user; treating it as absent")
+            return None
+
+    async def delete(self, user_id: str) -> int:
+        """Remove the user's context; returns the number of keys deleted (0 or 1)."""
+        return int(await self._redis.delete(self.key(user_id)))
+
+
+class ReadModelActivities:
+    """The publish activity, bound to one ReadModel."""
+
+    def __init__(self, read_model: ReadModel) -> None:
+        self.read_model = read_model
+
+    @activity.defn(name=ActivityName.PUBLISH)
+    async def publish(self, inp: PublishInput) -> PublishOutput:
+        """Write the user's injected context; too big or invalid fails without retries."""
+        try:
+            return await self.read_model.publish(inp.context)
+        except (InvalidInputError, PayloadTooLargeError) as exc:
+            # Permanent: retrying cannot shrink the payload or fix the user id.
+            raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc

@@ -1,0 +1,250 @@
+"""FragmentStore against a real Milvus Lite server: idempotency, isolation, reinforcement."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pymilvus import MilvusException
+
+from activities.embeddings import HashingEmbeddings
+from activities.fragment_rows import CONTENT_MAX_BYTES
+from activities.fragment_store import FragmentStore
+from models.errors import InvalidInputError
+from models.fragments import Fragment
+from models.ids import MAX_USER_ID_CHARS, fragment_id
+from worker.processes import free_port, start_milvus_lite
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_000.0
+CRAFTED_USERS = [
+    "alice",
+    'x" or user_key != "',
+    "back\\slash\\\" 'quote'",
+    "用户/ünïcødé/😀",
+    "u" * MAX_USER_ID_CHARS,
+]
+WEIRD_IDS = ['a"b', "a\\b", "' or 1==1 or pk == '", "ид-😀", "x" * 1200, "", "a b"]
+
+
+def frag(user: str, index: int, content: str, *, round_no: int = 1, **extra: object) -> Fragment:
+    """A fragment with a business-id primary key."""
+    values: dict[str, object] = {
+        "id": fragment_id(user, round_no, index),
+        "user_id": user,
+        "theme": "orders",
+        "types": ["fact"],
+        "content": content,
+        "created_at": NOW + index,
+        "reinforced_at": NOW + index,
+        "round_no": round_no,
+        "thread_id": "thread-1",
+        "start_pos": index,
+        "end_pos": index + 1,
+    }
+    values.update(extra)
+    return Fragment.model_validate(values)
+
+
+@pytest.fixture
+async def store(milvus_uri: str, unique_name: str) -> AsyncIterator[FragmentStore]:
+    """A store on a collection of its own, dropped afterwards."""
+    s = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
+    await s.ensure()
+    try:
+        yield s
+    finally:
+        await s.drop()
+        await s.close()
+
+
+async def test_upsert_same_ids_twice_keeps_one_row_each(store: FragmentStore) -> None:
+    first = [frag("alice", i, f"order {i} shipped") for i in range(3)]
+    assert await store.upsert(first) == [f.id for f in first]
+    again = [f.model_copy(update={"content": f"order {i} delivered"}) for i, f in enumerate(first)]
+    await store.upsert(again)
+    await store.upsert(again + again)  # a duplicated batch, as a retried activity might send
+
+    assert await store.count("alice") == 3
+    rows = await store.all_for_user("alice")
+    assert [r.id for r in rows] == [f.id for f in first]
+    assert [r.content for r in rows] == [f"order {i} delivered" for i in range(3)]
+
+
+async def test_round_trip_keeps_every_field(store: FragmentStore) -> None:
+    original = frag(
+        "alice",
+        0,
+        "我的订单号是 A-123",
+        types=["identity", "fact"],
+        explicit=True,
+        strengthen_count=4,
+        thread_id='t/ü"1',
+    )
+    await store.upsert([original])
+    assert await store.get("alice", [original.id]) == [original]
+
+
+async def test_users_are_isolated_even_with_crafted_ids(store: FragmentStore) -> None:
+    for n, user in enumerate(CRAFTED_USERS):
+        await store.upsert([frag(user, i, f"{user[:20]} likes tea {i}") for i in range(n + 1)])
+
+    for n, user in enumerate(CRAFTED_USERS):
+        own = {fragment_id(user, 1, i) for i in range(n + 1)}
+        assert await store.count(user) == n + 1
+        assert {f.id for f in await store.all_for_user(user)} == own
+        assert {c.fragment.id for c in await store.candidates(user, "tea", None)} == own
+        found = await store.candidates(user, "tea", 50)
+        assert {c.fragment.id for c in found} == own
+        assert all(c.fragment.user_id == user for c in found)
+        others = [fragment_id(u, 1, 0) for u in CRAFTED_USERS if u != user]
+        assert await store.get(user, others) == []
+        assert await store.reinforce(user, others, "call-x", NOW) == 0
+
+
+async def test_unknown_user_sees_nothing(store: FragmentStore) -> None:
+    await store.upsert([frag("alice", 0, "secret")])
+    assert await store.count("mallory") == 0
+    assert await store.candidates("mallory", "secret", None) == []
+    assert await store.candidates("mallory", "secret", 5) == []
+
+
+async def test_weird_fragment_ids_are_ignored_on_read_and_rejected_on_write(
+    store: FragmentStore,
+) -> None:
+    await store.upsert([frag("alice", 0, "kept")])
+    assert await store.get("alice", WEIRD_IDS) == []
+    assert await store.reinforce("alice", WEIRD_IDS, "call-1", NOW) == 0
+    for bad in WEIRD_IDS:
+        with pytest.raises(InvalidInputError):
+            await store.upsert([frag("alice", 0, "x").model_copy(update={"id": bad})])
+    assert await store.count("alice") == 1
+
+
+@pytest.mark.parametrize("bad_user", ["", "   ", "a\x00b", "u" * (MAX_USER_ID_CHARS + 1)])
+async def test_unusable_user_ids_are_invalid_input(store: FragmentStore, bad_user: str) -> None:
+    with pytest.raises(InvalidInputError):
+        await store.count(bad_user)
+    with pytest.raises(InvalidInputError):
+        await store.candidates(bad_user, "q", None)
+
+
+async def test_candidates_none_scores_all_of_the_users_fragments(store: FragmentStore) -> None:
+    texts = [f"note {i} about topic {i % 7}" for i in range(40)]
+    await store.upsert([frag("alice", i, t) for i, t in enumerate(texts)])
+    await store.upsert([frag("bob", 0, "note 3 about topic 3")])
+
+    every = await store.candidates("alice", "note 3 about topic 3", None)
+    assert len(every) == 40
+    assert every[0].fragment.content == "note 3 about topic 3"
+    assert every[0].cos == pytest.approx(1.0, abs=1e-5)
+    assert [c.cos for c in every] == sorted((c.cos for c in every), reverse=True)
+
+    emb = HashingEmbeddings()
+    q = np.asarray(emb.embed_query("note 3 about topic 3"))
+    expected = {
+        fragment_id("alice", 1, i): float(np.dot(q, emb.embed_query(t)))
+        for i, t in enumerate(texts)
+    }
+    for cand in every:
+        assert cand.cos == pytest.approx(expected[cand.fragment.id], abs=1e-5)
+
+    top = await store.candidates("alice", "note 3 about topic 3", 5)
+    assert len(top) == 5
+    assert top[0].fragment.id == every[0].fragment.id
+    for cand in top:
+        assert cand.cos == pytest.approx(expected[cand.fragment.id], abs=1e-4)
+
+
+async def test_reinforce_applies_once_per_call_id(store: FragmentStore) -> None:
+    frags = [frag("alice", i, f"fact {i}") for i in range(3)]
+    await store.upsert(frags)
+    ids = [frags[0].id, frags[1].id, frags[1].id]
+
+    assert await store.reinforce("alice", ids, "call-1", NOW + 100) == 2
+    assert await store.reinforce("alice", ids, "call-1", NOW + 200) == 0  # a retried activity
+    after = {f.id: f for f in await store.all_for_user("alice")}
+    assert after[frags[0].id].strengthen_count == 1
+    assert after[frags[0].id].reinforced_at == NOW + 100
+    assert after[frags[2].id].strengthen_count == 0
+
+    assert await store.reinforce("alice", ids, "call-2", NOW + 300) == 2
+    after = {f.id: f for f in await store.all_for_user("alice")}
+    assert after[frags[1].id].strengthen_count == 2
+    assert after[frags[1].id].reinforced_at == NOW + 300
+    assert after[frags[1].id].content == "fact 1"
+    # The vector survived the rewrite: the fragment is still its own best match.
+    best = await store.candidates("alice", "fact 1", 1)
+    assert best[0].fragment.id == frags[1].id
+
+
+async def test_delete_user_removes_only_that_user(store: FragmentStore) -> None:
+    await store.upsert([frag("alice", i, f"a{i}") for i in range(4)])
+    await store.upsert([frag(CRAFTED_USERS[1], 0, "crafted")])
+
+    assert await store.delete_user("alice") == 4
+    assert await store.count("alice") == 0
+    assert await store.candidates("alice", "a1", None) == []
+    assert await store.count(CRAFTED_USERS[1]) == 1
+    assert await store.delete_user("alice") == 0
+
+
+async def test_oversized_content_is_trimmed_on_a_character_boundary(
+    store: FragmentStore,
+) -> None:
+    huge = "长" * 30_000  # 90,000 UTF-8 bytes
+    await store.upsert([frag("alice", 0, huge)])
+    [stored] = await store.get("alice", [fragment_id("alice", 1, 0)])
+    assert len(stored.content.encode("utf-8")) <= CONTENT_MAX_BYTES
+    assert stored.content == "长" * (CONTENT_MAX_BYTES // 3)
+
+
+async def test_reopen_and_dimension_mismatch(store: FragmentStore, milvus_uri: str) -> None:
+    await store.upsert([frag("alice", 0, "durable")])
+    reopened = FragmentStore(milvus_uri, HashingEmbeddings(), collection=store.collection)
+    await reopened.ensure()  # existing collection: no error, same rows
+    assert [f.content for f in await reopened.all_for_user("alice")] == ["durable"]
+    await reopened.close()
+
+    wrong = FragmentStore(milvus_uri, HashingEmbeddings(dim=64), collection=store.collection)
+    with pytest.raises(ValueError, match="64"):
+        await wrong.ensure()
+    await wrong.close()
+
+
+async def test_store_recovers_after_a_milvus_lite_restart(tmp_path: Path) -> None:
+    """Down: attempts fail fast (Temporal retries). Back up: the next attempts succeed, even
+    though a restarted Milvus Lite brings the collection back released."""
+    port = free_port()
+    proc = start_milvus_lite(port, tmp_path)
+    store = FragmentStore(f"http://127.0.0.1:{port}", HashingEmbeddings(), collection="c")
+    try:
+        await store.ensure()
+        await store.upsert([frag("alice", 0, "survives restarts")])
+        proc.stop()
+        with pytest.raises(MilvusException):
+            await store.count("alice")
+        proc = start_milvus_lite(port, tmp_path)
+        # Retry the way Temporal would (1 s initial interval): gRPC holds a refused address in
+        # reconnect backoff for about a second, so back-to-back attempts would only measure that.
+        attempts, deadline = 0, time.monotonic() + 20
+        while True:
+            attempts += 1
+            try:
+                assert await store.count("alice") == 1
+                break
+            except MilvusException:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(1.0)
+        assert attempts <= 4
+        [cand] = await store.candidates("alice", "survives restarts", None)
+        assert cand.fragment.content == "survives restarts"
+    finally:
+        await store.close()
+        proc.stop()

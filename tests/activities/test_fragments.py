@@ -1,0 +1,148 @@
+"""Fragment activities end to end through temporalio's ActivityEnvironment, on real Milvus Lite."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.embeddings import HashingEmbeddings
+from activities.fragment_store import FragmentStore
+from activities.fragments import FragmentActivities, bounded_log
+from models.config import MemoryConfig
+from models.contracts import IndexInput, ReinforceInput, SelectInput
+from models.fragments import Fragment, ScoredCandidate, SelectionLog
+from models.ids import fragment_id
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_000.0
+USER = 'x" or user_key != "'
+TEXTS = [
+    ("identity", "name", "My name is Lin Wei"),
+    ("preference", "contact", "Prefers email over phone calls"),
+    ("fact", "orders", "Order A-1234 was shipped on Monday"),
+    ("fact", "orders", "Order B-777 is waiting for payment"),
+    ("chat", "weather", "Chatted about the rainy weather"),
+    ("episode", "travel", "Went hiking in the mountains last spring"),
+]
+
+
+def fragments(user: str) -> list[Fragment]:
+    """The user's six fragments, one per line of TEXTS."""
+    return [
+        Fragment(
+            id=fragment_id(user, 1, i),
+            user_id=user,
+            theme=theme,
+            types=[kind],
+            content=text,
+            created_at=NOW - 3600,
+            reinforced_at=NOW - 3600,
+            thread_id="t1",
+            start_pos=i,
+            end_pos=i + 1,
+        )
+        for i, (kind, theme, text) in enumerate(TEXTS)
+    ]
+
+
+@pytest.fixture
+async def acts(milvus_uri: str, unique_name: str) -> AsyncIterator[FragmentActivities]:
+    """Activities over a store with a collection of its own."""
+    store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
+    await store.ensure()
+    try:
+        yield FragmentActivities(store)
+    finally:
+        await store.drop()
+        await store.close()
+
+
+async def test_index_select_reinforce(acts: FragmentActivities) -> None:
+    env = ActivityEnvironment()
+    frags = fragments(USER)
+    out = await env.run(acts.index, IndexInput(fragments=frags))
+    assert out.ids == [f.id for f in frags]
+    again = await env.run(acts.index, IndexInput(fragments=frags))  # a retried attempt
+    assert again.ids == out.ids
+    await env.run(acts.index, IndexInput(fragments=fragments("bob")))
+
+    config = MemoryConfig(top_k=3, published_candidates=5)
+    inp = SelectInput(user_id=USER, query="where is my order A-1234", config=config, now=NOW)
+    selected = await env.run(acts.select, inp)
+    ids = [f.id for f in selected.fragments]
+    assert len(ids) == 5 and all(i.startswith(frags[0].id.split("-r")[0]) for i in ids)
+    picked = [c.fragment_id for c in selected.log.candidates if c.picked]
+    assert len(picked) == 3
+    assert set(picked) == set(ids[:3])
+    # identity and preference take seats first; the best order match fills the last one.
+    assert {frags[0].id, frags[1].id, frags[2].id} == set(picked)
+    assert len(selected.log.candidates) == len(frags)  # retrieve_k=None scores them all
+
+    limited = await env.run(acts.select, inp.model_copy(update={"limit": 2}))
+    assert [f.id for f in limited.fragments] == ids[:2]
+
+    searched = await env.run(
+        acts.select, inp.model_copy(update={"config": config.model_copy(update={"retrieve_k": 4})})
+    )
+    assert len(searched.log.candidates) == 4
+
+    reinforce = ReinforceInput(user_id=USER, call_id="call-1", fragment_ids=picked, now=NOW)
+    assert (await env.run(acts.reinforce, reinforce)).updated == 3
+    assert (await env.run(acts.reinforce, reinforce)).updated == 0
+
+
+async def test_permanent_problems_are_non_retryable(acts: FragmentActivities) -> None:
+    env = ActivityEnvironment()
+    with pytest.raises(ApplicationError) as bad_user:
+        await env.run(acts.select, SelectInput(user_id="", query="q", now=NOW))
+    assert bad_user.value.type == "InvalidInput" and bad_user.value.non_retryable
+
+    broken = fragments(USER)[0].model_copy(update={"id": 'id" or 1==1'})
+    with pytest.raises(ApplicationError) as bad_id:
+        await env.run(acts.index, IndexInput(fragments=[broken]))
+    assert bad_id.value.type == "InvalidInput" and bad_id.value.non_retryable
+
+    with pytest.raises(ApplicationError) as bad_reinforce:
+        await env.run(
+            acts.reinforce, ReinforceInput(user_id="a\x00", call_id="c", fragment_ids=[], now=NOW)
+        )
+    assert bad_reinforce.value.non_retryable
+
+
+async def test_select_for_a_user_without_fragments(acts: FragmentActivities) -> None:
+    out = await ActivityEnvironment().run(
+        acts.select, SelectInput(user_id="nobody", query="anything", now=NOW)
+    )
+    assert out.fragments == [] and out.log.candidates == []
+
+
+def test_bounded_log_keeps_the_best_and_every_picked_line() -> None:
+    def line(i: int, picked: bool) -> ScoredCandidate:
+        return ScoredCandidate(
+            fragment_id=f"f{i}",
+            theme="t",
+            types=[],
+            cos=0,
+            R=0,
+            T=0,
+            F=0,
+            alpha_R=0,
+            beta_T=0,
+            gamma_F=0,
+            delta=0,
+            score=-i,
+            picked=picked,
+        )
+
+    log = SelectionLog(
+        at=NOW,
+        theme="t",
+        params_source="default",
+        candidates=[line(i, i in (0, 900)) for i in range(1000)],
+    )
+    kept = bounded_log(log, limit=10).candidates
+    assert [c.fragment_id for c in kept] == [f"f{i}" for i in range(10)] + ["f900"]

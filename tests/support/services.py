@@ -1,0 +1,64 @@
+"""Real service processes for the test session: a redis-server and a Milvus Lite server.
+
+Started once per session on free loopback ports, in pytest's temporary directories, through the
+same launchers as the `mnemoflow dev` stack (worker.processes), and stopped at the end. Tests
+share the servers and isolate themselves with unique names (`unique_name`), never by
+restarting anything.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from worker.processes import (
+    LOOPBACK,
+    ManagedProcess,
+    ServiceStartError,
+    free_port,
+    start_milvus_lite,
+    start_redis,
+)
+
+# free_port() can lose a race with another process grabbing the port before the server binds.
+_START_ATTEMPTS = 3
+
+
+def _start(launch: Callable[[int, Path], ManagedProcess], data_dir: Path) -> ManagedProcess:
+    error: ServiceStartError | None = None
+    for attempt in range(_START_ATTEMPTS):
+        try:
+            return launch(free_port(), data_dir / f"attempt-{attempt}")
+        except ServiceStartError as exc:
+            error = exc
+    assert error is not None
+    raise error
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a redis-server running for the whole session."""
+    proc = _start(start_redis, tmp_path_factory.mktemp("redis"))
+    try:
+        yield f"redis://{LOOPBACK}:{proc.port}/0"
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def milvus_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URI of a Milvus Lite server running for the whole session."""
+    proc = _start(start_milvus_lite, tmp_path_factory.mktemp("milvus"))
+    try:
+        yield f"http://{LOOPBACK}:{proc.port}"
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def unique_name() -> str:
+    """A name no other test uses: a Milvus collection, or a Redis key prefix with `:` added."""
+    return f"t_{uuid.uuid4().hex[:12]}"
