@@ -248,3 +248,18 @@ class FragmentStore:
 
         await self._run(work)
         return before
+
+    async def delete(self, user_id: str, ids: list[str]) -> int:
+        """Delete the user's fragments among `ids` (others' ids delete nothing)."""
+        key, wanted = checked_user(user_id), storable_ids(ids)
+        present = [row["pk"] for row in await self._rows(key, wanted, ["pk"])]
+        if not present:
+            return 0
+        expr, opts = ids_filter(key, present), self._opts()
+
+        def work(client: MilvusClient) -> None:
+            client.delete(self.collection, filter=expr, **opts)
+            self._flush(client)
+
+        await self._run(work)
+        return len(present)

@@ -18,6 +18,8 @@ from activities.fragment_store import FragmentStore
 from memory.selection import select as select_fragments
 from models.contracts import (
     ActivityName,
+    DeleteFragmentsInput,
+    DeleteFragmentsOutput,
     IndexInput,
     IndexOutput,
     ReinforceInput,
@@ -89,3 +91,13 @@ class FragmentActivities:
                 inp.user_id, inp.fragment_ids, inp.call_id, inp.now
             )
         return ReinforceOutput(updated=updated)
+
+    @activity.defn(name=ActivityName.DELETE_FRAGMENTS)
+    async def delete_fragments(self, inp: DeleteFragmentsInput) -> DeleteFragmentsOutput:
+        """Delete some (ids) or all (ids None) of the user's fragments; idempotent."""
+        async with _permanent_errors():
+            if inp.ids is None:
+                deleted = await self.store.delete_user(inp.user_id)
+            else:
+                deleted = await self.store.delete(inp.user_id, inp.ids)
+        return DeleteFragmentsOutput(deleted=deleted)

@@ -19,7 +19,14 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from models.contracts import ActivityName, InjectedContext, PublishInput, PublishOutput
+from models.contracts import (
+    ActivityName,
+    DeleteReadModelInput,
+    DeleteReadModelOutput,
+    InjectedContext,
+    PublishInput,
+    PublishOutput,
+)
 from models.errors import InvalidInputError, PayloadTooLargeError
 from models.ids import user_key, validate_user_id
 
@@ -135,4 +142,12 @@ class ReadModelActivities:
             return await self.read_model.publish(inp.context)
         except (InvalidInputError, PayloadTooLargeError) as exc:
             # Permanent: retrying cannot shrink the payload or fix the user id.
+            raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
+
+    @activity.defn(name=ActivityName.DELETE_READ_MODEL)
+    async def delete_read_model(self, inp: DeleteReadModelInput) -> DeleteReadModelOutput:
+        """Remove the user's read model (part of forgetting the user); idempotent."""
+        try:
+            return DeleteReadModelOutput(deleted=await self.read_model.delete(inp.user_id))
+        except InvalidInputError as exc:
             raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc

@@ -90,9 +90,29 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(run_demo(_with_data_dir(settings, args.data_dir), Path(args.out)))
 
 
-def _not_implemented(args: argparse.Namespace, settings: Settings) -> int:
-    print(f"mnemoflow {args.command}: not implemented yet", file=sys.stderr)
-    return 2
+def _inspect(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from worker.inspect import inspect_user, render
+
+    report = asyncio.run(inspect_user(settings, args.user))
+    print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else render(report))
+    return 0
+
+
+def _forget_arguments(parser: argparse.ArgumentParser) -> None:
+    _user_argument(parser)
+    parser.add_argument("--reason", default="operator request", help="kept in the receipt")
+
+
+def _forget(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from worker.inspect import forget_user
+
+    receipt = asyncio.run(forget_user(settings, args.user, args.reason))
+    print(json.dumps(receipt, indent=2, ensure_ascii=False))
+    return 0
 
 
 COMMANDS: dict[str, Command] = {
@@ -106,9 +126,9 @@ COMMANDS: dict[str, Command] = {
         "play the scripted customer-service story on the embedded stack", _demo, _demo_arguments
     ),
     "inspect": Command(
-        "show a user's profile, fragments, rounds and costs", _not_implemented, _inspect_arguments
+        "show a user's profile, fragments, rounds and costs", _inspect, _inspect_arguments
     ),
-    "forget": Command("forget everything about a user", _not_implemented, _user_argument),
+    "forget": Command("forget everything about a user", _forget, _forget_arguments),
 }
 
 

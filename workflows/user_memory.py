@@ -140,6 +140,7 @@ class UserMemoryWorkflow(UserRequests):
             if self._forget_request is None:
                 raise  # the user workflow itself is being cancelled
             state_ops.round_failed(self._s, record, "cancelled by forget", now, self._cfg)
+            self._rounds_cancelled += 1
             return True
         finally:
             self._round_handle = None

@@ -73,6 +73,7 @@ class UserRequests:
     _forget_request: ForgetRequest | None
     _forget_receipt: ForgetReceipt | None
     _round_handle: asyncio.Task | None
+    _rounds_cancelled: int
 
     def _init_requests(self) -> None:
         self._explicit_inbox = []
@@ -81,6 +82,7 @@ class UserRequests:
         self._forget_request = None
         self._forget_receipt = None
         self._round_handle = None
+        self._rounds_cancelled = 0
 
     @workflow.update
     async def remember(self, req: RememberRequest) -> RememberResult:
@@ -215,11 +217,7 @@ class UserRequests:
             result_type=DeleteReadModelOutput,
             **_store_options("forget: delete read model"),
         )
-        cancelled = sum(1 for r in s.rounds if r.status == "running")
-        for record in s.rounds:
-            if record.status == "running":
-                record.status = "failed"
-                record.error = "cancelled by forget"
+        cancelled, self._rounds_cancelled = self._rounds_cancelled, 0
         s.pending_reinforce = []
         s.uninducted = []
         s.tuned = {}

@@ -22,7 +22,11 @@ def test_histories_are_committed() -> None:
     assert {"timeskip", "pipeline"} <= kinds, f"missing recorded histories in {REPLAY_DIR}"
 
 
+def _read(path: Path) -> str:
+    return path.read_text()
+
+
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays(path: Path) -> None:
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    history = WorkflowHistory.from_json(path.stem, _read(path))
     await replayer().replay_workflow(history)

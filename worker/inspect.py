@@ -1,0 +1,138 @@
+"""`mnemoflow inspect USER` and `mnemoflow forget USER`: what mnemoflow holds about a user.
+
+Both talk to the configured services, or to a running dev stack found on the data dir. Inspect
+reads the user workflow (profile, rounds, costs), the read model and Milvus (fragments); forget
+runs the user workflow's forget saga and prints its receipt.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from middleware import MemoryClient
+from worker.client import connect
+from worker.settings import Settings
+from worker.stack import read_stack
+
+
+def _resolved(settings: Settings) -> Settings:
+    running = read_stack(settings.mnemoflow.data_dir)
+    return running.apply(settings) if running is not None else settings
+
+
+async def _memory_client(settings: Settings) -> MemoryClient:
+    return MemoryClient(
+        temporal=await connect(settings.temporal),
+        task_queue=settings.temporal.task_queue,
+        redis=settings.redis.url,
+        key_prefix=settings.redis.key_prefix,
+        llm_task_queue=settings.temporal.llm_task_queue,
+    )
+
+
+def _when(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
+
+
+async def inspect_user(settings: Settings, user_id: str) -> dict[str, Any]:
+    """Profile, fragments, rounds with their status, costs."""
+    from activities.fragment_store import FragmentStore
+    from worker.app import default_embeddings
+
+    settings = _resolved(settings)
+    client = await _memory_client(settings)
+    store = FragmentStore(
+        uri=settings.milvus.uri,
+        token=settings.milvus.token.get_secret_value() if settings.milvus.token else "",
+        embeddings=default_embeddings(settings),
+        collection=settings.milvus.collection,
+    )
+    try:
+        status = await client.status(user_id)
+        profile = await client.profile(user_id)
+        fragments = await store.all_for_user(user_id)
+    finally:
+        await client.aclose()
+        await store.close()
+    return {
+        "user_id": user_id,
+        "workflow": "running" if status else "none",
+        "profile": profile.model_dump(exclude_defaults=True) if profile else None,
+        "fragments": [
+            {
+                "id": f.id,
+                "theme": f.theme,
+                "types": f.types,
+                "content": f.content,
+                "created_at": _when(f.created_at),
+                "strengthen_count": f.strengthen_count,
+                "thread": f.thread_id,
+                "positions": [f.start_pos, f.end_pos],
+                "explicit": f.explicit,
+            }
+            for f in fragments
+        ],
+        "rounds": [
+            {
+                "round": r.round_no,
+                "status": r.status,
+                "thread": r.thread_id,
+                "positions": [r.start, r.end],
+                "trigger": r.trigger,
+                "fragments": r.fragments,
+                "error": r.error,
+                "workflow_id": r.workflow_id,
+            }
+            for r in (status.rounds if status else [])
+        ],
+        "counters": (
+            {
+                "rounds_completed": status.rounds_completed,
+                "rounds_failed": status.rounds_failed,
+                "pending_turns": status.pending_turns,
+                "inductions": status.inductions,
+                "induction_cursor": status.induction_cursor,
+                "last_error": status.last_error,
+            }
+            if status
+            else {}
+        ),
+        "costs": status.ledger.model_dump() if status else None,
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    """The inspect report for a person."""
+    lines = [f"user {report['user_id']} (memory workflow: {report['workflow']})"]
+    lines.append(f"profile: {json.dumps(report['profile'], ensure_ascii=False)}")
+    lines.append(f"fragments ({len(report['fragments'])}):")
+    for f in report["fragments"]:
+        lines.append(f"  {f['id']} [{f['theme']} | {', '.join(f['types'])}] {f['content'][:100]}")
+    lines.append(f"rounds ({len(report['rounds'])} recent):")
+    for r in report["rounds"]:
+        error = f" error: {r['error']}" if r["error"] else ""
+        lines.append(
+            f"  #{r['round']} {r['status']} {r['thread']} {r['positions']} "
+            f"{r['trigger']} -> {r['fragments']} fragments{error}"
+        )
+    costs = report["costs"]
+    if costs:
+        lines.append(f"cost: {costs['cost']:.6f} {costs['currency']}")
+        for op, usage in costs["by_operation"].items():
+            lines.append(
+                f"  {op}: {usage['calls']} calls, {usage['input_tokens']} in, "
+                f"{usage['output_tokens']} out"
+            )
+    return "\n".join(lines)
+
+
+async def forget_user(settings: Settings, user_id: str, reason: str) -> dict[str, Any]:
+    """Run the forget saga; the receipt says what was deleted and when."""
+    client = await _memory_client(_resolved(settings))
+    try:
+        receipt = await client.forget(user_id, reason)
+    finally:
+        await client.aclose()
+    return receipt.model_dump()
