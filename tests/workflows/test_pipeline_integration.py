@@ -55,7 +55,7 @@ async def test_two_users_several_rounds_each(
         embeddings=UniversalSentenceEncoderEmbeddings(),
     ) as mw:
         tag = uuid.uuid4().hex[:6]
-        users = {f"ada-{tag}": ADA, f"bob {tag} / ünïcode \"quoted\"": BOB}
+        users = {f"ada-{tag}": ADA, f'bob {tag} / ünïcode "quoted"': BOB}
         # Stamped hours ago: production gates apply and every round is due at once.
         t0 = time.time() - 3 * HOUR
         handles = {}
@@ -71,7 +71,9 @@ async def test_two_users_several_rounds_each(
                 )
         for user, handle in handles.items():
             status = await wait_status(
-                handle, lambda s: s.inductions >= 1 and s.uninducted == 0, deadline_s=90,
+                handle,
+                lambda s: s.inductions >= 1 and s.uninducted == 0,
+                deadline_s=90,
                 what="induction",
             )
             assert status.rounds_completed >= 1 and status.rounds_failed == 0

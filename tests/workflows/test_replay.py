@@ -19,7 +19,9 @@ HISTORIES = sorted(REPLAY_DIR.glob("*.json"))
 
 def test_histories_are_committed() -> None:
     kinds = {p.name.split("-")[0] for p in HISTORIES}
-    assert {"timeskip", "pipeline"} <= kinds, f"missing recorded histories in {REPLAY_DIR}"
+    assert {"timeskip", "pipeline", "requests"} <= kinds, (
+        f"missing recorded histories in {REPLAY_DIR}"
+    )
 
 
 def _read(path: Path) -> str:

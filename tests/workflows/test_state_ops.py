@@ -27,8 +27,13 @@ T0 = 1_700_000_000.0
 
 def turns(thread: str, start: int, end: int, t: float = T0) -> list[ChatTurn]:
     return [
-        ChatTurn(thread_id=thread, position=p, role="human" if p % 2 == 0 else "ai",
-                 content=f"message {p}", time=t + p)
+        ChatTurn(
+            thread_id=thread,
+            position=p,
+            role="human" if p % 2 == 0 else "ai",
+            content=f"message {p}",
+            time=t + p,
+        )
         for p in range(start, end)
     ]
 
@@ -79,8 +84,15 @@ def test_completed_round_advances_indexed_and_failed_round_backs_off() -> None:
     s = UserMemoryState()
     batch = turns("a", 0, 4)
     submit(s, "e1", batch)
-    record = RoundRecord(round_no=1, workflow_id="w/round-1", event_id="x", thread_id="a",
-                         start=0, end=4, trigger="handover")
+    record = RoundRecord(
+        round_no=1,
+        workflow_id="w/round-1",
+        event_id="x",
+        thread_id="a",
+        start=0,
+        end=4,
+        trigger="handover",
+    )
     state_ops.round_failed(s, record, "boom", T0 + 900, CFG)
     assert s.threads["a"].pending and s.threads["a"].indexed == 0
     assert state_ops.due_thread(s, CFG, T0 + 901) is None
@@ -93,10 +105,12 @@ def test_completed_round_advances_indexed_and_failed_round_backs_off() -> None:
 
 
 def test_induction_cursor_moves_only_forward_and_only_when_stored() -> None:
-    s = UserMemoryState(uninducted=[
-        FragmentRef(id="f1", created_at=T0, seq=1),
-        FragmentRef(id="f2", created_at=T0 + 5000, seq=2),
-    ])
+    s = UserMemoryState(
+        uninducted=[
+            FragmentRef(id="f1", created_at=T0, seq=1),
+            FragmentRef(id="f2", created_at=T0 + 5000, seq=2),
+        ]
+    )
     gate = time_to_maturity(CFG.long_term_gate, CFG.tau_m, CFG.c_m)
     assert state_ops.mature_for_induction(s, CFG, T0 + gate - 1) == []
     ready = state_ops.mature_for_induction(s, CFG, T0 + gate + 1)

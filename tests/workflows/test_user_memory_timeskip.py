@@ -106,8 +106,12 @@ async def test_llm_down_for_two_hours_then_every_event_indexed_once(
             env.client, mw.task_queue, user, conversation("t", LINES, t0), urgent=True
         )
         done = await wait_status(
-            handle, lambda s: s.rounds_completed == 1, env=env, step_s=600,
-            deadline_s=120, what="round after the outage",
+            handle,
+            lambda s: s.rounds_completed == 1,
+            env=env,
+            step_s=600,
+            deadline_s=120,
+            what="round after the outage",
         )
         assert models.failed_attempts >= 10, "the outage did not last"
         assert done.rounds_failed == 0
@@ -137,8 +141,11 @@ async def test_duplicate_events_and_signals_change_nothing(
         assert first.watermarks["t"].accepted == len(LINES)
         assert first.pending_turns + first.pending_events <= len(LINES) + 3
         done = await wait_status(
-            handle, lambda s: s.rounds_completed >= 1 and s.pending_turns == 0,
-            env=env, step_s=120, what="round",
+            handle,
+            lambda s: s.rounds_completed >= 1 and s.pending_turns == 0,
+            env=env,
+            step_s=120,
+            what="round",
         )
         assert done.rounds_started == 1
         count = await mw.store.count(user)
@@ -174,7 +181,10 @@ async def test_forced_continue_as_new_keeps_all_state(
         done = await wait_status(
             handle,
             lambda s: s.continued >= 1 and s.pending_turns == 0 and s.inductions >= 1,
-            env=env, step_s=60, deadline_s=120, what="continue-as-new after rounds",
+            env=env,
+            step_s=60,
+            deadline_s=120,
+            what="continue-as-new after rounds",
         )
         assert done.watermarks["t"].accepted == len(turns)
         assert done.watermarks["t"].indexed == len(turns)
@@ -196,19 +206,26 @@ async def test_forced_continue_as_new_keeps_all_state(
         for turn in fresh:
             await submit(env.client, mw.task_queue, user, [turn], max_history_events=50)
         queued = await wait_status(
-            handle, lambda s: s.continued > after.continued and s.pending_events == 0,
-            env=env, step_s=1, what="continue-as-new with a queue",
+            handle,
+            lambda s: s.continued > after.continued and s.pending_events == 0,
+            env=env,
+            step_s=1,
+            what="continue-as-new with a queue",
         )
         assert queued.pending_turns == len(fresh)
         assert queued.watermarks["fresh"].accepted == len(fresh)
         assert queued.watermarks["fresh"].indexed == 0
         sliced = await wait_status(
-            handle, lambda s: s.watermarks["fresh"].indexed == len(fresh),
-            env=env, step_s=60, what="the queued turns sliced",
+            handle,
+            lambda s: s.watermarks["fresh"].indexed == len(fresh),
+            env=env,
+            step_s=60,
+            what="the queued turns sliced",
         )
         assert sliced.pending_turns == 0
         fragments = await mw.store.all_for_user(user)
         assert len({f.id for f in fragments}) == len(fragments)
-        covered = sorted(p for f in fragments if f.thread_id == "fresh"
-                         for p in range(f.start_pos, f.end_pos))
+        covered = sorted(
+            p for f in fragments if f.thread_id == "fresh" for p in range(f.start_pos, f.end_pos)
+        )
         assert set(covered) <= set(range(len(fresh)))

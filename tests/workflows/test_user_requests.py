@@ -14,8 +14,10 @@ from models.contracts import (
     RecallRequest,
     RememberRequest,
 )
+from models.ids import user_workflow_id
 from tests.support.drive import conversation, status, submit, wait_status
 from tests.support.memory_worker import memory_worker
+from tests.support.replay import assert_replays
 from workflows.user_memory import UserMemoryWorkflow
 
 LINES = [
@@ -62,6 +64,7 @@ async def test_remember_recall_and_forget_one_fragment(
         )
         assert hit.deleted == 1 and not await mw.store.get(user, [first.fragment_id])
         await wait_status(handle, lambda s: s.pending_turns == 0, deadline_s=60)
+        await assert_replays(dev_env.client, [user_workflow_id(user)], name="requests-remember")
 
 
 async def test_forget_deletes_everything_and_resends_bring_nothing_back(
@@ -94,3 +97,4 @@ async def test_forget_deletes_everything_and_resends_bring_nothing_back(
         assert after.pending_turns == 0 and after.rounds_started == done.rounds_started
         assert await mw.store.count(user) == 0
         assert (await status(handle)).uninducted == 0
+        await assert_replays(dev_env.client, [user_workflow_id(user)], name="requests-forget")
