@@ -6,6 +6,7 @@ when a workflow changes), where tests/workflows/test_replay.py replays them on e
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -40,5 +41,12 @@ async def assert_replays(client: Client, workflow_ids: list[str], *, name: str) 
         REPLAY_DIR.mkdir(parents=True, exist_ok=True)
         for i, history in enumerate(histories):
             safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{name}-{i}")
-            (REPLAY_DIR / f"{safe}.json").write_text(history.to_json())
+            record = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
+            (REPLAY_DIR / f"{safe}.json").write_text(json.dumps(record) + "\n")
     return len(histories)
+
+
+def load_recorded(path: Path) -> WorkflowHistory:
+    """A committed history with the workflow id it was recorded under."""
+    record = json.loads(path.read_text())
+    return WorkflowHistory.from_json(record["workflow_id"], record["history"])

@@ -7,12 +7,12 @@ with workflow.patched(), or record new histories when the change is deliberate.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowHistory
 
-from tests.support.replay import REPLAY_DIR, replayer
+from tests.support.replay import REPLAY_DIR, load_recorded, replayer
 
 HISTORIES = sorted(REPLAY_DIR.glob("*.json"))
 
@@ -24,11 +24,7 @@ def test_histories_are_committed() -> None:
     )
 
 
-def _read(path: Path) -> str:
-    return path.read_text()
-
-
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays(path: Path) -> None:
-    history = WorkflowHistory.from_json(path.stem, _read(path))
+    history = await asyncio.to_thread(load_recorded, path)
     await replayer().replay_workflow(history)
