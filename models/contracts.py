@@ -164,6 +164,7 @@ class UserStatus(BaseModel):
     last_error: str | None
     continued: int
     history_length: int = 0
+    tuned: dict[str, TunedParams] = Field(default_factory=dict)
 
 
 class StatusQuery(BaseModel):

@@ -207,6 +207,7 @@ def status(
         uninducted=len(s.uninducted),
         inductions=s.inductions,
         tuned_themes=list(s.tuned),
+        tuned=dict(s.tuned),
         ledger=s.ledger,
         rounds=list(s.rounds),
         last_error=s.last_error,
