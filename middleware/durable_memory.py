@@ -1,0 +1,258 @@
+"""DurableMemoryMiddleware: long-term memory for a LangChain v1 agent, memory work off the turn.
+
+Mounted as `create_agent(model, tools, middleware=[DurableMemoryMiddleware(client=...)],
+checkpointer=...)`. It declares its own state schema, so the positions it records survive in the
+checkpointer (the ancestor wrote to undeclared channels, and LangGraph silently dropped them).
+
+Per turn (SPEC section 3, "Triggers"):
+- before the agent: resolve the user id (a clear ValueError without one), stamp new messages,
+  and record in state what earlier background hand-overs got accepted;
+- every model call: one read of the injected context (never raises, never waits for a round);
+  trim the request below the thread's indexed watermark when the window reached its budget;
+  rewrite the system prompt as core -> profile -> fragments; after a call that used fragments,
+  signal their ids in the background;
+- after the agent: stamp what the turn added and hand the messages after the accepted watermark
+  over to the user's workflow as a background task (the turn never awaits it; the next turn
+  re-sends whatever was not accepted). The graph state keeps every message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    ModelRequest,
+    ModelResponse,
+    OmitFromInput,
+)
+from langchain_core.messages import AnyMessage, SystemMessage
+from langgraph.runtime import Runtime
+
+from memory.prompt import assemble_system_prompt, filter_in_window
+from middleware.client import MemoryClient
+from middleware.window import (
+    handover_trigger,
+    message_text,
+    resolve_thread_id,
+    resolve_user_id,
+    stamp_messages,
+    to_turns,
+    window_start,
+)
+from models.config import MemoryConfig
+from models.contracts import ContextFragment, InjectedContext, Trigger
+from models.profile import UserProfile
+from models.turns import ChatTurn
+
+log = logging.getLogger(__name__)
+
+#: Per-(user, thread) bookkeeping kept in process is bounded to this many entries.
+MAX_TRACKED_THREADS = 10_000
+
+
+def merge_accepted(left: dict[str, int] | None, right: dict[str, int] | None) -> dict[str, int]:
+    """Reducer of `memory_accepted`: per thread, the highest accepted position wins."""
+    merged = dict(left or {})
+    for thread, position in (right or {}).items():
+        merged[thread] = max(merged.get(thread, 0), position)
+    return merged
+
+
+class DurableMemoryState(AgentState[Any]):
+    """The agent state plus what the middleware needs to keep across turns."""
+
+    user_id: NotRequired[str]
+    memory_accepted: NotRequired[Annotated[dict[str, int], OmitFromInput, merge_accepted]]
+
+
+class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
+    """Hands every turn to the user's memory workflow and injects the memory it prepared."""
+
+    state_schema = DurableMemoryState
+
+    def __init__(
+        self,
+        *,
+        client: MemoryClient,
+        core_prompt: str | None = None,
+        config: MemoryConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`core_prompt` None keeps the request's own system message as the core prompt."""
+        super().__init__()
+        if not isinstance(client, MemoryClient):
+            raise TypeError("client must be a middleware.MemoryClient")
+        if core_prompt is not None and not isinstance(core_prompt, str):
+            raise TypeError("core_prompt must be a string or None")
+        self.client = client
+        self.core_prompt = core_prompt
+        self.config = config or client.config
+        self._clock = clock
+        self._tasks: set[asyncio.Task[Any]] = set()
+        # Latest hand-over task and highest accepted position per (user, thread), in process.
+        self._handovers: OrderedDict[tuple[str, str], asyncio.Task[int]] = OrderedDict()
+        self._accepted: dict[tuple[str, str], int] = {}
+        # First position the model saw on the last call, for the ceiling check after the turn.
+        self._window: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    # --- hooks ----------------------------------------------------------------------------
+
+    async def abefore_agent(
+        self, state: DurableMemoryState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Check the user id, stamp new input, record accepted hand-overs of earlier turns."""
+        user_id = resolve_user_id(state, runtime.context)
+        thread = resolve_thread_id(runtime)
+        update: dict[str, Any] = {}
+        stamped = stamp_messages(state["messages"], self._clock())
+        if stamped:
+            update["messages"] = stamped
+        accepted = self._harvest(user_id, thread)
+        if accepted > state.get("memory_accepted", {}).get(thread, 0):
+            update["memory_accepted"] = {thread: accepted}
+        return update or None
+
+    async def aafter_agent(
+        self, state: DurableMemoryState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Stamp the turn's messages and hand everything not yet accepted over, not awaited."""
+        user_id = resolve_user_id(state, runtime.context)
+        thread = resolve_thread_id(runtime)
+        now = self._clock()
+        stamped = stamp_messages(state["messages"], now)
+        by_id = {m.id: m for m in stamped}
+        messages = [by_id.get(m.id, m) for m in state["messages"]]
+        update: dict[str, Any] = {"messages": stamped} if stamped else {}
+        known = state.get("memory_accepted", {}).get(thread, 0)
+        accepted = max(known, self._harvest(user_id, thread))
+        if accepted > known:
+            update["memory_accepted"] = {thread: accepted}
+        if len(messages) > accepted:
+            seen = messages[self._window.get((user_id, thread), 0) :]
+            urgent, trigger = handover_trigger(seen, self.config)
+            turns = to_turns(messages, thread, accepted, now)
+            self._schedule_handover(user_id, thread, turns, urgent, trigger)
+        return update or None
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        """Inject the prepared memory, trim below the indexed watermark; memory never fails it."""
+        state = request.state
+        user_id = resolve_user_id(state, request.runtime.context)
+        thread = resolve_thread_id(request.runtime)
+        history: Sequence[AnyMessage] = state.get("messages", [])
+        context = await self.client.context(user_id)
+
+        indexed = 0
+        if context is not None and thread in context.watermarks:
+            indexed = context.watermarks[thread].indexed
+        start = window_start(history, indexed, self.config)
+        self._remember_window(user_id, thread, start)
+        fragments = self._fragments(context, thread, start)
+
+        overrides: dict[str, Any] = {}
+        if start > 0:
+            positions = {m.id: i for i, m in enumerate(history) if m.id is not None}
+            overrides["messages"] = [
+                m for m in request.messages if m.id is None or positions.get(m.id, start) >= start
+            ]
+        current = message_text(request.system_message) if request.system_message else ""
+        core = self.core_prompt if self.core_prompt is not None else current
+        profile = context.profile if context is not None else UserProfile()
+        prompt = assemble_system_prompt(core, profile, fragments)
+        if prompt != current or (prompt and request.system_message is None):
+            overrides["system_message"] = SystemMessage(content=prompt) if prompt else None
+        response = await handler(request.override(**overrides) if overrides else request)
+
+        if fragments:
+            call_id = f"{thread[:200]}:{len(history)}:{uuid.uuid4().hex}"
+            ids = [f.id for f in fragments]
+            self._spawn(self.client.reinforce(user_id, call_id, ids), "reinforce")
+        return response
+
+    # --- background work ------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Wait for every pending background hand-over and reinforcement (errors are logged)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Flush the background work (the MemoryClient belongs to the caller)."""
+        await self.flush()
+
+    def _schedule_handover(
+        self, user_id: str, thread: str, turns: list[ChatTurn], urgent: bool, trigger: Trigger
+    ) -> None:
+        """Submit the turns after any earlier hand-over of this thread, skipping what it sent."""
+        key = (user_id, thread)
+        previous = self._handovers.get(key)
+
+        async def handover() -> int:
+            if previous is not None:
+                await asyncio.wait([previous])  # its failure is logged; we re-send its turns
+            done = self._accepted.get(key, 0)
+            todo = [t for t in turns if t.position >= done]
+            if todo:
+                await self.client.submit(user_id, todo, urgent=urgent, trigger=trigger)
+                self._accepted[key] = max(self._accepted.get(key, 0), todo[-1].position + 1)
+            return self._accepted.get(key, 0)
+
+        self._handovers[key] = self._spawn(handover(), "hand-over")
+        self._handovers.move_to_end(key)
+        while len(self._handovers) > MAX_TRACKED_THREADS:
+            old, _ = self._handovers.popitem(last=False)
+            self._accepted.pop(old, None)
+
+    def _harvest(self, user_id: str, thread: str) -> int:
+        """Highest position accepted by Temporal in this process (0 if unknown); forgets
+        finished bookkeeping once read, since the state then holds it."""
+        key = (user_id, thread)
+        accepted = self._accepted.get(key, 0)
+        task = self._handovers.get(key)
+        if task is not None and task.done():
+            del self._handovers[key]
+            self._accepted.pop(key, None)
+        return accepted
+
+    def _spawn(self, work: Coroutine[Any, Any, Any], what: str) -> asyncio.Task[Any]:
+        """Run work in the background, keeping a reference until it ends; failures are logged."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+
+        def finished(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("memory %s failed (the turn went on): %r", what, t.exception())
+
+        task.add_done_callback(finished)
+        return task
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _remember_window(self, user_id: str, thread: str, start: int) -> None:
+        key = (user_id, thread)
+        self._window[key] = start
+        self._window.move_to_end(key)
+        while len(self._window) > MAX_TRACKED_THREADS:
+            self._window.popitem(last=False)
+
+    def _fragments(
+        self, context: InjectedContext | None, thread: str, start: int
+    ) -> list[ContextFragment]:
+        """Injected fragments whose sources are out of the window, best first, up to top_k."""
+        if context is None:
+            return []
+        top_k = context.top_k or self.config.top_k
+        return filter_in_window(context.fragments, thread, start)[:top_k]

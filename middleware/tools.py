@@ -1,0 +1,101 @@
+"""Agent tools over a user's memory: remember, recall, forget one memory, stats.
+
+Each tool is bound to the user of the run that calls it (`runtime.context.user_id` or
+`state["user_id"]`, read from the injected ToolRuntime); no tool takes a user id from the model,
+so an agent can never reach another user's memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+from langchain.tools import BaseTool, ToolRuntime, tool
+
+from middleware.client import MemoryClient
+from middleware.window import resolve_user_id
+from models.errors import MemoryUnavailableError
+
+#: Fragment types an explicit memory gets: high importance weighs like a decision.
+IMPORTANCE_TYPES: dict[str, list[str]] = {"high": ["decision", "fact"], "normal": ["fact"]}
+UNAVAILABLE = "Memory is unavailable right now; carry on without it."
+
+
+def _user(runtime: ToolRuntime[Any, Any]) -> str:
+    return resolve_user_id(runtime.state or {}, runtime.context)
+
+
+def memory_tools(client: MemoryClient) -> list[BaseTool]:
+    """The four memory tools, all acting on the calling run's user through `client`."""
+
+    @tool
+    async def remember_this(
+        text: str,
+        runtime: ToolRuntime[Any, Any],
+        importance: Literal["normal", "high"] = "high",
+        theme: str = "remembered",
+    ) -> str:
+        """Remember a fact about the user for future conversations (explicit, high importance)."""
+        user_id = _user(runtime)
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+        # The tool call id makes a retried call store the memory once.
+        event_id = f"tool-{runtime.tool_call_id}-{digest}" if runtime.tool_call_id else None
+        try:
+            result = await client.remember(
+                user_id,
+                text,
+                theme=theme.strip() or "remembered",
+                types=IMPORTANCE_TYPES[importance],
+                event_id=event_id,
+            )
+        except MemoryUnavailableError:
+            return UNAVAILABLE
+        return f"Remembered (memory id {result.fragment_id})."
+
+    @tool
+    async def recall_memories(query: str, runtime: ToolRuntime[Any, Any], limit: int = 5) -> str:
+        """Search the user's long-term memories for a query; best matches first, with ids."""
+        user_id = _user(runtime)
+        try:
+            result = await client.recall(user_id, query, top_k=max(1, min(limit, 50)))
+        except MemoryUnavailableError:
+            return UNAVAILABLE
+        if not result.fragments:
+            return "No memories found."
+        lines = [
+            f"- [{f.id}] ({f.theme}; score {f.score:.2f}) {' '.join(f.content.split())}"
+            for f in result.fragments
+        ]
+        return "\n".join(lines)
+
+    @tool
+    async def forget_memory(fragment_id: str, runtime: ToolRuntime[Any, Any]) -> str:
+        """Delete one of the user's memories by its id (as shown by recall_memories)."""
+        user_id = _user(runtime)
+        try:
+            result = await client.forget_fragment(user_id, fragment_id)
+        except MemoryUnavailableError:
+            return UNAVAILABLE
+        if result.deleted:
+            return f"Forgot memory {fragment_id}."
+        return f"No memory with id {fragment_id}."
+
+    @tool
+    async def memory_stats(runtime: ToolRuntime[Any, Any]) -> str:
+        """How much the memory holds about the user: rounds, pending messages, profile state."""
+        user_id = _user(runtime)
+        try:
+            status = await client.status(user_id)
+        except MemoryUnavailableError:
+            return UNAVAILABLE
+        if status is None:
+            return "No memories yet."
+        ledger = status.ledger
+        return (
+            f"rounds completed {status.rounds_completed}, failed {status.rounds_failed}; "
+            f"messages waiting {status.pending_turns}; profile updates {status.inductions}; "
+            f"fragments not yet in the profile {status.uninducted}; "
+            f"memory cost {ledger.cost:.6f} {ledger.currency}"
+        )
+
+    return [remember_this, recall_memories, forget_memory, memory_stats]

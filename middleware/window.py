@@ -1,0 +1,178 @@
+"""Pure helpers of the middleware: stamping, LangChain -> ChatTurn conversion, ids, trimming.
+
+Nothing here does I/O, so every rule the middleware applies to a window is unit-testable alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, ToolMessage
+
+from memory.triggers import budget_reached, ceiling_reached, estimate_tokens, trim_start
+from models.config import MemoryConfig
+from models.contracts import Trigger
+from models.ids import validate_user_id
+from models.turns import ChatTurn, Role
+
+TIME_KEY = "time"
+DEFAULT_THREAD = "default"
+_ROLES: dict[str, Role] = {
+    "human": "human",
+    "user": "human",
+    "ai": "ai",
+    "assistant": "ai",
+    "system": "system",
+    "developer": "system",
+    "tool": "tool",
+    "function": "tool",
+}
+
+
+def message_time(message: BaseMessage) -> float | None:
+    """The message's stamp (unix seconds), or None when absent or unusable."""
+    value = message.additional_kwargs.get(TIME_KEY)
+    if isinstance(value, bool):
+        return None
+    try:
+        stamp = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return stamp if math.isfinite(stamp) else None
+
+
+def stamp_messages(messages: Sequence[AnyMessage], now: float) -> list[AnyMessage]:
+    """Copies (same ids) of the messages that have no stamp, stamped `now`; others are untouched.
+
+    Returned as a state update, add_messages replaces each message by id; an existing stamp is
+    never overwritten, because an external stamp (set at ingestion) is the more exact one.
+    """
+    stamped: list[AnyMessage] = []
+    for message in messages:
+        if message_time(message) is None and message.id is not None:
+            kwargs = {**message.additional_kwargs, TIME_KEY: now}
+            stamped.append(message.model_copy(update={"additional_kwargs": kwargs}))
+    return stamped
+
+
+def message_text(message: BaseMessage) -> str:
+    """The text of a message; non-text parts and tool calls become short placeholders."""
+    content = message.content
+    parts: list[str] = []
+    if isinstance(content, str):
+        parts.append(content)
+    else:
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping):
+                kind = str(block.get("type", "part"))
+                if kind == "text" and isinstance(block.get("text"), str):
+                    parts.append(block["text"])
+                else:
+                    parts.append(f"[{kind}]")
+    for call in getattr(message, "tool_calls", None) or []:
+        parts.append(f"[tool call: {call.get('name', '?')}]")
+    return "\n".join(p for p in parts if p)
+
+
+def message_role(message: BaseMessage) -> Role:
+    """Our role of a LangChain message (ChatMessage roles mapped; anything else counts as tool)."""
+    kind = getattr(message, "role", None) if message.type == "chat" else message.type
+    return _ROLES.get(str(kind), "tool")
+
+
+def to_turns(
+    messages: Sequence[BaseMessage], thread_id: str, start: int, now: float
+) -> list[ChatTurn]:
+    """ChatTurns of messages[start:], positioned by their index in the thread's state."""
+    turns = []
+    for position in range(max(0, start), len(messages)):
+        message = messages[position]
+        stamp = message_time(message)
+        turns.append(
+            ChatTurn(
+                thread_id=thread_id,
+                position=position,
+                role=message_role(message),
+                content=message_text(message),
+                time=now if stamp is None else stamp,
+                name=message.name,
+            )
+        )
+    return turns
+
+
+def window_tokens(messages: Sequence[BaseMessage]) -> int:
+    """The estimated tokens of a window (texts only; good enough for the budget rules)."""
+    return sum(estimate_tokens(message_text(m)) for m in messages)
+
+
+def handover_trigger(messages: Sequence[BaseMessage], config: MemoryConfig) -> tuple[bool, Trigger]:
+    """(urgent, trigger) of a hand-over, evaluated locally on the model's window."""
+    tokens = window_tokens(messages)
+    if ceiling_reached(tokens, config):
+        return True, "ceiling"
+    if budget_reached(len(messages), tokens, config):
+        return False, "budget"
+    return False, "handover"
+
+
+def last_human_position(messages: Sequence[BaseMessage]) -> int | None:
+    """Index of the latest human message, if any."""
+    for position in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[position], HumanMessage):
+            return position
+    return None
+
+
+def window_start(messages: Sequence[BaseMessage], indexed: int, config: MemoryConfig) -> int:
+    """The first position the model sees: trimmed below `indexed` only over the budget.
+
+    Never past the latest human message; and never starting on a tool result whose tool call
+    would be cut off (providers reject that), so the start moves back to the calling message.
+    """
+    if not budget_reached(len(messages), window_tokens(messages), config):
+        return 0
+    start = trim_start(len(messages), indexed, last_human_position(messages))
+    while 0 < start < len(messages) and isinstance(messages[start], ToolMessage):
+        start -= 1
+    return start
+
+
+def resolve_user_id(state: Mapping[str, Any], context: Any) -> str:
+    """The user id from the runtime context (dataclass, dict or pydantic) or state["user_id"]."""
+    candidate: Any = None
+    if isinstance(context, Mapping):
+        candidate = context.get("user_id")
+    elif context is not None:
+        candidate = getattr(context, "user_id", None)
+    if candidate is None:
+        candidate = state.get("user_id")
+    if candidate is None:
+        raise ValueError(
+            "DurableMemoryMiddleware needs a user id: pass it as runtime context "
+            "(create_agent(..., context_schema=...); agent.ainvoke(..., context={'user_id': ...})) "
+            "or in the state as state['user_id']; there is no shared default user"
+        )
+    try:
+        return validate_user_id(candidate)
+    except ValueError as exc:
+        raise ValueError(f"DurableMemoryMiddleware needs a usable user id: {exc}") from exc
+
+
+def resolve_thread_id(runtime: Any) -> str:
+    """The thread id of the run (checkpointer config), else DEFAULT_THREAD."""
+    info = getattr(runtime, "execution_info", None)
+    thread = getattr(info, "thread_id", None)
+    if thread:
+        return str(thread)
+    try:
+        from langgraph.config import get_config
+
+        configurable = get_config().get("configurable", {})
+    except RuntimeError:  # called outside a graph run (e.g. hooks driven directly)
+        return DEFAULT_THREAD
+    return str(configurable.get("thread_id") or DEFAULT_THREAD)

@@ -1,0 +1,293 @@
+"""DurableMemoryMiddleware hooks called directly, with memory down (nothing listens) or only Redis.
+
+The pure rules (stamping, conversion, trigger, trimming, prompt rewrite, user-id resolution) are
+checked on hand-built states; the MemoryClient is the real one, pointed at closed ports, so "memory
+down -> the turn goes on" is checked with the real failure paths.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from langchain.agents.middleware.types import ModelRequest, ModelResponse
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.runtime import ExecutionInfo, Runtime
+from pydantic import BaseModel
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from memory.prompt import FRAGMENTS_HEADING, PROFILE_HEADING
+from middleware import DurableMemoryMiddleware, MemoryClient
+from middleware.payloads import MAX_EVENT_BYTES, split_event, trim_turn
+from middleware.window import (
+    handover_trigger,
+    message_text,
+    resolve_user_id,
+    stamp_messages,
+    to_turns,
+    window_start,
+)
+from models.config import BudgetPattern, MemoryConfig
+from models.contracts import ContextFragment, InjectedContext, Watermark
+from models.errors import MemoryUnavailableError
+from models.ids import context_key
+from models.profile import UserProfile
+from models.turns import ChatTurn
+from worker.processes import free_port
+
+T0 = 1_700_000_000.0
+SMALL = MemoryConfig(pattern=BudgetPattern.MESSAGES, trigger_threshold=6, max_input_tokens=256)
+
+
+@dataclass
+class Ctx:
+    user_id: str
+
+
+class PydCtx(BaseModel):
+    user_id: str
+
+
+def runtime(user: Any = None, thread: str = "t1") -> Runtime[Any]:
+    info = ExecutionInfo(checkpoint_id="c", checkpoint_ns="", task_id="k", thread_id=thread)
+    return Runtime(context=Ctx(user) if isinstance(user, str) else user, execution_info=info)
+
+
+def chat(n: int) -> list[Any]:
+    """n alternating human/ai messages with ids, stamped 35 s apart from T0."""
+    out: list[Any] = []
+    for i in range(n):
+        cls = HumanMessage if i % 2 == 0 else AIMessage
+        out.append(cls(content=f"message {i}", id=f"m{i}", additional_kwargs={"time": T0 + 35 * i}))
+    return out
+
+
+@pytest.fixture
+async def down_client() -> AsyncIterator[MemoryClient]:
+    """A real MemoryClient whose Temporal and Redis ports have nothing listening."""
+    temporal = await Client.connect(
+        f"127.0.0.1:{free_port()}", lazy=True, data_converter=pydantic_data_converter
+    )
+    client = MemoryClient(
+        temporal=temporal,
+        task_queue="nobody",
+        redis=f"redis://127.0.0.1:{free_port()}/0",
+        config=SMALL,
+        query_timeout_s=0.5,
+    )
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+# --- pure rules -------------------------------------------------------------------------------
+
+
+def test_stamping_keeps_existing_stamps_and_ids() -> None:
+    msgs = [HumanMessage("a", id="1", additional_kwargs={"time": 5.0}), AIMessage("b", id="2")]
+    stamped = stamp_messages(msgs, now=99.0)
+    assert [(m.id, m.additional_kwargs["time"]) for m in stamped] == [("2", 99.0)]
+    assert msgs[1].additional_kwargs == {}, "the original message must not be mutated"
+    assert stamp_messages(stamped, now=123.0) == []
+
+
+def test_conversion_to_chat_turns() -> None:
+    msgs = [
+        SystemMessage("be kind", id="s"),
+        HumanMessage(
+            content=[
+                {"type": "text", "text": "look at this"},
+                {"type": "image_url", "image_url": {"url": "data:..."}},
+            ],
+            id="h",
+            additional_kwargs={"time": T0},
+        ),
+        AIMessage("", id="a", tool_calls=[{"name": "lookup", "args": {}, "id": "c1"}]),
+        ToolMessage("", tool_call_id="c1", id="t", name="lookup"),
+    ]
+    turns = to_turns(msgs, "th", start=1, now=T0 + 9)
+    assert [(t.position, t.role) for t in turns] == [(1, "human"), (2, "ai"), (3, "tool")]
+    assert turns[0].content == "look at this\n[image_url]" and turns[0].time == T0
+    assert turns[1].content == "[tool call: lookup]" and turns[1].time == T0 + 9
+    assert turns[2].content == "" and turns[2].name == "lookup"
+    assert message_text(msgs[0]) == "be kind"
+
+
+def test_trigger_is_local_budget_then_ceiling() -> None:
+    assert handover_trigger(chat(2), SMALL) == (False, "handover")
+    assert handover_trigger(chat(6), SMALL) == (False, "budget")
+    huge = [HumanMessage("x" * 3000, id="h")]
+    assert handover_trigger(huge, SMALL) == (True, "ceiling")
+
+
+def test_trimming_only_over_budget_below_indexed_and_never_past_the_last_human() -> None:
+    assert window_start(chat(4), indexed=4, config=SMALL) == 0, "under budget: no trim"
+    msgs = chat(10)
+    assert window_start(msgs, indexed=6, config=SMALL) == 6
+    assert window_start(msgs, indexed=10, config=SMALL) == 8, "the last human (8) stays"
+    assert window_start(msgs, indexed=0, config=SMALL) == 0
+    msgs[5] = ToolMessage("result", tool_call_id="c", id="m5")
+    assert window_start(msgs, indexed=5, config=SMALL) == 4, "keep the call of a tool result"
+
+
+def test_huge_turns_are_trimmed_and_split_below_the_payload_limit() -> None:
+    big = ChatTurn(thread_id="t", position=0, role="tool", content="x" * 5_000_000, time=T0)
+    assert len(trim_turn(big, 8000).content) <= 8000
+    wide = trim_turn(big, 10_000_000)  # a config asking for more still cannot pass the limit
+    assert len(wide.model_dump_json()) < MAX_EVENT_BYTES
+    emoji = big.model_copy(update={"content": "😀\x01" * 400_000})
+    assert len(trim_turn(emoji, 10_000_000).model_dump_json().encode()) < MAX_EVENT_BYTES
+    turns = [trim_turn(big.model_copy(update={"position": i}), 200_000) for i in range(12)]
+    chunks = list(split_event(turns))
+    assert len(chunks) > 1 and sum(len(c) for c in chunks) == 12
+    assert all(sum(len(t.model_dump_json()) for t in c) <= MAX_EVENT_BYTES for c in chunks)
+
+
+def test_user_id_resolution() -> None:
+    assert resolve_user_id({}, Ctx("a")) == "a"
+    assert resolve_user_id({}, {"user_id": "b"}) == "b"
+    assert resolve_user_id({}, PydCtx(user_id="c")) == "c"
+    assert resolve_user_id({"user_id": "d"}, None) == "d"
+    with pytest.raises(ValueError, match="DurableMemoryMiddleware needs a user id"):
+        resolve_user_id({"messages": []}, None)
+    with pytest.raises(ValueError, match="usable user id"):
+        resolve_user_id({}, Ctx("  "))
+
+
+# --- hooks with memory down -------------------------------------------------------------------
+
+
+async def test_missing_user_id_fails_the_turn_clearly(down_client: MemoryClient) -> None:
+    mw = DurableMemoryMiddleware(client=down_client)
+    with pytest.raises(ValueError, match="needs a user id"):
+        await mw.abefore_agent({"messages": chat(1)}, runtime(None))
+
+
+async def test_before_agent_stamps_only_unstamped_messages(down_client: MemoryClient) -> None:
+    mw = DurableMemoryMiddleware(client=down_client, clock=lambda: T0 + 1000)
+    msgs = [*chat(2), HumanMessage("new", id="n")]
+    update = await mw.abefore_agent({"messages": msgs}, runtime("u"))
+    assert update is not None
+    assert [(m.id, m.additional_kwargs["time"]) for m in update["messages"]] == [("n", T0 + 1000)]
+    assert "memory_accepted" not in update
+
+
+async def test_memory_down_the_turn_goes_on_untrimmed(down_client: MemoryClient) -> None:
+    mw = DurableMemoryMiddleware(client=down_client, core_prompt="CORE")
+    msgs = chat(9)
+    seen: list[ModelRequest[Any]] = []
+
+    async def handler(req: ModelRequest[Any]) -> ModelResponse[Any]:
+        seen.append(req)
+        return ModelResponse(result=[AIMessage("ok")])
+
+    request = ModelRequest(
+        model=None,  # type: ignore[arg-type]
+        messages=msgs,
+        system_message=SystemMessage("ignored"),
+        tool_choice=None,
+        tools=[],
+        response_format=None,
+        state={"messages": msgs},
+        runtime=runtime("u"),
+    )
+    started = time.monotonic()
+    await mw.awrap_model_call(request, handler)
+    assert time.monotonic() - started < 2.0
+    assert seen[0].messages == msgs and seen[0].system_message is not None
+    assert seen[0].system_message.content == "CORE"
+
+    update = await mw.aafter_agent({"messages": msgs}, runtime("u"))
+    await mw.flush()  # the hand-over failed in the background, the turn did not
+    assert update is None or "memory_accepted" not in update
+    assert (await mw.abefore_agent({"messages": msgs}, runtime("u"))) is None
+
+
+async def test_client_fails_fast_and_clearly(down_client: MemoryClient) -> None:
+    assert await down_client.context("u") is None
+    turn = ChatTurn(thread_id="t", position=0, role="human", content="hi", time=T0)
+    with pytest.raises(MemoryUnavailableError):
+        await down_client.submit("u", [turn])
+    with pytest.raises(ValueError):
+        await down_client.submit("", [turn])
+    with pytest.raises(ValueError, match="query_timeout_s"):
+        MemoryClient(temporal=down_client.temporal, task_queue="q", query_timeout_s=5)
+    plain = await Client.connect("127.0.0.1:1", lazy=True)
+    with pytest.raises(ValueError, match="pydantic"):
+        MemoryClient(temporal=plain, task_queue="q")
+
+
+# --- trimming and injection from a real read model (Redis up, Temporal down) ------------------
+
+
+async def test_prompt_rewrite_trim_and_fragment_filter(redis_url: str, unique_name: str) -> None:
+    prefix = f"{unique_name}:"
+    temporal = await Client.connect(
+        f"127.0.0.1:{free_port()}", lazy=True, data_converter=pydantic_data_converter
+    )
+    client = MemoryClient(
+        temporal=temporal, task_queue="q", redis=redis_url, key_prefix=prefix, config=SMALL
+    )
+    frag = lambda i, thread, s, e: ContextFragment(  # noqa: E731
+        id=f"f{i}",
+        theme=f"theme {i}",
+        types=["fact"],
+        content=f"fact {i}",
+        thread_id=thread,
+        start_pos=s,
+        end_pos=e,
+    )
+    context = InjectedContext(
+        user_id="u",
+        version=3,
+        profile=UserProfile(name="Ada"),
+        fragments=[
+            frag(1, "t1", 0, 4),
+            frag(2, "t1", 4, 8),
+            frag(3, "other", 0, 2),
+            frag(4, "", 0, 0),
+        ],
+        watermarks={"t1": Watermark(accepted=10, indexed=6)},
+        top_k=2,
+    )
+    raw = aioredis.Redis.from_url(redis_url)
+    await raw.set(context_key(prefix, "u"), context.model_dump_json())
+    mw = DurableMemoryMiddleware(client=client)
+    msgs = chat(10)
+    seen: list[ModelRequest[Any]] = []
+
+    async def handler(req: ModelRequest[Any]) -> ModelResponse[Any]:
+        seen.append(req)
+        return ModelResponse(result=[AIMessage("ok")])
+
+    request = ModelRequest(
+        model=None,  # type: ignore[arg-type]
+        messages=msgs,
+        system_message=SystemMessage("You are the shop assistant."),
+        tool_choice=None,
+        tools=[],
+        response_format=None,
+        state={"messages": msgs},
+        runtime=runtime("u"),
+    )
+    try:
+        await mw.awrap_model_call(request, handler)
+        await mw.flush()  # the reinforce signal fails in the background (Temporal down)
+    finally:
+        await raw.aclose()
+        await client.aclose()
+    sent = seen[0]
+    assert [m.id for m in sent.messages] == [f"m{i}" for i in range(6, 10)]
+    prompt = str(sent.system_message.content if sent.system_message else "")
+    assert prompt.startswith("You are the shop assistant.")
+    assert prompt.index(PROFILE_HEADING) < prompt.index(FRAGMENTS_HEADING)
+    # f2 covers 4..8, still in the window from 6: skipped; then top_k=2 of the rest.
+    assert "fact 1" in prompt and "fact 3" in prompt
+    assert "fact 2" not in prompt and "fact 4" not in prompt
+    assert len(request.messages) == 10, "the request (and state) keep every message"
