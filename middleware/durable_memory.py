@@ -37,6 +37,7 @@ from langchain_core.messages import AnyMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from memory.prompt import assemble_system_prompt, filter_in_window
+from memory.rerank import rerank_for_query
 from middleware.client import MemoryClient
 from middleware.window import (
     handover_trigger,
@@ -159,7 +160,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             indexed = context.watermarks[thread].indexed
         start = window_start(history, indexed, self.config)
         self._remember_window(user_id, thread, start)
-        fragments = self._fragments(context, thread, start)
+        fragments = self._fragments(context, thread, start, _latest_human_text(history))
 
         overrides: dict[str, Any] = {}
         if start > 0:
@@ -249,10 +250,20 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             self._window.popitem(last=False)
 
     def _fragments(
-        self, context: InjectedContext | None, thread: str, start: int
+        self, context: InjectedContext | None, thread: str, start: int, query: str
     ) -> list[ContextFragment]:
-        """Injected fragments whose sources are out of the window, best first, up to top_k."""
+        """Injected fragments whose sources are out of the window, re-ranked for the latest
+        human message (no I/O), up to top_k."""
         if context is None:
             return []
         top_k = context.top_k or self.config.top_k
-        return filter_in_window(context.fragments, thread, start)[:top_k]
+        outside = filter_in_window(context.fragments, thread, start)
+        return rerank_for_query(outside, query)[:top_k]
+
+
+def _latest_human_text(history: Sequence[AnyMessage]) -> str:
+    """What the user just asked: the query the published fragments are re-ranked for."""
+    for message in reversed(history):
+        if message.type == "human":
+            return message_text(message)
+    return ""

@@ -30,7 +30,6 @@ from models.config import BudgetPattern, MemoryConfig
 from models.ids import user_workflow_id
 from tests.support.drive import eventually
 from tests.support.memory_worker import MemoryWorker, memory_worker
-from tests.support.temporal import dev_env  # noqa: F401  (session fixture)
 from worker.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -131,7 +130,7 @@ def harness(
 
 
 @pytest.fixture
-def env(dev_env: WorkflowEnvironment) -> WorkflowEnvironment:  # noqa: F811
+def env(dev_env: WorkflowEnvironment) -> WorkflowEnvironment:
     """The session's dev server (imported above, so this module needs no conftest)."""
     return dev_env
 
