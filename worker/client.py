@@ -7,10 +7,12 @@ requires, because every contract is a pydantic model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from temporalio.client import Client, TLSConfig
+from temporalio.client import Client, Interceptor, TLSConfig
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 
 from worker.settings import TemporalSettings
 
@@ -31,8 +33,17 @@ def tls_config(settings: TemporalSettings) -> TLSConfig | bool:
     )
 
 
-async def connect(settings: TemporalSettings) -> Client:
-    """Connect to Temporal with the pydantic data converter, TLS and API key as configured."""
+async def connect(
+    settings: TemporalSettings,
+    *,
+    runtime: Runtime | None = None,
+    interceptors: Sequence[Interceptor] = (),
+) -> Client:
+    """Connect to Temporal with the pydantic data converter, TLS and API key as configured.
+
+    `runtime` (one per process, e.g. with a metrics exporter) and `interceptors` (those that are
+    also worker interceptors apply to every Worker on this client) are for `mnemoflow worker`.
+    """
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     return await Client.connect(
         settings.address,
@@ -40,4 +51,6 @@ async def connect(settings: TemporalSettings) -> Client:
         api_key=api_key,
         tls=tls_config(settings),
         data_converter=pydantic_data_converter,
+        runtime=runtime,
+        interceptors=list(interceptors),
     )

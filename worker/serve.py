@@ -1,7 +1,14 @@
 """`mnemoflow worker`: connect to the configured services and poll until told to stop.
 
-SIGTERM (Kubernetes) and Ctrl-C both start a graceful shutdown: the worker stops polling, lets
-running activities finish within `app.GRACEFUL_SHUTDOWN`, then the store clients close.
+Order of events, as Kubernetes sees them:
+1. the health endpoint starts first, so `/healthz` answers at once while `/readyz` says 503;
+2. the worker connects to Temporal (retrying until it can or is told to stop), ensures the
+   Milvus collection and starts polling; from then on `/readyz` checks Temporal, Milvus, Redis
+   and the polling Workers on every probe;
+   With MNEMOFLOW_WORKER_ROLE the process runs only the workflow Worker or only the LLM one
+   (two Deployments on Kubernetes, each scaled on its own queue's backlog);
+3. SIGTERM (or Ctrl-C) makes `/readyz` fail at once, stops polling, lets running activities
+   finish within `app.GRACEFUL_SHUTDOWN`, closes the store clients and exits 0.
 """
 
 from __future__ import annotations
@@ -9,15 +16,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
+from temporalio.worker import Worker
 
-from worker.app import running_worker
+from worker.app import GRACEFUL_SHUTDOWN, WorkerResources, activity_methods, build_worker
 from worker.client import connect
+from worker.health import Handler, HttpEndpoint, Readiness, probe_routes
 from worker.search_attributes import ensure_search_attributes
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
+
+#: A user id no one has: readiness reads it (one Redis GET, one Milvus count) to prove the
+#: stores answer, without touching real data.
+PROBE_USER = "mnemoflow-readiness-probe"
 
 
 async def _try_register_search_attributes(client: Client) -> None:
@@ -29,6 +46,126 @@ async def _try_register_search_attributes(client: Client) -> None:
         log.warning("could not register the mnemoflow search attributes: %s", err)
 
 
+async def _connect_until(settings: Settings, stop: asyncio.Event, **options: Any) -> Client | None:
+    """A connected client, or None if told to stop first (a pod may start before Temporal)."""
+    while not stop.is_set():
+        try:
+            return await connect(settings.temporal, **options)
+        except Exception as err:
+            log.warning("cannot reach Temporal at %s yet: %s", settings.temporal.address, err)
+        try:  # retry pause that a stop request cuts short
+            await asyncio.wait_for(stop.wait(), settings.mnemoflow.connect_retry_s)
+        except TimeoutError:
+            pass
+    return None
+
+
+def add_readiness_checks(
+    readiness: Readiness, client: Client, res: WorkerResources, workers: list[Worker]
+) -> None:
+    """Temporal, Milvus and Redis answer, and every Worker of this process polls."""
+
+    async def temporal() -> object:
+        return await client.workflow_service.get_system_info(GetSystemInfoRequest())
+
+    async def polling() -> bool:
+        return all(w.is_running for w in workers)
+
+    readiness.add("temporal", temporal)
+    readiness.add("milvus", lambda: res.store.count(PROBE_USER))
+    readiness.add("redis", lambda: res.read_model.get(PROBE_USER))
+    readiness.add("polling", polling)
+
+
+def _models(settings: Settings) -> Any:
+    # Only the heuristic models have a latency knob; anything else is built by worker.app.
+    latency = settings.mnemoflow.heuristic_latency_s
+    if latency and settings.resolved_models() == "heuristic":
+        from activities.llm.heuristic import HeuristicMemoryModels
+
+        return HeuristicMemoryModels(latency_s=latency)
+    return None
+
+
+def _llm_worker(client: Client, settings: Settings, res: WorkerResources) -> Worker:
+    """The LLM activities' Worker on their own queue, with the queue-wide rate limit."""
+    from activities.llm_activities import LLMActivities
+
+    queue = settings.temporal.llm_task_queue
+    assert queue is not None
+    llm = next(o for o in res.activity_objects if isinstance(o, LLMActivities))
+    return Worker(
+        client,
+        task_queue=queue,
+        activities=activity_methods(llm),
+        max_concurrent_activities=settings.mnemoflow.max_concurrent_activities,
+        max_task_queue_activities_per_second=settings.mnemoflow.llm_activities_per_second,
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+    )
+
+
+def workers_for_role(client: Client, settings: Settings, res: WorkerResources) -> list[Worker]:
+    """The Workers this process runs, by `MNEMOFLOW_WORKER_ROLE`."""
+    role = settings.mnemoflow.worker_role
+    separate = res.llm_worker is not None
+    if role != "all" and not separate:
+        raise ValueError(
+            f"MNEMOFLOW_WORKER_ROLE={role} needs TEMPORAL_LLM_TASK_QUEUE set to a queue other "
+            "than TEMPORAL_TASK_QUEUE"
+        )
+    if not separate:
+        if settings.mnemoflow.llm_activities_per_second is not None:
+            log.warning("LLM rate limit ignored: the LLM activities share the main task queue")
+        return [res.worker]
+    llm = _llm_worker(client, settings, res)
+    return {"all": [res.worker, llm], "workflow": [res.worker], "llm": [llm]}[role]
+
+
+@asynccontextmanager
+async def running_role(
+    client: Client, settings: Settings
+) -> AsyncIterator[tuple[WorkerResources, list[Worker]]]:
+    """Like `app.running_worker`, but only the Workers of this process's role."""
+    _, res = build_worker(client, settings, models=_models(settings))
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(res.aclose)
+        workers = workers_for_role(client, settings, res)
+        await res.store.ensure()
+        for each in workers:
+            await stack.enter_async_context(each)
+        yield res, workers
+
+
+async def _endpoints(
+    settings: Settings, readiness: Readiness, stack: AsyncExitStack
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Start the health and metrics endpoints; returns (metrics, runtime, connect options)."""
+    from worker.processes import free_port
+
+    cfg = settings.mnemoflow
+    routes: dict[int, dict[str, Handler]] = {}
+    if cfg.health_port is not None:
+        routes.setdefault(cfg.health_port, {}).update(probe_routes(readiness))
+    metrics = runtime = None
+    options: dict[str, Any] = {}
+    if cfg.metrics_port is not None:
+        from worker.interceptors import MetricsInterceptor
+        from worker.metrics import CONTENT_TYPE, MnemoflowMetrics, render, sdk_runtime
+
+        sdk_port = cfg.sdk_metrics_port or free_port()
+        metrics, runtime = MnemoflowMetrics(), sdk_runtime(sdk_port)
+        options = {"runtime": runtime, "interceptors": [MetricsInterceptor(metrics)]}
+        sdk_url = f"http://127.0.0.1:{sdk_port}/metrics"
+
+        async def scrape() -> tuple[int, str, bytes]:
+            return 200, CONTENT_TYPE, await render(metrics, sdk_url)
+
+        routes.setdefault(cfg.metrics_port, {})["/metrics"] = scrape
+    for port, table in routes.items():
+        await stack.enter_async_context(HttpEndpoint(cfg.http_host, port, table))
+    return metrics, runtime, options
+
+
 async def serve(settings: Settings) -> int:
     """Run the worker(s) until SIGINT/SIGTERM; returns the exit code."""
     stop = asyncio.Event()
@@ -37,11 +174,19 @@ async def serve(settings: Settings) -> int:
         loop.add_signal_handler(signum, stop.set)
 
     log.info("settings: %s", settings.redacted())
-    client = await connect(settings.temporal)
-    await _try_register_search_attributes(client)
-    async with running_worker(client, settings) as resources:
-        queues = [w.task_queue for w in resources.workers]
-        log.info("polling %s on %s", queues, settings.temporal.address)
-        await stop.wait()
-        log.info("shutting down gracefully")
+    readiness = Readiness()
+    async with AsyncExitStack() as stack:
+        _, _, options = await _endpoints(settings, readiness, stack)
+        client = await _connect_until(settings, stop, **options)
+        if client is None:
+            return 0
+        await _try_register_search_attributes(client)
+        async with running_role(client, settings) as (resources, workers):
+            add_readiness_checks(readiness, client, resources, workers)
+            queues = [w.task_queue for w in workers]
+            log.info("polling %s on %s", queues, settings.temporal.address)
+            await stop.wait()
+            readiness.drain()
+            log.info("shutting down gracefully (running activities may finish)")
+        log.info("worker stopped")
     return 0

@@ -151,6 +151,24 @@ class MnemoflowSettings(BaseSettings):
     """Port of the HTTP health endpoint for probes (unset = no endpoint)."""
     metrics_port: int | None = None
     """Port of the Prometheus /metrics endpoint (unset = no endpoint)."""
+    http_host: str = "0.0.0.0"
+    """Address the health and metrics endpoints bind to (0.0.0.0 = every interface, as
+    Kubernetes probes and scrapes reach the pod IP)."""
+    sdk_metrics_port: int | None = None
+    """Loopback port of the Temporal SDK's own Prometheus exporter, whose page /metrics
+    appends (unset = any free port)."""
+    connect_retry_s: float = 2.0
+    """Pause between attempts to reach Temporal at start (the worker keeps trying, not ready,
+    until it connects or is told to stop)."""
+    heuristic_latency_s: float = 0.0
+    """Simulated latency of each heuristic model call, for tests and demos of slow LLMs."""
+    worker_role: Literal["all", "workflow", "llm"] = "all"
+    """What `mnemoflow worker` polls: "all" = workflows and every activity; "workflow" = the
+    workflows and the Milvus/Redis activities; "llm" = only the LLM activities, on
+    TEMPORAL_LLM_TASK_QUEUE (both split roles need that queue set)."""
+    llm_activities_per_second: float | None = None
+    """Rate limit of the LLM activities across every worker of their task queue (enforced by
+    Temporal; only applied when they have a queue of their own; unset = no limit)."""
     max_concurrent_activities: int = 64
     """Activities one worker runs at once (they are async and I/O bound)."""
     pseudonymous_user_keys: bool = False

@@ -1,0 +1,239 @@
+"""`mnemoflow worker` as Kubernetes runs it: a subprocess configured by environment variables.
+
+Liveness answers before anything is connected, readiness only once Temporal, Milvus and Redis
+answer and the Workers poll; /metrics serves the Temporal SDK's metrics and mnemoflow's own after
+a round; SIGTERM during a slow activity lets it finish and the process exits 0 in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from models.contracts import ActivityName
+from models.ids import round_workflow_id, user_workflow_id
+from tests.support.drive import conversation, eventually, submit, wait_status
+from worker.app import GRACEFUL_SHUTDOWN
+from worker.processes import LOOPBACK, ManagedProcess, free_port
+from worker.search_attributes import wanted
+from worker.temporal_dev import start_temporal_dev
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+LINES = [
+    "Hello, my name is Ada and I work as a nurse in Leeds.",
+    "Welcome Ada! What can I do for you today?",
+    "My order number is 55120 and the parcel is late.",
+    "Let me look up order 55120.",
+]
+_PREFIXES = ("TEMPORAL_", "MILVUS_", "REDIS_", "DEEPSEEK_", "MNEMOFLOW_")
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    """(status, body) of GET http://127.0.0.1:port/path; status 0 when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}{path}", timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError:
+        return 0, ""
+
+
+async def get(port: int, path: str) -> tuple[int, str]:
+    return await asyncio.to_thread(_get, port, path)
+
+
+class WorkerProcess:
+    """A `mnemoflow worker` subprocess with its own ports, queue, collection and log."""
+
+    def __init__(self, tmp: Path, temporal: str, milvus_uri: str, redis_url: str, **env: str):
+        self.health_port, self.metrics_port = free_port(), free_port()
+        self.task_queue = f"deploy-{uuid.uuid4().hex[:8]}"
+        self.log_path = tmp / f"worker-{self.task_queue}.log"
+        base = {k: v for k, v in os.environ.items() if not k.startswith(_PREFIXES)}
+        base.update(
+            TEMPORAL_ADDRESS=temporal,
+            TEMPORAL_TASK_QUEUE=self.task_queue,
+            MILVUS_URI=milvus_uri,
+            MILVUS_COLLECTION=f"t_{uuid.uuid4().hex[:12]}",
+            MILVUS_EMBEDDING="hashing",
+            REDIS_URL=redis_url,
+            REDIS_KEY_PREFIX=f"{self.task_queue}:",
+            MNEMOFLOW_MODELS="heuristic",
+            MNEMOFLOW_HTTP_HOST=LOOPBACK,
+            MNEMOFLOW_HEALTH_PORT=str(self.health_port),
+            MNEMOFLOW_METRICS_PORT=str(self.metrics_port),
+            MNEMOFLOW_CONNECT_RETRY_S="0.2",
+            **env,
+        )
+        self._log = self.log_path.open("wb")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", "worker"],
+            cwd=ROOT,
+            env=base,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    async def wait_until(self, path: str, status: int, deadline_s: float = 90.0) -> str:
+        end = time.monotonic() + deadline_s
+        while True:
+            code, body = await get(self.health_port, path)
+            if code == status:
+                return body
+            if self.popen.poll() is not None:
+                raise AssertionError(f"worker exited {self.popen.returncode}:\n{self.log()}")
+            if time.monotonic() > end:
+                raise AssertionError(
+                    f"{path} never gave {status} (last {code} {body}):\n{self.log()}"
+                )
+            await asyncio.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(timeout=30)
+        self._log.close()
+
+
+async def test_probes_follow_connection_and_metrics_are_served(
+    tmp_path: Path, milvus_uri: str, redis_url: str
+) -> None:
+    # Temporal is not there yet: the worker must be alive but not ready until it connects.
+    port = free_port()
+    proc = WorkerProcess(tmp_path, f"{LOOPBACK}:{port}", milvus_uri, redis_url)
+    temporal: ManagedProcess | None = None
+    try:
+        assert (await proc.wait_until("/healthz", 200, deadline_s=60)) == "ok\n"
+        body = json.loads(await proc.wait_until("/readyz", 503))
+        assert body["ready"] is False
+        assert (await get(proc.health_port, "/nope"))[0] == 404
+
+        temporal = await asyncio.to_thread(
+            start_temporal_dev, port, None, tmp_path / "temporal.db", wanted()
+        )
+        body = json.loads(await proc.wait_until("/readyz", 200))
+        assert body == {
+            "ready": True,
+            "checks": {"milvus": "ok", "polling": "ok", "redis": "ok", "temporal": "ok"},
+        }
+
+        client = await Client.connect(f"{LOOPBACK}:{port}", data_converter=pydantic_data_converter)
+        turns = conversation("thread-1", LINES, time.time() - 3 * 3600)
+        user = f"ada-{uuid.uuid4().hex[:6]}"
+        handle = await submit(client, proc.task_queue, user, turns, urgent=True)
+        await wait_status(handle, lambda s: s.rounds_completed >= 1, deadline_s=90, what="round")
+        await _assert_metrics(proc.metrics_port)
+    finally:
+        proc.stop()
+        if temporal is not None:
+            temporal.stop()
+
+
+async def _assert_metrics(port: int) -> None:
+    wanted_names = [
+        'mnemoflow_rounds_total{outcome="completed"}',
+        "mnemoflow_fragments_indexed_total",
+        "mnemoflow_injected_context_bytes_bucket",
+        'mnemoflow_llm_tokens_total{kind="input",operation="slice"}',
+        "mnemoflow_llm_cost_total",
+        "mnemoflow_select_seconds_bucket",
+        'mnemoflow_activity_seconds_count{activity="mnemoflow.publish",outcome="completed"}',
+        "temporal_request_total",
+        "temporal_workflow_completed_total",
+        "temporal_activity_execution_latency_seconds_bucket",
+        "temporal_worker_task_slots_available",
+    ]
+
+    async def served() -> bool:
+        code, text = await get(port, "/metrics")
+        return code == 200 and all(name in text for name in wanted_names)
+
+    try:
+        # The SDK's exporter and the round's last workflow task land a moment after the status.
+        await eventually(served, deadline_s=30, what="the named metrics")
+    except AssertionError:
+        text = (await get(port, "/metrics"))[1]
+        missing = [n for n in wanted_names if n not in text]
+        names = sorted(
+            {
+                line.split("{")[0].split(" ")[0]
+                for line in text.splitlines()
+                if line.startswith("temporal_")
+            }
+        )
+        raise AssertionError(f"missing {missing} in {names}") from None
+
+
+async def test_sigterm_lets_a_slow_activity_finish_and_exits_zero(
+    tmp_path: Path, dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    address = dev_env.client.service_client.config.target_host
+    slow = 4.0  # every heuristic model call; far below the graceful shutdown timeout
+    proc = WorkerProcess(
+        tmp_path, address, milvus_uri, redis_url, MNEMOFLOW_HEURISTIC_LATENCY_S=str(slow)
+    )
+    try:
+        await proc.wait_until("/readyz", 200)
+        client = dev_env.client
+        user = f"slow-{uuid.uuid4().hex[:6]}"
+        turns = conversation("thread-1", LINES, time.time() - 3 * 3600)
+        await submit(client, proc.task_queue, user, turns, urgent=True)
+        round_handle = client.get_workflow_handle(round_workflow_id(user_workflow_id(user), 1))
+
+        async def slicing() -> bool:
+            try:
+                desc = await round_handle.describe()
+            except Exception:
+                return False  # the child is not started yet
+            return any(
+                p.activity_type.name == ActivityName.SLICE
+                and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                for p in desc.raw_description.pending_activities
+            )
+
+        await eventually(slicing, deadline_s=60, what="the slice activity to start")
+        started = time.monotonic()
+        proc.popen.send_signal(signal.SIGTERM)
+        await proc.wait_until("/readyz", 503, deadline_s=5)  # draining: no longer ready
+        rc = await asyncio.to_thread(proc.popen.wait, GRACEFUL_SHUTDOWN.total_seconds() + 10)
+        took = time.monotonic() - started
+        assert rc == 0, proc.log()
+        assert took < GRACEFUL_SHUTDOWN.total_seconds(), f"took {took:.1f}s"
+
+        events = [e async for e in round_handle.fetch_history_events()]
+        completed = [
+            e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        ]
+        assert completed, "the in-flight slice activity did not complete before exit"
+        assert not any(
+            e.event_type
+            in (
+                EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+                EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+            )
+            for e in events
+        )
+        assert "shutting down gracefully" in proc.log()
+    finally:
+        proc.stop()
