@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TYPED  := models memory workflows activities worker middleware
 
-.PHONY: venv lint test demo dev bench fmt docs clean distclean
+.PHONY: venv lint test demo dev bench fmt docs clean distclean deploy-check constraints
 
 venv: $(STAMP)
 
@@ -47,6 +47,16 @@ fmt: venv
 # Regenerate the README configuration table from worker/settings.py.
 docs: venv
 	$(BIN)/python -m worker.settings_doc --write README.md
+
+# Render the Helm chart for every environment and validate each manifest (offline).
+deploy-check: venv
+	$(BIN)/python -m deploy.manifests
+	$(BIN)/hadolint deploy/Dockerfile
+
+# Re-pin the image's dependencies from the current venv.
+constraints: venv
+	{ sed -n '1,2p' deploy/constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^mnemoflow'; } > deploy/constraints.txt.new
+	mv deploy/constraints.txt.new deploy/constraints.txt
 
 # Leaves .venv and the dev stack's data dir (.run) alone; `distclean` removes both.
 clean:
