@@ -3,6 +3,8 @@
 Everything that talks to Temporal (worker, dev stack, CLI commands, tests of the process) goes
 through `connect`, so the data converter is the same everywhere: pydantic, as SPEC section 5
 requires, because every contract is a pydantic model.
+With encryption keys configured it also carries the AES-GCM payload codec (`worker.codec`),
+so no client or worker can send conversation text to Temporal in the clear.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from temporalio.client import Client, Interceptor, TLSConfig
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 
+from worker.codec import data_converter
 from worker.settings import TemporalSettings
 
 
@@ -50,7 +52,7 @@ async def connect(
         namespace=settings.namespace,
         api_key=api_key,
         tls=tls_config(settings),
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(settings.encryption),
         runtime=runtime,
         interceptors=list(interceptors),
     )

@@ -9,11 +9,23 @@ Field docstrings become the descriptions the README configuration table is gener
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, SecretStr, field_serializer, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.config import Vocation
@@ -43,6 +55,139 @@ def _config(prefix: str) -> SettingsConfigDict:
     )
 
 
+#: A key id: short, printable, and free of the separators of the key list.
+_KID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def parse_keys(text: str, source: str) -> dict[str, bytes]:
+    """`kid:base64key` items (comma or whitespace separated) or a JSON object `{kid: base64}`.
+
+    Errors name the source and the key id, never the key material.
+    """
+    text = text.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{source}: not valid JSON ({err.msg})") from None
+        if not isinstance(items, dict) or not all(isinstance(v, str) for v in items.values()):
+            raise ValueError(f"{source}: the JSON form is an object of key id -> base64 key")
+        pairs = list(items.items())
+    else:
+        pairs = []
+        for item in re.split(r"[,\s]+", text):
+            kid, sep, encoded = item.partition(":")
+            if not sep:
+                raise ValueError(f"{source}: expected kid:base64key items, got one without ':'")
+            pairs.append((kid, encoded))
+    keys: dict[str, bytes] = {}
+    for kid, encoded in pairs:
+        if not _KID.fullmatch(kid):
+            raise ValueError(f"{source}: key id {kid[:64]!r} is not 1-64 of [A-Za-z0-9._-]")
+        if kid in keys:
+            raise ValueError(f"{source}: key id {kid!r} is listed twice")
+        try:  # standard or URL-safe alphabet, padding optional
+            std = encoded.strip().replace("-", "+").replace("_", "/")
+            key = base64.b64decode(std + "=" * (-len(std) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"{source}: key {kid!r} is not valid base64") from None
+        if len(key) != 32:
+            raise ValueError(f"{source}: key {kid!r} has {len(key)} bytes; AES-256 needs 32")
+        keys[kid] = key
+    return keys
+
+
+class EncryptionSettings(BaseSettings):
+    """Payload encryption (AES-256-GCM) and the codec server that lets operators read it.
+
+    Read with the Temporal settings (every client and worker connects with the same codec);
+    encryption is off when no key is configured.
+    """
+
+    # A validation error must not echo the input: it holds the key material.
+    model_config = SettingsConfigDict(**_config("MNEMOFLOW_"), hide_input_in_errors=True)
+
+    encryption_keys: SecretStr | None = None
+    """Payload encryption keys: "kid1:base64key,kid2:base64key" or a JSON object
+    {"kid": "base64key"}; 32-byte keys. Unset (and no keys file) = payloads unencrypted.
+    Never logged."""
+    encryption_keys_file: Path | None = None
+    """File with more keys in the same format (a mounted secret); its keys are listed before
+    those of MNEMOFLOW_ENCRYPTION_KEYS."""
+    encryption_active_key: str | None = None
+    """Key id new payloads are encrypted with (unset = the last key listed); the others only
+    decrypt, so keep a retired key for as long as histories sealed with it are kept."""
+    codec_token: SecretStr | None = None
+    """Bearer token the codec server (`mnemoflow codec-server`) requires; never logged."""
+    codec_host: str = "127.0.0.1"
+    """Address the codec server binds to."""
+    codec_port: int = 8234
+    """Port of the codec server."""
+    codec_cors_origins: str | None = None
+    """Comma-separated origins of the Temporal Web UIs allowed to call the codec server
+    (e.g. https://temporal.example.com); unset = no cross-origin access."""
+
+    _keys: dict[str, bytes] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _load_keys(self) -> EncryptionSettings:
+        # Read (and validate) the key material once, when the settings are read: a bad key
+        # fails the process at start, not at its first payload.
+        keys: dict[str, bytes] = {}
+        if self.encryption_keys_file is not None:
+            try:
+                text = self.encryption_keys_file.read_text()
+            except OSError as err:
+                raise ValueError(f"MNEMOFLOW_ENCRYPTION_KEYS_FILE: {err.strerror}") from None
+            keys = parse_keys(text, "MNEMOFLOW_ENCRYPTION_KEYS_FILE")
+        if self.encryption_keys is not None:
+            more = parse_keys(self.encryption_keys.get_secret_value(), "MNEMOFLOW_ENCRYPTION_KEYS")
+            for kid, key in more.items():
+                if keys.get(kid, key) != key:
+                    raise ValueError(f"key id {kid!r} has different keys in the file and the env")
+            keys |= more
+        if self.encryption_active_key is not None and self.encryption_active_key not in keys:
+            raise ValueError(
+                f"MNEMOFLOW_ENCRYPTION_ACTIVE_KEY={self.encryption_active_key!r} names no "
+                f"configured key (configured: {', '.join(keys) or 'none'})"
+            )
+        self._keys = keys
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether payloads are encrypted."""
+        return bool(self._keys)
+
+    def key_material(self) -> dict[str, bytes]:
+        """Key id -> 32-byte key, in the order listed (empty = encryption off)."""
+        return dict(self._keys)
+
+    def active_key_id(self, keys: dict[str, bytes]) -> str:
+        """The key id new payloads are sealed with: the configured one, else the last listed."""
+        return self.encryption_active_key or list(keys)[-1]
+
+    def cors_origins(self) -> list[str]:
+        """The allowed Web UI origins."""
+        return [
+            o.strip().rstrip("/") for o in (self.codec_cors_origins or "").split(",") if o.strip()
+        ]
+
+    def redacted(self) -> dict[str, Any]:
+        """A printable summary: key ids but never key material or the token."""
+        keys = self._keys
+        return {
+            "encryption": "on" if keys else "off",
+            "key ids": list(keys),
+            "active key": self.active_key_id(keys) if keys else None,
+            "codec_token": "set" if self.codec_token is not None else "unset",
+            "codec": f"{self.codec_host}:{self.codec_port}",
+            "codec_cors_origins": self.cors_origins(),
+        }
+
+
 class TemporalSettings(BaseSettings):
     """Where the Temporal service is and how to reach it (names as in the `temporal` CLI)."""
 
@@ -68,6 +213,9 @@ class TemporalSettings(BaseSettings):
     """Override of the TLS server name (SNI)."""
     api_key: SecretStr | None = None
     """API key (Temporal Cloud); sent as a bearer token, never logged."""
+    encryption: EncryptionSettings = Field(default_factory=EncryptionSettings)
+    """Payload encryption of every client and worker; set through the MNEMOFLOW_ENCRYPTION_*
+    variables below (this variable only takes their JSON form)."""
 
     @property
     def uses_tls(self) -> bool:
@@ -225,6 +373,8 @@ class Settings(BaseModel):
             for name, value in getattr(self, section):
                 if isinstance(value, SecretStr):
                     values[name] = "set"
+                elif isinstance(value, EncryptionSettings):
+                    values[name] = value.redacted()
                 elif value is None and name in _SECRET_FIELDS:
                     values[name] = "unset"
                 elif isinstance(value, str):  # StrEnum included: print its plain value
@@ -239,7 +389,7 @@ class Settings(BaseModel):
 
 
 #: Field names whose type is a secret (reported as set/unset even when unset).
-_SECRET_FIELDS = frozenset({"api_key", "token"})
+_SECRET_FIELDS = frozenset({"api_key", "token", "encryption_keys", "codec_token"})
 
 #: (section attribute, settings class) in documentation order.
 SECTIONS: tuple[tuple[str, type[BaseSettings]], ...] = (
@@ -248,4 +398,5 @@ SECTIONS: tuple[tuple[str, type[BaseSettings]], ...] = (
     ("redis", RedisSettings),
     ("deepseek", DeepSeekSettings),
     ("mnemoflow", MnemoflowSettings),
+    ("temporal.encryption", EncryptionSettings),
 )
