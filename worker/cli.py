@@ -115,6 +115,23 @@ def _forget(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _codec_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="bind address (default: MNEMOFLOW_CODEC_HOST)")
+    parser.add_argument("--port", type=int, help="port (default: MNEMOFLOW_CODEC_PORT)")
+
+
+def _codec_server(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.codec_server import serve_codec
+
+    encryption = settings.temporal.encryption
+    host, port = args.host or encryption.codec_host, args.port or encryption.codec_port
+    try:
+        return asyncio.run(serve_codec(settings.temporal, host, port))
+    except ValueError as err:
+        print(f"mnemoflow codec-server: {err}", file=sys.stderr)
+        return 2
+
+
 COMMANDS: dict[str, Command] = {
     "dev": Command(
         "run the embedded stack (Temporal dev server + UI, Redis, Milvus Lite, a worker)",
@@ -129,6 +146,11 @@ COMMANDS: dict[str, Command] = {
         "show a user's profile, fragments, rounds and costs", _inspect, _inspect_arguments
     ),
     "forget": Command("forget everything about a user", _forget, _forget_arguments),
+    "codec-server": Command(
+        "serve the payload codec (bearer token, CORS) so the Temporal UI and CLI show plaintext",
+        _codec_server,
+        _codec_server_arguments,
+    ),
 }
 
 

@@ -88,7 +88,7 @@ async def _stop_all(procs: list[ManagedProcess]) -> None:
 
 
 async def _start_services(
-    data_dir: Path, ports: DevPorts, stack: AsyncExitStack
+    data_dir: Path, ports: DevPorts, stack: AsyncExitStack, ui_codec_endpoint: str | None = None
 ) -> list[ManagedProcess]:
     """Start the three services in parallel; whatever started is registered for stopping."""
     assert ports.temporal and ports.redis and ports.milvus
@@ -97,7 +97,12 @@ async def _start_services(
         asyncio.to_thread(start_redis, ports.redis, data_dir),
         asyncio.to_thread(start_milvus_lite, ports.milvus, data_dir),
         asyncio.to_thread(
-            start_temporal_dev, ports.temporal, ports.ui, data_dir / "temporal.db", wanted()
+            start_temporal_dev,
+            ports.temporal,
+            ports.ui,
+            data_dir / "temporal.db",
+            wanted(),
+            ui_codec_endpoint=ui_codec_endpoint,
         ),
         return_exceptions=True,
     )
@@ -107,6 +112,31 @@ async def _start_services(
     if errors:
         raise errors[0]
     return started
+
+
+async def _start_codec_server(
+    settings: Settings, ports: DevPorts, stack: AsyncExitStack
+) -> str | None:
+    """With encryption on, the codec server the Web UI decodes with; its URL (None = off)."""
+    from worker.codec_server import build_codec_server, running_codec_server
+
+    encryption = settings.temporal.encryption
+    if not encryption.enabled:
+        return None
+    port = encryption.codec_port
+    if not _bindable(port) or port in (ports.temporal, ports.ui, ports.redis, ports.milvus):
+        port = free_port()
+    ui_origins = (
+        [f"http://{host}:{ports.ui}" for host in (LOOPBACK, "localhost")] if ports.ui else []
+    )
+    # Loopback only, like the dev server itself: without MNEMOFLOW_CODEC_TOKEN the dev UI (which
+    # has no login to take a token from) can decode; with it, the token is enforced.
+    server = build_codec_server(settings.temporal, extra_origins=ui_origins, require_token=False)
+    await stack.enter_async_context(running_codec_server(server, LOOPBACK, port))
+    url = f"http://{LOOPBACK}:{port}"
+    auth = "bearer token required" if server.token else "no token: loopback only"
+    print(f"  codec server  : {url}  ({auth})", flush=True)
+    return url
 
 
 async def _connect_when_ready(settings: Settings, stop: asyncio.Event) -> Client | None:
@@ -181,7 +211,8 @@ async def embedded_stack(
     async with AsyncExitStack() as stack:
         stack.callback(remove_stack, data_dir)
         print(f"starting the embedded stack in {data_dir} ...", flush=True)
-        procs = await _start_services(data_dir, ports, stack)
+        codec_url = await _start_codec_server(stack_settings, ports, stack)
+        procs = await _start_services(data_dir, ports, stack, codec_url)
         info = info.model_copy(update={"service_pids": {p.name: p.pid for p in procs}})
         client = await _connect_when_ready(stack_settings, stop)
         if client is None or stop.is_set():

@@ -43,8 +43,12 @@ def dev_server_argv(
     host: str = LOOPBACK,
     dynamic_config: Mapping[str, str] = DYNAMIC_CONFIG,
     extra_args: Sequence[str] = (),
+    ui_codec_endpoint: str | None = None,
 ) -> list[str]:
-    """Command line of `temporal server start-dev` (ui_port None = headless)."""
+    """Command line of `temporal server start-dev` (ui_port None = headless).
+
+    `ui_codec_endpoint`: the codec server the Web UI decodes encrypted payloads with.
+    """
     argv = [
         temporal_binary(),
         "server",
@@ -59,6 +63,8 @@ def dev_server_argv(
         "warn",
     ]
     argv += ["--headless"] if ui_port is None else ["--ui-port", str(ui_port)]
+    if ui_codec_endpoint is not None and ui_port is not None:
+        argv += ["--ui-codec-endpoint", ui_codec_endpoint]
     for name, type_name in search_attributes.items():
         argv += ["--search-attribute", f"{name}={type_name}"]
     for key, value in dynamic_config.items():
@@ -74,10 +80,17 @@ def start_temporal_dev(
     *,
     host: str = LOOPBACK,
     dynamic_config: Mapping[str, str] = DYNAMIC_CONFIG,
+    ui_codec_endpoint: str | None = None,
 ) -> ManagedProcess:
     """Start the dev server with its log beside the SQLite file; returns once gRPC listens."""
     db_path = Path(db_file)
     argv = dev_server_argv(
-        port, ui_port, db_path, search_attributes, host=host, dynamic_config=dynamic_config
+        port,
+        ui_port,
+        db_path,
+        search_attributes,
+        host=host,
+        dynamic_config=dynamic_config,
+        ui_codec_endpoint=ui_codec_endpoint,
     )
     return start_process("temporal", argv, port, db_path.parent, host)
