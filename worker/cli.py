@@ -67,7 +67,7 @@ def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", help="data directory (default: MNEMOFLOW_DATA_DIR)")
+    _dev_arguments(parser)
     parser.add_argument(
         "--out", default="demo-output/demo.json", help="where to write the JSON summary"
     )
@@ -86,8 +86,11 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
     from worker.demo import run_demo
+    from worker.devstack import DevPorts
 
-    return asyncio.run(run_demo(_with_data_dir(settings, args.data_dir), Path(args.out)))
+    ports = DevPorts(args.temporal_port, args.ui_port, args.redis_port, args.milvus_port)
+    settings = _with_data_dir(settings, args.data_dir)
+    return asyncio.run(run_demo(settings, Path(args.out), ports))
 
 
 def _inspect(args: argparse.Namespace, settings: Settings) -> int:

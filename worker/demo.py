@@ -27,6 +27,7 @@ from models.config import BudgetPattern, MemoryConfig
 from models.contracts import UserStatus
 from models.ids import user_workflow_id
 from worker.demo_story import PROBES, SESSION_ONE, USER_ID, Probe
+from worker.devstack import DevPorts, embedded_stack
 from worker.settings import Settings
 from worker.stack import StackInfo, read_stack
 
@@ -114,13 +115,33 @@ async def _probe(
     for probe in PROBES:
         answer = await _turn(agent, clock, user, thread, probe.question)
         ok = probe.expected.lower() in answer.lower()
+        # Whether memory delivered the detail at all, whatever the chat model made of it.
+        prompt = getattr(agent_model(agent), "last_system_prompt", None)
+        delivered = None if prompt is None else probe.expected.lower() in prompt.lower()
         print(f"  [{label}] {probe.question} -> {answer} {'OK' if ok else 'MISSED'}", flush=True)
-        results.append(_probe_row(probe, answer, ok))
+        results.append(_probe_row(probe, answer, ok, delivered))
     return results
 
 
-def _probe_row(probe: Probe, answer: str, ok: bool) -> dict[str, Any]:
-    return {"detail": probe.detail, "question": probe.question, "answer": answer, "ok": ok}
+def agent_model(agent: Any) -> Any:
+    """The chat model the demo built (kept on the agent object by `play`)."""
+    return getattr(agent, "_mnemoflow_demo_model", None)
+
+
+def _probe_row(probe: Probe, answer: str, ok: bool, delivered: bool | None) -> dict[str, Any]:
+    return {
+        "detail": probe.detail,
+        "question": probe.question,
+        "answer": answer,
+        "ok": ok,
+        "in_injected_context": delivered,
+    }
+
+
+def _count(rows: list[dict[str, Any]], key: str) -> str:
+    if any(r[key] is None for r in rows):
+        return "n/a"
+    return f"{sum(bool(r[key]) for r in rows)}/{len(rows)}"
 
 
 async def play(client: MemoryClient, settings: Settings, info: StackInfo | None) -> dict[str, Any]:
@@ -135,6 +156,7 @@ async def play(client: MemoryClient, settings: Settings, info: StackInfo | None)
         checkpointer=InMemorySaver(),
         context_schema=DemoContext,
     )
+    agent._mnemoflow_demo_model = model  # type: ignore[attr-defined]
     user = f"{USER_ID}-{uuid.uuid4().hex[:6]}"
     session_a, session_b = "session-1", "session-2"
     print(f"user {user}: session 1, {len(SESSION_ONE)} turns", flush=True)
@@ -161,8 +183,10 @@ async def play(client: MemoryClient, settings: Settings, info: StackInfo | None)
         "inductions": status.inductions,
         "profile": profile.model_dump(exclude_defaults=True) if profile else {},
         "context_injected_on_last_turn": getattr(model, "last_system_prompt", ""),
-        "recall_within_session": f"{sum(r['ok'] for r in within)}/{len(PROBES)}",
-        "recall_across_sessions": f"{sum(r['ok'] for r in across)}/{len(PROBES)}",
+        "recall_within_session": _count(within, "ok"),
+        "recall_across_sessions": _count(across, "ok"),
+        "details_in_injected_context_within_session": _count(within, "in_injected_context"),
+        "details_in_injected_context_across_sessions": _count(across, "in_injected_context"),
         "probes": {"within_session": within, "across_sessions": across},
         "ledger": status.ledger.model_dump(),
         "temporal_ui": (
@@ -187,6 +211,10 @@ def print_summary(summary: dict[str, Any]) -> None:
         f"profile             : {json.dumps(summary['profile'], ensure_ascii=False)}",
         f"recall same session : {summary['recall_within_session']}",
         f"recall new session  : {summary['recall_across_sessions']}",
+        "details injected    : "
+        f"{summary['details_in_injected_context_within_session']} same session, "
+        f"{summary['details_in_injected_context_across_sessions']} new session "
+        "(present in the system prompt the chat model got)",
         "LLM ledger          : "
         + ", ".join(
             f"{op} {u['calls']} calls {u['input_tokens']} in / {u['output_tokens']} out"
@@ -200,9 +228,8 @@ def print_summary(summary: dict[str, Any]) -> None:
     print("\n".join(lines), flush=True)
 
 
-async def run_demo(settings: Settings, out: Path) -> int:
+async def run_demo(settings: Settings, out: Path, ports: DevPorts | None = None) -> int:
     """Find or start the stack, play the story, print and write the summary."""
-    from worker.devstack import embedded_stack
 
     running = read_stack(settings.mnemoflow.data_dir)
     if running is not None:
@@ -216,7 +243,7 @@ async def run_demo(settings: Settings, out: Path) -> int:
         demo_settings = settings.model_copy(
             update={"mnemoflow": settings.mnemoflow.model_copy(update={"data_dir": demo_dir})}
         )
-        async with embedded_stack(demo_settings) as up:
+        async with embedded_stack(demo_settings, ports or DevPorts()) as up:
             assert up is not None
             info, stack_settings, client = up
             summary = await _play_on(client, stack_settings, info)

@@ -21,11 +21,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
+from memory.text import query_overlap
+
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
-_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s*")
+_BULLET = re.compile(r"^\s*(?:(?:[-*•]|\d+[.)])\s*)?(?:\[[^\]]*\]\s*)?(?:(?:User|Assistant):\s*)?")
 _QUESTION = re.compile(r"\?\s*$|^(what|when|where|which|who|how|do|does|is|are|can)\b", re.I)
 ACKS = ("Thanks, noted.", "Understood.", "Got it, thank you.", "Sure, I have that.")
 MIN_SIMILARITY = 0.25
+LEXICAL_WEIGHT = 0.5
 
 
 def _sentences(text: str) -> list[str]:
@@ -88,11 +91,14 @@ class RecallOnlyChatModel(BaseChatModel):
         material = system.replace(self.core_prompt, "") if self.core_prompt else system
         candidates = _sentences(material)
         for message in earlier:
-            candidates += [s for s in _sentences(message.text) if not _QUESTION.search(s)]
+            candidates += _sentences(message.text)
+        # A question is never an answer, whoever asked it.
+        candidates = [c for c in dict.fromkeys(candidates) if not _QUESTION.search(c)]
         if not candidates:
             return "I'm sorry, I don't know that."
         vectors = np.asarray(self.embeddings.embed_documents([question, *candidates]))
-        scores = vectors[1:] @ vectors[0]
+        lexical = np.asarray([query_overlap(question, c) for c in candidates])
+        scores = vectors[1:] @ vectors[0] + LEXICAL_WEIGHT * lexical
         best = int(np.argmax(scores))
         if float(scores[best]) < MIN_SIMILARITY:
             return "I'm sorry, I don't know that."
