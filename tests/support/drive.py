@@ -64,9 +64,7 @@ async def submit(
 
 async def status(handle: WorkflowHandle) -> UserStatus:
     """The status query, bounded so a missing worker fails fast instead of hanging ~30 s."""
-    return await handle.query(
-        UserMemoryWorkflow.status, rpc_timeout=timedelta(seconds=10)
-    )
+    return await handle.query(UserMemoryWorkflow.status, rpc_timeout=timedelta(seconds=10))
 
 
 async def wait_status(
