@@ -16,6 +16,10 @@ from models.ids import user_workflow_id
 from models.turns import ChatTurn
 from workflows.user_memory import UserMemoryWorkflow
 
+#: Workflow ids started per task queue, so a test's worker can terminate them on the way out
+#: (on the shared time-skipping server, a workflow left with no worker stops time skipping).
+STARTED: dict[str, set[str]] = {}
+
 
 def conversation(thread: str, lines: list[str], t0: float, step: float = 35.0) -> list[ChatTurn]:
     """Alternating human/ai turns stamped `step` seconds apart from t0."""
@@ -48,6 +52,7 @@ async def submit(
         turns=turns,
         urgent=urgent,
     )
+    STARTED.setdefault(task_queue, set()).add(user_workflow_id(user_id))
     return await client.start_workflow(
         UserMemoryWorkflow.run,
         UserMemoryInput(

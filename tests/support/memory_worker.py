@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.embeddings import HashingEmbeddings
@@ -20,6 +21,7 @@ from activities.fragment_store import FragmentStore
 from activities.fragments import FragmentActivities
 from activities.llm_activities import LLMActivities
 from activities.read_model import ReadModel, ReadModelActivities
+from tests.support.drive import STARTED
 from worker.app import activity_methods
 from workflows.memory_round import MemoryRoundWorkflow
 from workflows.user_memory import UserMemoryWorkflow
@@ -66,7 +68,23 @@ async def memory_worker(
     )
     try:
         async with worker:
-            yield MemoryWorker(client, task_queue, store, read_model, models)
+            try:
+                yield MemoryWorker(client, task_queue, store, read_model, models)
+            finally:
+                await terminate_started(client, task_queue)
     finally:
         await read_model.close()
         await store.close()
+
+
+async def terminate_started(client: Client, task_queue: str) -> None:
+    """End the user workflows a test started, while their worker still runs.
+
+    A user workflow never completes by itself; left without a worker on the shared time-skipping
+    server, its next timer would hold time skipping for every later test.
+    """
+    for workflow_id in STARTED.pop(task_queue, set()):
+        try:
+            await client.get_workflow_handle(workflow_id).terminate("test finished")
+        except RPCError:
+            pass  # already closed
