@@ -39,13 +39,22 @@ from models.contracts import (
     ReinforceEvent,
     RememberRequest,
     RememberResult,
+    RetryRoundRequest,
+    RetryRoundResult,
     SubmitEvent,
     Trigger,
     UserMemoryInput,
     UserStatus,
 )
 from models.errors import MemoryUnavailableError
-from models.ids import context_key, turn_event_id, user_workflow_id, validate_user_id
+from models.ids import (
+    context_key,
+    pseudonymous_workflow_id,
+    search_user_value,
+    turn_event_id,
+    user_workflow_id,
+    validate_user_id,
+)
 from models.profile import UserProfile
 from models.turns import ChatTurn
 from models.usage import PriceTable
@@ -75,7 +84,10 @@ class MemoryClient:
         signal_timeout_s: float = 10.0,
         update_timeout_s: float = 60.0,
         search_attributes: bool = True,
+        user_key_secret: str | bytes | None = None,
     ) -> None:
+        """`user_key_secret` turns on pseudonymous user keys: workflow ids and search attributes
+        then carry hashes, never the raw user id (search attributes are not encrypted)."""
         if not isinstance(temporal, Client):
             raise TypeError("temporal must be a temporalio.client.Client")
         converter = temporal.data_converter.payload_converter_class
@@ -106,6 +118,9 @@ class MemoryClient:
         self.signal_timeout_s = signal_timeout_s
         self.update_timeout_s = update_timeout_s
         self.search_attributes = search_attributes
+        if isinstance(user_key_secret, str):
+            user_key_secret = user_key_secret.encode("utf-8")
+        self._secret: bytes | None = user_key_secret or None
         self._owns_redis = isinstance(redis, str)
         if isinstance(redis, str):
             # No client-side retries: the hot path prefers a fast miss to a slow hit.
@@ -244,6 +259,16 @@ class MemoryClient:
         await self._start(uid)
         return await self._update(uid, UserMemoryWorkflow.forget, ForgetRequest(reason=reason))
 
+    async def retry_round(self, user_id: str, event_id: str) -> RetryRoundResult:
+        """Re-run a failed round (event id from `status().rounds`); ValueError if there is none."""
+        uid = validate_user_id(user_id)
+        try:
+            return await self._update(
+                uid, UserMemoryWorkflow.retry_round, RetryRoundRequest(event_id=event_id)
+            )
+        except LookupError as err:
+            raise ValueError(f"user {user_id!r} has no memory workflow") from err
+
     async def aclose(self) -> None:
         """Close the Redis client if this client built it (the Temporal client is the caller's)."""
         if self.redis is not None and self._owns_redis:
@@ -256,7 +281,16 @@ class MemoryClient:
         return timedelta(seconds=seconds)
 
     def _handle(self, uid: str) -> WorkflowHandle[Any, Any]:
-        return self.temporal.get_workflow_handle_for(UserMemoryWorkflow.run, user_workflow_id(uid))
+        return self.temporal.get_workflow_handle_for(UserMemoryWorkflow.run, self.workflow_id(uid))
+
+    def workflow_id(self, user_id: str) -> str:
+        """The user's memory workflow id (hash-only when user keys are pseudonymous)."""
+        uid = validate_user_id(user_id)
+        return pseudonymous_workflow_id(uid) if self._secret else user_workflow_id(uid)
+
+    def search_user(self, user_id: str) -> str:
+        """The MnemoflowUser search-attribute value of a user (what to type in the Temporal UI)."""
+        return search_user_value(validate_user_id(user_id), self._secret)
 
     def _input(self, uid: str) -> UserMemoryInput:
         return UserMemoryInput(
@@ -265,13 +299,16 @@ class MemoryClient:
             prices=self.prices,
             llm_task_queue=self.llm_task_queue,
             search_attributes=self.search_attributes,
+            search_user=search_user_value(uid, self._secret),
+            pseudonymous=self._secret is not None,
         )
 
     async def _start(self, uid: str, **signal: Any) -> None:
         """Start the user's workflow if absent (signal-with-start when a signal is given)."""
         attributes = None
         if self.search_attributes:
-            attributes = TypedSearchAttributes([SearchAttributePair(sa.USER, uid[:2000])])
+            value = search_user_value(uid, self._secret)
+            attributes = TypedSearchAttributes([SearchAttributePair(sa.USER, value)])
         if not signal:
             # A plain start must not fail when the workflow runs already.
             signal = {"id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING}
@@ -279,7 +316,7 @@ class MemoryClient:
             await self.temporal.start_workflow(
                 UserMemoryWorkflow.run,
                 self._input(uid),
-                id=user_workflow_id(uid),
+                id=self.workflow_id(uid),
                 task_queue=self.task_queue,
                 search_attributes=attributes,
                 rpc_timeout=self._rpc(self.signal_timeout_s),

@@ -87,6 +87,7 @@ class ThreadState(BaseModel):
     urgent: bool = False
     not_before: float = Field(0.0, description="after a failed round, wait until this time")
     last_seen: float = 0.0
+    trigger: Trigger = Field("handover", description="strongest trigger since the last round")
 
 
 class RoundRecord(BaseModel):
@@ -142,6 +143,10 @@ class UserMemoryInput(BaseModel):
         10_000, ge=50, description="continue-as-new past this history length (tests force it low)"
     )
     search_attributes: bool = Field(True, description="set mnemoflow search attributes on rounds")
+    search_user: str | None = Field(
+        None, description="MnemoflowUser value (a keyed hash when pseudonymous); None = raw id"
+    )
+    pseudonymous: bool = Field(False, description="never show the raw user id to operators")
     state: UserMemoryState | None = None
 
 
@@ -342,6 +347,21 @@ class RememberRequest(BaseModel):
     content: str = Field(min_length=1, max_length=8000)
     theme: str = Field("remembered", min_length=1, max_length=200)
     types: list[str] = Field(default_factory=lambda: ["fact"])
+
+
+class RetryRoundRequest(BaseModel):
+    """Update: re-run a failed round now (event id as listed in status.rounds)."""
+
+    event_id: str = Field(min_length=1, max_length=600)
+
+
+class RetryRoundResult(BaseModel):
+    """Whether a retry was scheduled, and for how many pending turns."""
+
+    scheduled: bool
+    thread_id: str = ""
+    pending_turns: int = 0
+    reason: str = ""
 
 
 class RememberResult(BaseModel):

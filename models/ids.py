@@ -7,6 +7,7 @@ they never appear raw in workflow ids, Milvus filter expressions or Redis keys: 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 
 MAX_USER_ID_CHARS = 4096
@@ -63,3 +64,29 @@ def turn_event_id(thread_id: str, start: int, end: int) -> str:
 def context_key(prefix: str, user_id: str) -> str:
     """Redis key of a user's published context (the hot path's one GET)."""
     return f"{prefix}ctx:{user_key(user_id)}"
+
+
+_UNQUERYABLE = re.compile(r"[\"'`\\\x00-\x1f\x7f]")
+#: Longest raw user id used as a search-attribute value (Temporal caps Keyword values at 2 KB).
+MAX_SEARCH_USER_BYTES = 1000
+
+
+def search_user_value(user_id: str, secret: bytes | None = None) -> str:
+    """The MnemoflowUser search-attribute value: the raw id, or a keyed hash when pseudonymous.
+
+    Search attributes are not encrypted by the payload codec, so with a secret the value is
+    HMAC-SHA256(secret, user id): operators who know a user id and the secret can compute it,
+    nobody else can reverse it. Raw ids that a visibility query cannot match (quotes, backslashes,
+    control characters; measured on the dev server) or that are too long for a Keyword fall back
+    to the plain hash key; `mnemoflow user-key USER` prints the value either way.
+    """
+    if secret:
+        return "u-" + hmac.new(secret, user_id.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
+    if len(user_id.encode("utf-8")) > MAX_SEARCH_USER_BYTES or _UNQUERYABLE.search(user_id):
+        return "sha256-" + user_key(user_id)
+    return user_id
+
+
+def pseudonymous_workflow_id(user_id: str) -> str:
+    """Workflow id without any of the raw user id (for MNEMOFLOW_PSEUDONYMOUS_USER_KEYS)."""
+    return f"{USER_WORKFLOW_PREFIX}-{user_key(user_id)}"

@@ -135,6 +135,51 @@ def _codec_server(args: argparse.Namespace, settings: Settings) -> int:
         return 2
 
 
+def _rounds_arguments(parser: argparse.ArgumentParser) -> None:
+    _inspect_arguments(parser)
+    parser.add_argument("--failed", action="store_true", help="only the failed rounds")
+
+
+def _rounds(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from worker.inspect import rounds_report
+    from worker.operations import render_rounds
+
+    report = asyncio.run(rounds_report(settings, args.user, args.failed))
+    print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else render_rounds(report))
+    return 0
+
+
+def _retry_arguments(parser: argparse.ArgumentParser) -> None:
+    _user_argument(parser)
+    parser.add_argument("event_id", metavar="EVENT_ID", help="the failed round's event id")
+
+
+def _retry(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from temporalio.client import WorkflowUpdateFailedError
+
+    from worker.inspect import retry
+
+    try:
+        result = asyncio.run(retry(settings, args.user, args.event_id))
+    except (WorkflowUpdateFailedError, ValueError) as err:
+        cause = err.cause if isinstance(err, WorkflowUpdateFailedError) else err
+        print(f"mnemoflow retry: {cause}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0 if result["scheduled"] else 1
+
+
+def _user_key(args: argparse.Namespace, settings: Settings) -> int:
+    from models.ids import search_user_value
+
+    print(search_user_value(args.user, settings.user_key_secret()))
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "dev": Command(
         "run the embedded stack (Temporal dev server + UI, Redis, Milvus Lite, a worker)",
@@ -149,6 +194,9 @@ COMMANDS: dict[str, Command] = {
         "show a user's profile, fragments, rounds and costs", _inspect, _inspect_arguments
     ),
     "forget": Command("forget everything about a user", _forget, _forget_arguments),
+    "rounds": Command("list a user's rounds (Temporal visibility)", _rounds, _rounds_arguments),
+    "retry": Command("re-run a user's failed round", _retry, _retry_arguments),
+    "user-key": Command("print a user's MnemoflowUser search value", _user_key, _user_argument),
     "codec-server": Command(
         "serve the payload codec (bearer token, CORS) so the Temporal UI and CLI show plaintext",
         _codec_server,

@@ -25,9 +25,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from middleware import DurableMemoryMiddleware, MemoryClient
 from models.config import BudgetPattern, MemoryConfig
 from models.contracts import UserStatus
-from models.ids import user_workflow_id
 from worker.demo_story import PROBES, SESSION_ONE, USER_ID, Probe
 from worker.devstack import DevPorts, embedded_stack
+from worker.memory_client import memory_client
 from worker.settings import Settings
 from worker.stack import StackInfo, read_stack
 
@@ -173,7 +173,7 @@ async def play(client: MemoryClient, settings: Settings, info: StackInfo | None)
     await memory.flush()
     status = await _settle(client, user, session_b)
     profile = await client.profile(user)
-    workflow_id = user_workflow_id(user)
+    workflow_id = client.workflow_id(user)
     ui = info.ui_url if info else None
     return {
         "user_id": user,
@@ -260,14 +260,7 @@ def write_summary(summary: dict[str, Any], out: Path) -> None:
 
 
 async def _play_on(temporal: Any, settings: Settings, info: StackInfo | None) -> dict[str, Any]:
-    client = MemoryClient(
-        temporal=temporal,
-        task_queue=settings.temporal.task_queue,
-        redis=settings.redis.url,
-        key_prefix=settings.redis.key_prefix,
-        config=demo_config(),
-        llm_task_queue=settings.temporal.llm_task_queue,
-    )
+    client = memory_client(temporal, settings, demo_config())
     try:
         return await play(client, settings, info)
     finally:

@@ -13,6 +13,7 @@ from typing import Any
 
 from middleware import MemoryClient
 from worker.client import connect
+from worker.memory_client import memory_client
 from worker.settings import Settings
 from worker.stack import read_stack
 
@@ -23,13 +24,7 @@ def _resolved(settings: Settings) -> Settings:
 
 
 async def _memory_client(settings: Settings) -> MemoryClient:
-    return MemoryClient(
-        temporal=await connect(settings.temporal),
-        task_queue=settings.temporal.task_queue,
-        redis=settings.redis.url,
-        key_prefix=settings.redis.key_prefix,
-        llm_task_queue=settings.temporal.llm_task_queue,
-    )
+    return memory_client(await connect(settings.temporal), settings)
 
 
 def _when(ts: float | None) -> str | None:
@@ -136,3 +131,25 @@ async def forget_user(settings: Settings, user_id: str, reason: str) -> dict[str
     finally:
         await client.aclose()
     return receipt.model_dump()
+
+
+async def rounds_report(settings: Settings, user_id: str, failed_only: bool) -> dict[str, Any]:
+    """`mnemoflow rounds`: the user's rounds from visibility, with event ids to retry."""
+    from worker.operations import list_rounds
+
+    settings = _resolved(settings)
+    temporal = await connect(settings.temporal)
+    client = memory_client(temporal, settings)
+    try:
+        return await list_rounds(temporal, client, user_id, failed_only)
+    finally:
+        await client.aclose()
+
+
+async def retry(settings: Settings, user_id: str, event_id: str) -> dict[str, Any]:
+    """`mnemoflow retry`: re-run a failed round through the user workflow's update."""
+    client = await _memory_client(_resolved(settings))
+    try:
+        return (await client.retry_round(user_id, event_id)).model_dump()
+    finally:
+        await client.aclose()

@@ -320,7 +320,12 @@ class MnemoflowSettings(BaseSettings):
     max_concurrent_activities: int = 64
     """Activities one worker runs at once (they are async and I/O bound)."""
     pseudonymous_user_keys: bool = False
-    """Show hashed user ids instead of raw ones in search attributes and logs."""
+    """Keep raw user ids out of what operators see: workflow ids and the MnemoflowUser search
+    attribute carry hashes (search attributes are not encrypted by the payload codec). Needs
+    MNEMOFLOW_USER_KEY_SECRET."""
+    user_key_secret: SecretStr | None = None
+    """Secret of the keyed hash (HMAC-SHA256) behind pseudonymous user keys; with it, an
+    operator computes a user's search value with `mnemoflow user-key USER`."""
 
     @field_validator("vocation", mode="before")
     @classmethod
@@ -354,7 +359,17 @@ class Settings(BaseModel):
             mnemoflow=MnemoflowSettings(),
         )
         settings.resolved_models()  # fail at start, not at the first LLM activity
+        settings.user_key_secret()
         return settings
+
+    def user_key_secret(self) -> bytes | None:
+        """The pseudonymous-key secret when that mode is on (ValueError if it lacks one)."""
+        m = self.mnemoflow
+        if not m.pseudonymous_user_keys:
+            return None
+        if m.user_key_secret is None or not m.user_key_secret.get_secret_value():
+            raise ValueError("MNEMOFLOW_PSEUDONYMOUS_USER_KEYS needs MNEMOFLOW_USER_KEY_SECRET")
+        return m.user_key_secret.get_secret_value().encode("utf-8")
 
     def resolved_models(self) -> ResolvedModels:
         """Which memory models to run, with `auto` decided by the presence of an API key."""
@@ -389,7 +404,9 @@ class Settings(BaseModel):
 
 
 #: Field names whose type is a secret (reported as set/unset even when unset).
-_SECRET_FIELDS = frozenset({"api_key", "token", "encryption_keys", "codec_token"})
+_SECRET_FIELDS = frozenset(
+    {"api_key", "token", "encryption_keys", "codec_token", "user_key_secret"}
+)
 
 #: (section attribute, settings class) in documentation order.
 SECTIONS: tuple[tuple[str, type[BaseSettings]], ...] = (

@@ -17,6 +17,7 @@ from models.contracts import (
     RoundResult,
     SubmitEvent,
     ThreadState,
+    Trigger,
     UserMemoryState,
     UserStatus,
     Watermark,
@@ -55,10 +56,31 @@ def absorb_submit(s: UserMemoryState, event: SubmitEvent, cfg: MemoryConfig, now
         ts.pending.append(turn)
         ts.accepted = max(ts.accepted, turn.position + 1)
         ts.last_seen = now
-    if event.urgent:
-        for thread_id in {t.thread_id for t in event.turns}:
-            s.threads[thread_id].urgent = True
+    trigger = "ceiling" if event.urgent else event.trigger
+    for thread_id in {t.thread_id for t in event.turns}:
+        ts = s.threads[thread_id]
+        ts.urgent = ts.urgent or event.urgent
+        ts.trigger = stronger_trigger(ts.trigger, trigger)
     _prune_idle_threads(s)
+
+
+_TRIGGER_RANK = {"handover": 0, "budget": 1, "explicit": 2, "ceiling": 3, "retry": 4}
+
+
+def stronger_trigger(a: Trigger, b: Trigger) -> Trigger:
+    """The trigger an operator should see for a round that several events made due."""
+    return a if _TRIGGER_RANK[a] >= _TRIGGER_RANK[b] else b
+
+
+def schedule_retry(s: UserMemoryState, thread_id: str) -> int:
+    """Make a thread's pending turns due now, as a retry; returns how many are pending."""
+    ts = s.threads.get(thread_id)
+    if ts is None or not ts.pending:
+        return 0
+    ts.not_before = 0.0
+    ts.urgent = True
+    ts.trigger = "retry"
+    return len(ts.pending)
 
 
 def _prune_idle_threads(s: UserMemoryState) -> None:
@@ -139,6 +161,7 @@ def round_completed(
     ts.pending = [t for t in ts.pending if t.position not in done]
     ts.indexed = max(ts.indexed, record.end)
     ts.urgent = ts.urgent and bool(ts.pending)
+    ts.trigger = ts.trigger if ts.pending else "handover"
     ts.not_before = 0.0
     s.uninducted.extend(result.fragments)
     if result.fragments:

@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         UserMemoryState,
         UserStatus,
     )
-    from models.ids import round_workflow_id
+    from models.ids import round_workflow_id, search_user_value
     from models.profile import UserProfile
     from workflows import state_ops
     from workflows.memory_round import (
@@ -117,7 +117,7 @@ class UserMemoryWorkflow(UserRequests):
         ts = self._s.threads[thread_id]
         batch = sorted(ts.pending, key=lambda t: t.position)[: self._cfg.max_turns_per_round]
         start, end = batch[0].position, batch[-1].position + 1
-        trigger = "ceiling" if ts.urgent else "handover"
+        trigger = ts.trigger
         after = state_ops.watermarks(self._s)
         after[thread_id] = after[thread_id].model_copy(update={"indexed": max(ts.indexed, end)})
         record = RoundRecord(
@@ -276,6 +276,7 @@ class UserMemoryWorkflow(UserRequests):
             or self._reinforce_inbox
             or self._explicit_inbox
             or self._dropped_ids
+            or self._retry_inbox
             or self._forget_request
         )
         if due is None:
@@ -299,13 +300,18 @@ class UserMemoryWorkflow(UserRequests):
         )
 
     def _display_user(self) -> str:
+        if self._inp.pseudonymous:
+            return self._search_user()
         return self._inp.user_id[:80]
+
+    def _search_user(self) -> str:
+        return self._inp.search_user or search_user_value(self._inp.user_id)
 
     def _round_attributes(self, record: RoundRecord) -> TypedSearchAttributes | None:
         if not self._inp.search_attributes:
             return None
         return round_search_attributes(
-            user=self._inp.user_id[:2000],
+            user=self._search_user(),
             round_no=record.round_no,
             trigger=record.trigger,
             outcome="running",
@@ -314,9 +320,14 @@ class UserMemoryWorkflow(UserRequests):
     def _describe(self) -> None:
         s = self._s
         pending = sum(len(t.pending) for t in s.threads.values())
+        marks = ", ".join(
+            f"{k[:40]} {v.indexed}/{v.accepted}" for k, v in state_ops.watermarks(s).items()
+        )
         workflow.set_current_details(
-            f"rounds {s.rounds_completed} done, {s.rounds_failed} failed; pending turns {pending}; "
-            f"induction cursor {s.induction_cursor}; last error: {s.last_error or '-'}"
+            f"rounds {s.rounds_completed} done, {s.rounds_failed} failed; "
+            f"pending turns {pending}, pending events {len(self._inbox)}; "
+            f"indexed/accepted: {marks or '-'}; induction cursor {s.induction_cursor}; "
+            f"last error: {s.last_error or '-'}"
         )
 
     # --- messages ---------------------------------------------------------------------------

@@ -34,6 +34,8 @@ with workflow.unsafe.imports_passed_through():
         RecallResult,
         RememberRequest,
         RememberResult,
+        RetryRoundRequest,
+        RetryRoundResult,
         SelectInput,
         SelectOutput,
         UserMemoryInput,
@@ -43,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from models.ids import explicit_fragment_id
     from models.params import TunedParams
     from models.profile import UserProfile
+    from workflows import state_ops
     from workflows.memory_round import (
         STORE_RETRY,
         STORE_SCHEDULE_TO_CLOSE,
@@ -74,6 +77,7 @@ class UserRequests:
     _forget_receipt: ForgetReceipt | None
     _round_handle: asyncio.Task | None
     _rounds_cancelled: int
+    _retry_inbox: list[str]
 
     def _init_requests(self) -> None:
         self._explicit_inbox = []
@@ -83,6 +87,7 @@ class UserRequests:
         self._forget_receipt = None
         self._round_handle = None
         self._rounds_cancelled = 0
+        self._retry_inbox = []
 
     @workflow.update
     async def remember(self, req: RememberRequest) -> RememberResult:
@@ -175,6 +180,32 @@ class UserRequests:
         assert self._forget_receipt is not None
         return self._forget_receipt
 
+    @workflow.update
+    async def retry_round(self, req: RetryRoundRequest) -> RetryRoundResult:
+        """Re-run a failed round now; its messages are still pending, un-indexed.
+
+        Works after any number of continue-as-new, unlike resetting the round's child workflow:
+        the turns live in this workflow's state, and a new round is started for them.
+        """
+        record = next(r for r in reversed(self._s.rounds) if r.event_id == req.event_id)
+        ts = self._s.threads.get(record.thread_id)
+        pending = len(ts.pending) if ts else 0
+        if not pending:
+            return RetryRoundResult(
+                scheduled=False, thread_id=record.thread_id, reason="nothing left to retry"
+            )
+        self._retry_inbox.append(record.thread_id)
+        return RetryRoundResult(scheduled=True, thread_id=record.thread_id, pending_turns=pending)
+
+    @retry_round.validator
+    def _validate_retry_round(self, req: RetryRoundRequest) -> None:
+        self._reject_while_forgetting()
+        failed = [r for r in self._s.rounds if r.event_id == req.event_id]
+        if not failed:
+            raise ValueError(f"no recent round with event id {req.event_id!r}")
+        if failed[-1].status != "failed":
+            raise ValueError(f"round {failed[-1].round_no} did not fail ({failed[-1].status})")
+
     def _reject_while_forgetting(self) -> None:
         if self._forget_request is not None:
             raise ApplicationError("the user is being forgotten", type="InvalidInput")
@@ -185,6 +216,9 @@ class UserRequests:
             self._s.fragment_seq += 1
             self._s.uninducted.append(ref.model_copy(update={"seq": self._s.fragment_seq}))
         self._explicit_inbox.clear()
+        for thread_id in self._retry_inbox:
+            state_ops.schedule_retry(self._s, thread_id)
+        self._retry_inbox.clear()
         if self._dropped_ids:
             dropped = set(self._dropped_ids)
             self._s.uninducted = [r for r in self._s.uninducted if r.id not in dropped]

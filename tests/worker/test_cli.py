@@ -12,7 +12,9 @@ from worker.search_attributes import dev_server_args, wanted
 def test_every_command_has_a_subparser() -> None:
     parser = cli.build_parser()
     for name in cli.COMMANDS:
-        assert parser.parse_args([name, *(["u"] if name in {"inspect", "forget"} else [])])
+        extra = {"inspect": ["u"], "forget": ["u"], "rounds": ["u"], "user-key": ["u"]}
+        extra["retry"] = ["u", "event-1"]
+        assert parser.parse_args([name, *extra.get(name, [])])
 
 
 def test_unknown_command_is_a_usage_error() -> None:

@@ -50,6 +50,7 @@ def test_environment_is_read_at_load_not_at_import(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("MNEMOFLOW_MAX_CONCURRENT_ACTIVITIES", "8")
     monkeypatch.setenv("MNEMOFLOW_VOCATION", "collaborative_creation")
     monkeypatch.setenv("MNEMOFLOW_PSEUDONYMOUS_USER_KEYS", "1")
+    monkeypatch.setenv("MNEMOFLOW_USER_KEY_SECRET", "k")
     monkeypatch.setenv("MNEMOFLOW_HEALTH_PORT", "8081")
     s = Settings.load()
     assert s.temporal.address == "temporal.example:7233"
@@ -163,3 +164,12 @@ def test_readme_table_in_sync() -> None:
         prefix = str(cls.model_config.get("env_prefix"))
         for name in cls.model_fields:
             assert f"`{prefix}{name.upper()}`" in readme
+
+
+def test_pseudonymous_keys_need_their_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MNEMOFLOW_PSEUDONYMOUS_USER_KEYS", "1")
+    with pytest.raises(ValueError, match="MNEMOFLOW_USER_KEY_SECRET"):
+        Settings.load()
+    monkeypatch.setenv("MNEMOFLOW_USER_KEY_SECRET", "operator-secret")
+    assert Settings.load().user_key_secret() == b"operator-secret"
+    assert "operator-secret" not in str(Settings.load().redacted())

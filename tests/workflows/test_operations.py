@@ -1,0 +1,149 @@
+"""Operators' view on the dev server: search-attribute queries, pseudonymous keys, retry_round."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.testing import WorkflowEnvironment
+
+from activities.llm.heuristic import HeuristicMemoryModels
+from middleware import MemoryClient
+from models.errors import InvalidInputError
+from models.turns import ChatTurn
+from tests.support.drive import STARTED, eventually
+from tests.support.memory_worker import memory_worker
+from worker.operations import list_rounds, rounds_query
+
+
+class BreakableModels(HeuristicMemoryModels):
+    """Offline models whose slicer fails permanently while `broken`, or on marked text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = False
+
+    async def slice(self, turns, max_fragments):  # type: ignore[no-untyped-def]
+        if self.broken or any("FAIL-ME" in t.content for t in turns):
+            raise InvalidInputError("slicer refuses this conversation (test)")
+        return await super().slice(turns, max_fragments)
+
+
+def turns(thread: str, lines: list[str]) -> list[ChatTurn]:
+    t0 = time.time() - 3 * 3600
+    return [
+        ChatTurn(
+            thread_id=thread,
+            position=i,
+            role="human" if i % 2 == 0 else "ai",
+            content=text,
+            time=t0 + 35 * i,
+        )
+        for i, text in enumerate(lines)
+    ]
+
+
+async def settled(client: MemoryClient, user: str, rounds: int) -> Any:
+    box: dict[str, Any] = {}
+
+    async def check() -> bool:
+        box["s"] = await client.status(user)
+        s = box["s"]
+        return bool(s and s.rounds_completed + s.rounds_failed >= rounds and s.uninducted == 0)
+
+    await eventually(check, deadline_s=60, what=f"{rounds} rounds settled")
+    return box["s"]
+
+
+async def visible(temporal: Client, query: str, n: int) -> list[Any]:
+    found: list[Any] = []
+
+    async def check() -> bool:
+        found[:] = [w async for w in temporal.list_workflows(query)]
+        return len(found) == n
+
+    await eventually(check, deadline_s=30, what=f"{n} workflows for {query}")
+    return found
+
+
+def client_for(env: WorkflowEnvironment, task_queue: str, **kw: Any) -> MemoryClient:
+    return MemoryClient(temporal=env.client, task_queue=task_queue, **kw)
+
+
+async def test_queries_find_a_users_rounds_and_exactly_the_failed_ones(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=BreakableModels()
+    ) as mw:
+        client = client_for(dev_env, mw.task_queue, redis=redis_url)
+        user = f'op "quoted" \\ {uuid.uuid4().hex[:6]}'
+        STARTED.setdefault(mw.task_queue, set()).add(client.workflow_id(user))
+        await client.submit(user, turns("good", ["My name is Olga.", "Hi Olga."]))
+        await client.submit(user, turns("bad", ["FAIL-ME please", "ok"]))
+        status = await settled(client, user, 2)
+        assert status.rounds_completed == 1 and status.rounds_failed == 1
+
+        key = client.search_user(user)  # quotes and backslashes cannot be queried: a hash
+        assert key.startswith("sha256-")
+        everything = await visible(dev_env.client, rounds_query(key), 2)
+        failed = await visible(dev_env.client, rounds_query(key, failed_only=True), 1)
+        assert {w.id for w in failed} < {w.id for w in everything}
+        report = await list_rounds(dev_env.client, client, user, failed_only=True)
+        [row] = report["rounds"]
+        assert row["outcome"] == "failed" and row["event_id"] and "refuses" in row["error"]
+        await client.aclose()
+
+
+async def test_pseudonymous_keys_hide_the_raw_id_and_still_find_rounds(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=BreakableModels()
+    ) as mw:
+        client = client_for(dev_env, mw.task_queue, user_key_secret="operator-secret")
+        user = f"pat.private@example.com-{uuid.uuid4().hex[:6]}"
+        STARTED.setdefault(mw.task_queue, set()).add(client.workflow_id(user))
+        await client.submit(user, turns("t", ["I'm Pat.", "Hello Pat."]))
+        await settled(client, user, 1)
+        key = client.search_user(user)
+        assert user not in key and "pat" not in client.workflow_id(user)
+        [round_run] = await visible(dev_env.client, rounds_query(key), 1)
+        assert user not in round_run.id
+        desc = await dev_env.client.get_workflow_handle(round_run.id).describe()
+        assert user not in (await desc.static_summary() or "")
+        assert [w async for w in dev_env.client.list_workflows(rounds_query(user))] == []
+        await client.aclose()
+
+
+async def test_retry_round_reruns_a_failed_round_once_and_it_succeeds(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    models = BreakableModels()
+    models.broken = True
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=models
+    ) as mw:
+        client = client_for(dev_env, mw.task_queue)
+        user = f"rita-{uuid.uuid4().hex[:6]}"
+        STARTED.setdefault(mw.task_queue, set()).add(client.workflow_id(user))
+        await client.submit(user, turns("t", ["I'm Rita, order 5150.", "Got it."]))
+        failed = await settled(client, user, 1)
+        assert failed.rounds_failed == 1 and failed.pending_turns == 2
+        event_id = failed.rounds[-1].event_id
+
+        models.broken = False  # the bug is fixed; the operator retries
+        result = await client.retry_round(user, event_id)
+        assert result.scheduled and result.pending_turns == 2
+        done = await settled(client, user, 2)
+        assert done.rounds_completed == 1 and done.rounds_started == 2
+        assert done.rounds[-1].trigger == "retry" and done.rounds[-1].status == "completed"
+        assert done.watermarks["t"].indexed == 2 and done.pending_turns == 0
+        with pytest.raises(WorkflowUpdateFailedError) as rejected:
+            await client.retry_round(user, event_id)  # it succeeded: nothing left to retry
+        assert "did not fail" in str(rejected.value.cause)
+        assert await mw.store.count(user) == done.rounds[-1].fragments
+        await client.aclose()
