@@ -60,6 +60,15 @@ T = TypeVar("T")
 Rows = list[dict[str, Any]]
 
 
+# pymilvus pings every 10 s even with no call in flight; a gRPC server with default settings
+# (Milvus Lite's) answers a few of those with GOAWAY "too many pings", which failed a fresh
+# connection now and then (seen in CI). Ping rarely, and only while calls are in flight.
+GRPC_OPTIONS = {
+    "grpc.keepalive_time_ms": 300_000,
+    "grpc.keepalive_permit_without_calls": False,
+}
+
+
 class FragmentStore:
     """Async access to the fragment collection; one instance per worker process."""
 
@@ -95,7 +104,12 @@ class FragmentStore:
     def _connected(self) -> MilvusClient:
         with self._connect_lock:
             if self._client is None:
-                self._client = MilvusClient(uri=self.uri, token=self._token, timeout=self.timeout_s)
+                self._client = MilvusClient(
+                    uri=self.uri,
+                    token=self._token,
+                    timeout=self.timeout_s,
+                    grpc_options=GRPC_OPTIONS,
+                )
             return self._client
 
     def _opts(self) -> dict[str, Any]:
