@@ -102,7 +102,7 @@ def default_models(settings: Settings) -> Any:
         return LangChainMemoryModels(chat)
     from activities.llm.heuristic import HeuristicMemoryModels
 
-    return HeuristicMemoryModels()
+    return HeuristicMemoryModels(latency_s=settings.mnemoflow.heuristic_latency_s)
 
 
 def default_embeddings(settings: Settings) -> Any:
