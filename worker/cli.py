@@ -180,6 +180,26 @@ def _user_key(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _replay_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="`temporal workflow show --output json` file")
+    parser.add_argument("--workflow-id", default="", help="the id the history was recorded under")
+
+
+def _replay(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from temporalio.workflow import NondeterminismError
+
+    from worker.replay import replay_file
+
+    try:
+        print(asyncio.run(replay_file(settings, Path(args.file), args.workflow_id)))
+    except (NondeterminismError, ValueError) as err:
+        print(f"mnemoflow replay: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "dev": Command(
         "run the embedded stack (Temporal dev server + UI, Redis, Milvus Lite, a worker)",
@@ -196,6 +216,7 @@ COMMANDS: dict[str, Command] = {
     "forget": Command("forget everything about a user", _forget, _forget_arguments),
     "rounds": Command("list a user's rounds (Temporal visibility)", _rounds, _rounds_arguments),
     "retry": Command("re-run a user's failed round", _retry, _retry_arguments),
+    "replay": Command("replay a recorded history against this code", _replay, _replay_arguments),
     "user-key": Command("print a user's MnemoflowUser search value", _user_key, _user_argument),
     "codec-server": Command(
         "serve the payload codec (bearer token, CORS) so the Temporal UI and CLI show plaintext",

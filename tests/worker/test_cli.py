@@ -14,6 +14,7 @@ def test_every_command_has_a_subparser() -> None:
     for name in cli.COMMANDS:
         extra = {"inspect": ["u"], "forget": ["u"], "rounds": ["u"], "user-key": ["u"]}
         extra["retry"] = ["u", "event-1"]
+        extra["replay"] = ["history.json"]
         assert parser.parse_args([name, *extra.get(name, [])])
 
 

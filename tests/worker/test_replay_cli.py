@@ -1,0 +1,66 @@
+"""`mnemoflow replay` on a history exported with the temporal CLI, as docs/OPERATIONS.md says."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from activities.llm.heuristic import HeuristicMemoryModels
+from models.ids import user_workflow_id
+from tests.support.drive import conversation, submit, wait_status
+from tests.support.memory_worker import memory_worker
+from tests.support.temporal import binary
+from worker import cli
+
+
+async def test_replay_of_a_cli_exported_history(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        user = f"replay-{uuid.uuid4().hex[:6]}"
+        lines = ["I'm Vera, order 808.", "Noted, Vera."]
+        handle = await submit(
+            dev_env.client, mw.task_queue, user, conversation("t", lines, time.time() - 7200)
+        )
+        await wait_status(handle, lambda s: s.rounds_completed == 1, deadline_s=60)
+        workflow_id = user_workflow_id(user)
+        address = dev_env.client.service_client.config.target_host
+        exported = await asyncio.to_thread(
+            subprocess.run,
+            [
+                binary("temporal"),
+                "workflow",
+                "show",
+                "--workflow-id",
+                workflow_id,
+                "--output",
+                "json",
+                "--address",
+                address,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        path = tmp_path / "history.json"
+        path.write_text(exported.stdout)
+        code = await asyncio.to_thread(
+            cli.main, ["replay", str(path), "--workflow-id", workflow_id]
+        )
+        assert code == 0, capsys.readouterr().err
+        assert "replayed without non-determinism" in capsys.readouterr().out
+        wrong = await asyncio.to_thread(cli.main, ["replay", str(path)])
+        assert wrong == 1 and "--workflow-id" in capsys.readouterr().err
