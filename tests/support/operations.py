@@ -11,7 +11,7 @@ from activities.llm.heuristic import HeuristicMemoryModels
 from middleware import MemoryClient
 from models.errors import InvalidInputError
 from models.turns import ChatTurn
-from tests.support.drive import eventually
+from tests.support.drive import conversation, eventually
 
 
 class BreakableModels(HeuristicMemoryModels):
@@ -28,17 +28,8 @@ class BreakableModels(HeuristicMemoryModels):
 
 
 def turns(thread: str, lines: list[str]) -> list[ChatTurn]:
-    t0 = time.time() - 3 * 3600
-    return [
-        ChatTurn(
-            thread_id=thread,
-            position=i,
-            role="human" if i % 2 == 0 else "ai",
-            content=text,
-            time=t0 + 35 * i,
-        )
-        for i, text in enumerate(lines)
-    ]
+    """A conversation stamped three hours ago: every round is due at once."""
+    return conversation(thread, lines, time.time() - 3 * 3600)
 
 
 async def settled(client: MemoryClient, user: str, rounds: int) -> Any:
