@@ -45,3 +45,10 @@ def upsert_round_attributes(*, theme: str | None = None, outcome: str | None = N
         updates.append(sa.OUTCOME.value_set(outcome))
     if updates:
         workflow.upsert_search_attributes(updates)
+
+
+def failure_text(err: BaseException) -> str:
+    """The innermost failure message, which is what an operator needs to read."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return f"{type(err).__name__}: {err}"[:1000]

@@ -19,7 +19,6 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import (
-    ActivityError,
     ApplicationError,
     ChildWorkflowError,
     WorkflowAlreadyStartedError,
@@ -28,13 +27,8 @@ from temporalio.workflow import ChildWorkflowHandle
 
 with workflow.unsafe.imports_passed_through():
     from models.contracts import (
-        ActivityName,
-        InductInput,
-        InductOutput,
         InjectedContext,
         ReinforceEvent,
-        ReinforceInput,
-        ReinforceOutput,
         RoundInput,
         RoundRecord,
         RoundResult,
@@ -47,24 +41,17 @@ with workflow.unsafe.imports_passed_through():
     from models.profile import UserProfile
     from workflows import state_ops
     from workflows.memory_round import (
-        LLM_RETRY,
-        LLM_SCHEDULE_TO_CLOSE,
-        LLM_START_TO_CLOSE,
-        STORE_RETRY,
-        STORE_SCHEDULE_TO_CLOSE,
-        STORE_START_TO_CLOSE,
         MemoryRoundWorkflow,
-        publish_context,
     )
-    from workflows.options import round_search_attributes
+    from workflows.options import failure_text, round_search_attributes
     from workflows.user_requests import UserRequests
+    from workflows.user_upkeep import UserUpkeep
 
-MAX_INDUCTION_BATCH = 32
 MAX_ROUND_ID_PROBES = 24
 
 
 @workflow.defn
-class UserMemoryWorkflow(UserRequests):
+class UserMemoryWorkflow(UserUpkeep, UserRequests):
     """One user's memory: ordering, de-duplication, timers, watermarks, profile, cursors."""
 
     @workflow.init
@@ -134,7 +121,7 @@ class UserMemoryWorkflow(UserRequests):
             self._round_handle = await self._start_round(record, batch, after)
             result = await self._round_handle
         except (ChildWorkflowError, ApplicationError) as err:
-            state_ops.round_failed(self._s, record, _cause(err), now, self._cfg)
+            state_ops.round_failed(self._s, record, failure_text(err), now, self._cfg)
             return True
         except asyncio.CancelledError:
             if self._forget_request is None:
@@ -198,68 +185,6 @@ class UserMemoryWorkflow(UserRequests):
             llm_task_queue=self._inp.llm_task_queue,
             search_attributes=self._inp.search_attributes,
         )
-
-    async def _maybe_induct(self) -> bool:
-        now = workflow.now().timestamp()
-        batch = state_ops.mature_for_induction(self._s, self._cfg, now)[:MAX_INDUCTION_BATCH]
-        if not batch:
-            return False
-        try:
-            out = await workflow.execute_activity(
-                ActivityName.INDUCT,
-                InductInput(
-                    user_id=self._inp.user_id,
-                    profile=self._s.profile,
-                    fragment_ids=[r.id for r in batch],
-                    list_limit=self._cfg.profile_list_limit,
-                ),
-                result_type=InductOutput,
-                task_queue=self._inp.llm_task_queue,
-                start_to_close_timeout=LLM_START_TO_CLOSE,
-                schedule_to_close_timeout=LLM_SCHEDULE_TO_CLOSE,
-                retry_policy=LLM_RETRY,
-                summary=f"induct {len(batch)} fragments",
-            )
-            # Store the merged profile first: the cursor never moves past an unstored profile.
-            context = self._context().model_copy(
-                update={
-                    "profile": out.profile,
-                    "version": self._context().version + 1,
-                    "generated_at": workflow.now().timestamp(),
-                    "watermarks": state_ops.watermarks(self._s),
-                }
-            )
-            await publish_context(context)
-        except ActivityError as err:
-            self._s.last_error = f"induction failed: {_cause(err)}"
-            self._s.induction_not_before = now + self._cfg.failed_round_backoff_s
-            return True
-        self._s.context = context
-        state_ops.induction_stored(self._s, batch, out, self._inp.prices)
-        return True
-
-    async def _maybe_reinforce(self) -> bool:
-        if not self._s.pending_reinforce:
-            return False
-        event = self._s.pending_reinforce.pop(0)
-        try:
-            await workflow.execute_activity(
-                ActivityName.REINFORCE,
-                ReinforceInput(
-                    user_id=self._inp.user_id,
-                    call_id=event.call_id,
-                    fragment_ids=event.fragment_ids,
-                    now=workflow.now().timestamp(),
-                ),
-                result_type=ReinforceOutput,
-                start_to_close_timeout=STORE_START_TO_CLOSE,
-                schedule_to_close_timeout=STORE_SCHEDULE_TO_CLOSE,
-                retry_policy=STORE_RETRY,
-                summary=f"reinforce {len(event.fragment_ids)} fragments",
-            )
-        except ActivityError as err:
-            self._s.last_error = f"reinforce failed: {_cause(err)}"
-        return True
 
     def _history_is_long(self) -> bool:
         info = workflow.info()
@@ -361,10 +286,3 @@ class UserMemoryWorkflow(UserRequests):
             pending_events=len(self._inbox) + len(self._reinforce_inbox),
             history_length=workflow.info().get_current_history_length(),
         )
-
-
-def _cause(err: BaseException) -> str:
-    """The innermost failure message, which is what an operator needs to read."""
-    while err.__cause__ is not None:
-        err = err.__cause__
-    return f"{type(err).__name__}: {err}"[:1000]
