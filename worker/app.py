@@ -27,10 +27,6 @@ from worker.settings import Settings
 
 log = logging.getLogger(__name__)
 
-#: How long running activities get to finish after a shutdown request (SIGTERM on k8s gives
-#: 30 s by default; keep below it so the process exits on its own).
-GRACEFUL_SHUTDOWN = timedelta(seconds=20)
-
 
 @dataclass
 class WorkerResources:
@@ -137,7 +133,7 @@ def _new_worker(
         activities=acts,
         activity_executor=executor,
         max_concurrent_activities=limit,
-        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        graceful_shutdown_timeout=timedelta(seconds=settings.mnemoflow.graceful_shutdown_s),
     )
 
 

@@ -8,7 +8,7 @@ Order of events, as Kubernetes sees them:
    With MNEMOFLOW_WORKER_ROLE the process runs only the workflow Worker or only the LLM one
    (two Deployments on Kubernetes, each scaled on its own queue's backlog);
 3. SIGTERM (or Ctrl-C) makes `/readyz` fail at once, stops polling, lets running activities
-   finish within `app.GRACEFUL_SHUTDOWN`, closes the store clients and exits 0.
+   finish within MNEMOFLOW_GRACEFUL_SHUTDOWN_S, closes the store clients and exits 0.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ import logging
 import signal
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from worker.app import GRACEFUL_SHUTDOWN, WorkerResources, activity_methods, build_worker
+from worker.app import WorkerResources, activity_methods, build_worker
 from worker.client import connect
 from worker.health import Handler, HttpEndpoint, Readiness, probe_routes
 from worker.search_attributes import ensure_search_attributes
@@ -100,7 +101,7 @@ def _llm_worker(client: Client, settings: Settings, res: WorkerResources) -> Wor
         activities=activity_methods(llm),
         max_concurrent_activities=settings.mnemoflow.max_concurrent_activities,
         max_task_queue_activities_per_second=settings.mnemoflow.llm_activities_per_second,
-        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        graceful_shutdown_timeout=timedelta(seconds=settings.mnemoflow.graceful_shutdown_s),
     )
 
 

@@ -319,6 +319,9 @@ class MnemoflowSettings(BaseSettings):
     Temporal; only applied when they have a queue of their own; unset = no limit)."""
     max_concurrent_activities: int = 64
     """Activities one worker runs at once (they are async and I/O bound)."""
+    graceful_shutdown_s: float = Field(20.0, gt=0)
+    """After SIGTERM, how long running activities get to finish before they are cancelled
+    (Kubernetes' terminationGracePeriodSeconds must be longer)."""
     pseudonymous_user_keys: bool = False
     """Keep raw user ids out of what operators see: workflow ids and the MnemoflowUser search
     attribute carry hashes (search attributes are not encrypted by the payload codec). Needs

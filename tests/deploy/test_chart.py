@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from deploy import manifests
-from worker.app import GRACEFUL_SHUTDOWN
 from worker.settings import SECTIONS
 
 ENVS = list(manifests.ENVIRONMENTS)
@@ -70,7 +69,8 @@ def test_pods_are_locked_down_probed_and_drain_in_time(
     _, docs = rendered
     for deployment in _by_kind(docs, "Deployment"):
         pod = deployment["spec"]["template"]["spec"]
-        assert pod["terminationGracePeriodSeconds"] > GRACEFUL_SHUTDOWN.total_seconds()
+        graceful = float(_configmap_value(docs, "MNEMOFLOW_GRACEFUL_SHUTDOWN_S"))
+        assert pod["terminationGracePeriodSeconds"] > graceful
         assert pod["securityContext"]["runAsNonRoot"] is True
         (container,) = pod["containers"]
         sc = container["securityContext"]
@@ -118,3 +118,8 @@ def test_scaling_scraping_and_disruption(rendered: tuple[str, list[dict[str, Any
     assert _by_kind(docs, "ServiceMonitor")
     if env == "prod":
         assert not _by_kind(docs, "Secret"), "prod takes an existing Secret"
+
+
+def _configmap_value(docs: list[dict[str, Any]], key: str) -> str:
+    (configmap,) = _by_kind(docs, "ConfigMap")
+    return str(configmap["data"][key])
