@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -64,6 +66,10 @@ log = logging.getLogger(__name__)
 
 #: The hot path may wait at most this long for the query fallback (SPEC: budget of one GET).
 MAX_QUERY_TIMEOUT_S = 2.0
+#: After a clean read-model miss, ask the workflow (in the background) at most this often.
+MISS_REQUERY_S = 5.0
+#: Users whose background query answer is kept in process.
+MAX_MISS_CACHE = 10_000
 
 
 class MemoryClient:
@@ -131,6 +137,9 @@ class MemoryClient:
                 socket_connect_timeout=redis_timeout_s,
             )
         self.redis: aioredis.Redis | None = redis
+        # Answers of background queries after clean read-model misses, and those in flight.
+        self._queried: OrderedDict[str, tuple[float, InjectedContext | None]] = OrderedDict()
+        self._querying: dict[str, asyncio.Task[None]] = {}
 
     # --- hand-over ------------------------------------------------------------------------
 
@@ -178,15 +187,22 @@ class MemoryClient:
     async def context(self, user_id: str) -> InjectedContext | None:
         """The user's injected context: one Redis GET, else the workflow query, else None.
 
-        Never raises: a missing or unreachable memory means a turn without memory.
+        The query is awaited only when Redis fails (or holds an unreadable value); when Redis
+        simply has nothing for the user, the query runs in the background and its answer serves
+        later calls. Never raises: a missing or unreachable memory means a turn without memory.
         """
         try:
             uid = validate_user_id(user_id)
         except ValueError:
             return None
-        cached = await self._read_model(uid)
+        reachable, cached = await self._read_model_state(uid)
         if cached is not None:
             return cached
+        if reachable:
+            # Redis answered "nothing published yet": the workflow has nothing newer to say
+            # unless the read model was lost, so ask it off the turn (measured: the query
+            # waits 30-200 ms on a busy worker, every turn until the first round publishes).
+            return self._miss(uid)
         try:
             return await self._query(uid, UserMemoryWorkflow.context)
         except (MemoryUnavailableError, LookupError):
@@ -271,6 +287,9 @@ class MemoryClient:
 
     async def aclose(self) -> None:
         """Close the Redis client if this client built it (the Temporal client is the caller's)."""
+        for task in list(self._querying.values()):
+            task.cancel()
+        await asyncio.gather(*self._querying.values(), return_exceptions=True)
         if self.redis is not None and self._owns_redis:
             await self.redis.aclose()
 
@@ -355,18 +374,46 @@ class MemoryClient:
 
     async def _read_model(self, uid: str) -> InjectedContext | None:
         """One GET of the published context; None on a miss, a bad value or any Redis error."""
+        return (await self._read_model_state(uid))[1]
+
+    async def _read_model_state(self, uid: str) -> tuple[bool, InjectedContext | None]:
+        """(Redis answered with no usable value = a clean miss, the context). A Redis error or
+        an unreadable value is not a clean miss: the caller then queries the workflow."""
         if self.redis is None:
-            return None
+            return False, None
         try:
             async with asyncio.timeout(self.redis_timeout_s):
                 raw = await self.redis.get(context_key(self.key_prefix, uid))
         except Exception as err:  # any Redis failure means "use the fallback"
             log.debug("read model unavailable: %r", err)
-            return None
+            return False, None
         if raw is None:
-            return None
+            self._queried.pop(uid, None)
+            return True, None
         try:
-            return InjectedContext.model_validate_json(raw)
+            return False, InjectedContext.model_validate_json(raw)
         except ValidationError:
             log.warning("unreadable read-model value; using the workflow query")
-            return None
+            return False, None
+
+    def _miss(self, uid: str) -> InjectedContext | None:
+        """On a clean Redis miss: what an earlier background query found (or None), and a new
+        background query at most every MISS_REQUERY_S per user. Never waits."""
+        now = time.monotonic()
+        found_at, found = self._queried.get(uid, (float("-inf"), None))
+        if uid not in self._querying and now - found_at >= MISS_REQUERY_S:
+            task = asyncio.get_running_loop().create_task(self._query_later(uid))
+            self._querying[uid] = task
+        return found
+
+    async def _query_later(self, uid: str) -> None:
+        try:
+            found = await self._query(uid, UserMemoryWorkflow.context)
+        except (MemoryUnavailableError, LookupError):
+            found = None
+        finally:
+            self._querying.pop(uid, None)
+        self._queried[uid] = (time.monotonic(), found)
+        self._queried.move_to_end(uid)
+        while len(self._queried) > MAX_MISS_CACHE:
+            self._queried.popitem(last=False)
