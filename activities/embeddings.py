@@ -26,7 +26,9 @@ class UniversalSentenceEncoderEmbeddings(Embeddings):
 
     dim: int = USE_DIM
 
-    def __init__(self, *, threads: int = 2, batch_size: int = 64) -> None:
+    # One BLAS thread by default: the worker embeds a few texts per call, where a second thread
+    # buys nothing, and an idle OpenBLAS thread spins for a while after every parallel call.
+    def __init__(self, *, threads: int = 1, batch_size: int = 64) -> None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         if batch_size < 1:

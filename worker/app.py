@@ -203,6 +203,19 @@ def _flatten(groups: Iterable[list[Any]]) -> list[Any]:
     return [item for group in groups for item in group]
 
 
+def single_threaded_blas() -> None:
+    """One BLAS thread for the whole process (numpy's OpenBLAS starts one per core).
+
+    The worker's numpy work is small (a few embeddings, a few hundred cosines per call), which a
+    second thread does not speed up; but after each parallel call an idle OpenBLAS thread
+    busy-waits. Measured on 2 cores (benchmarks/throughput.py): that spinning took ~40% of the
+    worker's CPU and halved the rounds per second.
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+
+
 @asynccontextmanager
 async def running_worker(
     client: Client,
@@ -217,6 +230,7 @@ async def running_worker(
     The Milvus collection is ensured before polling starts, so the first index activity does
     not race schema creation; the store clients are closed after the workers have stopped.
     """
+    single_threaded_blas()
     _, resources = build_worker(
         client, settings, models=models, embeddings=embeddings, task_queue=task_queue
     )
