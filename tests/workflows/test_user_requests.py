@@ -98,3 +98,22 @@ async def test_forget_deletes_everything_and_resends_bring_nothing_back(
         assert await mw.store.count(user) == 0
         assert (await status(handle)).uninducted == 0
         await assert_replays(dev_env.client, [user_workflow_id(user)], name="requests-forget")
+
+
+async def test_a_fresh_run_after_termination_skips_used_round_ids(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        user = f"fay-{uuid.uuid4().hex[:6]}"
+        t0 = time.time() - 7200
+        handle = await submit(dev_env.client, mw.task_queue, user, conversation("a", LINES, t0))
+        await wait_status(handle, lambda s: s.rounds_completed == 1, deadline_s=60)
+        await handle.terminate("operator mistake")  # the run's state (round counter) is gone
+
+        handle = await submit(dev_env.client, mw.task_queue, user, conversation("b", LINES, t0))
+        done = await wait_status(handle, lambda s: s.rounds_completed == 1, deadline_s=60)
+        assert done.rounds[-1].round_no > 1  # round-1 is taken (REJECT_DUPLICATE): skipped
+        assert done.rounds_failed == 0
+        assert await mw.store.count(user) >= done.rounds[-1].fragments
