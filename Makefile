@@ -40,12 +40,22 @@ demo: venv
 dev: venv
 	$(BIN)/mnemoflow dev
 
-# A benchmark is a script that prints its figures and writes them to a file.
-bench: venv
-	@set -e; found=0; for script in benchmarks/*.py; do \
-		[ -e "$$script" ] || continue; found=1; \
-		echo "== $$script"; $(BIN)/python "$$script"; \
-	done; [ $$found = 1 ] || echo "no benchmarks yet"
+# A benchmark is a script that prints its figures and writes them to benchmarks/results/;
+# short modes by default, `make bench FULL=1` for the full runs; plots go to docs/img/.
+BENCHES    := hot_path throughput retrieval recall
+BENCH_MODE := $(if $(FULL),,--short)
+BENCH_STAMP := $(VENV)/.bench-stamp
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: venv $(BENCH_STAMP)
+	@set -e; for name in $(BENCHES); do \
+		echo "== benchmarks/$$name.py $(BENCH_MODE)"; \
+		$(BIN)/python benchmarks/$$name.py $(BENCH_MODE); \
+	done
+	$(BIN)/python benchmarks/plots.py
 
 fmt: venv
 	$(BIN)/ruff check --fix .

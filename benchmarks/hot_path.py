@@ -1,0 +1,329 @@
+"""Hot path: the latency a memory layer adds to each agent turn, and the agent's resident memory.
+
+Four agents, identical except for their middleware, play the 24-turn customer-service story
+(worker.demo_story.SESSION_ONE, stamped on a 35 s/turn virtual clock starting hours ago, so
+every memory layer's time gates open as in production):
+
+  none            no memory
+  mnemoflow       DurableMemoryMiddleware against the embedded stack, whose worker runs the
+                  heuristic memory models with the simulated LLM latency (off the hot path)
+  ancestor        memory-middleware 0.3.0 (BalancedMultiDimensionMemory), its state fields
+                  declared, its split / tune / profile models faked with the simulated latency
+  summarization   LangChain's SummarizationMiddleware, its summarizer faked with the latency
+
+The main chat model answers in 0 ms, so a turn's time is the middleware plus the agent graph;
+"added" = turn time minus the median turn time of `none` at the same turn index. Each agent runs
+in its own subprocess (clean RSS, and the worker's CPU does not share the agent's GIL), the same
+run for internal LLM latency 0 and 800 ms.
+
+    python benchmarks/hot_path.py [--short] [--reps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import ROOT, SleepyChatModel, stack, summary_ms, write_result
+
+CONFIGS = ("none", "ancestor", "summarization", "mnemoflow", "mnemoflow_same_priority")
+#: The embedded stack's worker, Temporal and Milvus run at this niceness, standing in for the
+#: separate machines they have in production; the agents and Redis (the hot path's one read) run
+#: at 0, except the second mnemoflow run, which shares the 2 cores with the worker at equal
+#: priority.
+STACK_NICE = 10
+CORE_PROMPT = "You are the support agent of a small online shop. Be brief and friendly."
+TARGET_P95_MS = 10.0
+
+
+@dataclass
+class Ctx:
+    """Runtime context: who the customer is."""
+
+    user_id: str
+
+
+class Clock:
+    """35 s per turn, starting three hours ago (as the demo's virtual clock)."""
+
+    def __init__(self) -> None:
+        self.t = time.time() - 3 * 3600
+
+    def now(self) -> float:
+        return self.t
+
+    def tick(self) -> float:
+        self.t += 35.0
+        return self.t
+
+
+# --- the child: one agent, timed turns ------------------------------------------------------
+
+
+async def _build(config: str, latency: float, clock: Clock, tmp: str) -> tuple[Any, Any, dict]:
+    """(agent, closer, ledger) for one configuration."""
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    model = SleepyChatModel(latency_s=0.0, clock=clock.now)
+    ledger: dict[str, Any] = {}
+    middleware: list[Any] = []
+    extra: dict[str, Any] = {}
+    closer = None
+    if config.startswith("mnemoflow"):
+        from middleware import DurableMemoryMiddleware
+        from worker.client import connect
+        from worker.demo import demo_config
+        from worker.memory_client import memory_client
+        from worker.settings import Settings
+
+        settings = Settings.load()
+        client = memory_client(await connect(settings.temporal), settings, demo_config())
+        memory = DurableMemoryMiddleware(client=client, core_prompt=CORE_PROMPT, clock=clock.now)
+        middleware.append(memory)
+
+        async def closer() -> None:
+            await memory.flush()
+            await client.aclose()
+
+        ledger["flush"] = memory.flush
+    elif config == "ancestor":
+        from _ancestor import ancestor_middleware
+        from langgraph.store.memory import InMemoryStore
+
+        from activities.embeddings import UniversalSentenceEncoderEmbeddings
+
+        embeddings = UniversalSentenceEncoderEmbeddings()
+        embeddings.embed_query("warm up")  # model load is a start-up cost, not a turn's
+        memory, calls = ancestor_middleware(
+            latency_s=latency,
+            embeddings=embeddings,
+            db_path=os.path.join(tmp, "ancestor.db"),
+            core_prompt=CORE_PROMPT,
+        )
+        middleware.append(memory)
+        extra["store"] = InMemoryStore()
+        ledger["calls"] = calls
+    elif config == "summarization":
+        from langchain.agents.middleware import SummarizationMiddleware
+
+        summarizer = SleepyChatModel(latency_s=latency, reply="Summary: the customer's details.")
+        middleware.append(
+            SummarizationMiddleware(
+                model=summarizer, trigger=("messages", 12), keep=("messages", 6)
+            )
+        )
+        ledger["summarizer"] = summarizer
+    agent = create_agent(
+        model,
+        tools=[],
+        system_prompt=CORE_PROMPT,
+        middleware=middleware,
+        checkpointer=InMemorySaver(),
+        context_schema=Ctx,
+        **extra,
+    )
+    return agent, closer, ledger
+
+
+async def child(config: str, latency: float, reps: int) -> dict[str, Any]:
+    """Play the story `reps` times (plus one warm-up) and time every turn."""
+    import psutil
+    from langchain_core.messages import HumanMessage
+
+    from worker.demo_story import SESSION_ONE
+
+    rss_start = psutil.Process().memory_info().rss
+    clock = Clock()
+    times: list[list[float]] = []
+    with tempfile.TemporaryDirectory(prefix="mnemoflow-hot-") as tmp:
+        agent, closer, ledger = await _build(config, latency, clock, tmp)
+        for rep in range(reps + 1):  # rep 0 warms up imports, caches and connections
+            clock.t = time.time() - 3 * 3600
+            user, thread = f"hot-{config}-{uuid.uuid4().hex[:8]}", f"t-{rep}"
+            row = []
+            for line in SESSION_ONE:
+                message = HumanMessage(content=line, additional_kwargs={"time": clock.tick()})
+                t0 = time.perf_counter()
+                await agent.ainvoke(
+                    {"messages": [message]},
+                    config={"configurable": {"thread_id": thread}},
+                    context=Ctx(user_id=user),
+                )
+                row.append(time.perf_counter() - t0)
+            if "flush" in ledger:
+                await ledger["flush"]()  # not timed: background hand-overs of this rep
+            if rep:
+                times.append(row)
+        if closer is not None:
+            await closer()
+    calls: dict[str, Any] = {}
+    if "calls" in ledger:
+        calls = ledger["calls"]
+    elif "summarizer" in ledger:
+        calls = {"summary": {"calls": ledger["summarizer"].calls}}
+    return {
+        "config": config,
+        "latency_s": latency,
+        "turn_s": times,
+        "hot_path_llm_calls": calls,
+        "rss_start_mb": round(rss_start / 2**20, 1),
+        "rss_end_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+# --- the parent: stacks, children, figures --------------------------------------------------
+
+
+async def _run_child(config: str, latency: float, reps: int, env: dict[str, str]) -> dict:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--child",
+        config,
+        "--latency",
+        str(latency),
+        "--reps",
+        str(reps),
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    if config != "mnemoflow_same_priority":
+        _renice(proc.pid)  # needs root; otherwise everything stays at 10
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{config} child failed:\n{err.decode()[-3000:]}")
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+def _renice(pid: int | None) -> None:
+    import psutil
+
+    try:
+        if pid:
+            psutil.Process(pid).nice(0)
+    except psutil.Error:
+        pass
+
+
+def _figures(runs: dict[str, dict], latency: float) -> dict[str, Any]:
+    base = runs["none"]["turn_s"]
+    per_turn_base = [statistics.median(rep[i] for rep in base) for i in range(len(base[0]))]
+    out: dict[str, Any] = {}
+    for config, run in runs.items():
+        added = [t - per_turn_base[i] for rep in run["turn_s"] for i, t in enumerate(rep)]
+        turns = [t for rep in run["turn_s"] for t in rep]
+        firing = [a for a in added if latency and a > latency / 2]
+        out[config] = {
+            "turn": summary_ms(turns),
+            "added": summary_ms(added),
+            "turns_waiting_on_an_llm_per_conversation": round(len(firing) / len(run["turn_s"]), 2),
+            "added_on_those_turns_mean_ms": round(statistics.fmean(firing) * 1000, 1)
+            if firing
+            else 0.0,
+            "hot_path_llm_calls_total": run["hot_path_llm_calls"],
+            "rss_end_mb": run["rss_end_mb"],
+            "peak_rss_mb": run["peak_rss_mb"],
+        }
+    mf = max(out["mnemoflow"]["added"]["p95_ms"], 0.01)
+    for config in out:
+        out[config]["added_p95_vs_mnemoflow"] = round(out[config]["added"]["p95_ms"] / mf, 1)
+    return out
+
+
+async def parent(args: argparse.Namespace) -> int:
+    reps = args.reps or (2 if args.short else 5)
+    try:
+        os.nice(STACK_NICE)  # inherited by the stack's services and this process's worker
+    except OSError:
+        pass
+    latencies = [0.0, 0.8]
+    results: dict[str, Any] = {"reps": reps, "turns": 24, "by_latency": {}}
+    for latency in latencies:
+        print(f"== internal LLM latency {latency * 1000:.0f} ms: starting the stack", flush=True)
+        async with stack(latency_s=latency, tag="hot") as (info, _settings, _client):
+            _renice(info.service_pids.get("redis"))  # the read model serves the hot path
+            env = {
+                "TEMPORAL_ADDRESS": info.temporal_address,
+                "TEMPORAL_NAMESPACE": info.namespace,
+                "TEMPORAL_TASK_QUEUE": info.task_queue,
+                "REDIS_URL": info.redis_url,
+                "MILVUS_URI": info.milvus_uri,
+                "MNEMOFLOW_MODELS": "heuristic",
+            }
+            runs = {}
+            for config in CONFIGS:
+                print(f"   {config} x {reps} conversations ...", flush=True)
+                runs[config] = await _run_child(config, latency, reps, env)
+        figures = _figures(runs, latency)
+        results["by_latency"][f"{int(latency * 1000)}ms"] = figures
+        _print(figures, latency)
+    mf = results["by_latency"]["800ms"]["mnemoflow"]["added"]["p95_ms"]
+    results["target"] = {
+        "mnemoflow_added_p95_ms_at_800ms": mf,
+        "target_ms": TARGET_P95_MS,
+        "met": mf <= TARGET_P95_MS,
+    }
+    rss = results["by_latency"]["800ms"]
+    results["rss_mb"] = {c: rss[c]["rss_end_mb"] for c in CONFIGS}
+    print(
+        f"target: mnemoflow p95 added {mf:.1f} ms at 800 ms (<= {TARGET_P95_MS} ms): "
+        f"{'met' if mf <= TARGET_P95_MS else 'MISSED'}"
+    )
+    print(
+        "agent RSS after the run (MB): "
+        + ", ".join(f"{c} {v}" for c, v in results["rss_mb"].items())
+    )
+    write_result("hot_path", results, args)
+    return 0
+
+
+def _print(figures: dict[str, Any], latency: float) -> None:
+    print(f"-- added latency per turn, internal LLM latency {latency * 1000:.0f} ms --")
+    print(
+        f"{'config':24s} {'p50':>9s} {'p95':>9s} {'max':>9s} {'x mnemoflow p95':>16s} "
+        f"{'rss MB':>8s}"
+    )
+    for config, f in figures.items():
+        a = f["added"]
+        print(
+            f"{config:24s} {a['p50_ms']:9.1f} {a['p95_ms']:9.1f} {a['max_ms']:9.1f} "
+            f"{f['added_p95_vs_mnemoflow']:16.1f} {f['rss_end_mb']:8.1f}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--short", action="store_true", help="2 conversations per agent")
+    parser.add_argument("--reps", type=int, default=0, help="conversations per agent")
+    parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
+    parser.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
+    parser.add_argument("--latency", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.dry_run:
+        return 0
+    if args.child:
+        result = asyncio.run(child(args.child, args.latency, args.reps or 1))
+        print(json.dumps(result))
+        return 0
+    return asyncio.run(parent(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""Plots for docs/PERFORMANCE.md from benchmarks/results/*.json (run after the benchmarks).
+
+python benchmarks/plots.py        (writes docs/img/bench_*.png; skips missing results)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import RESULTS, ROOT
+
+IMG = ROOT / "docs" / "img"
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _save(fig: Any, name: str) -> None:
+    IMG.mkdir(parents=True, exist_ok=True)
+    path = IMG / f"bench_{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    print(f"wrote {path.relative_to(ROOT)}")
+
+
+def hot_path(plt: Any, data: dict[str, Any]) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, (label, figures) in zip(axes, data["by_latency"].items(), strict=True):
+        configs = [c for c in figures if c != "none"]
+        x = range(len(configs))
+        p50 = [max(figures[c]["added"]["p50_ms"], 0.1) for c in configs]
+        p95 = [max(figures[c]["added"]["p95_ms"], 0.1) for c in configs]
+        ax.bar([i - 0.2 for i in x], p50, width=0.4, label="p50")
+        ax.bar([i + 0.2 for i in x], p95, width=0.4, label="p95")
+        ax.axhline(10, color="red", linestyle="--", linewidth=1, label="target p95 10 ms")
+        ax.set_yscale("log")
+        ax.set_xticks(list(x), [c.replace("_", "\n") for c in configs], fontsize=8)
+        ax.set_title(f"internal LLM latency {label}")
+        ax.set_ylabel("added latency per turn (ms, log)")
+    axes[0].legend(fontsize=8)
+    _save(fig, "hot_path")
+
+
+def throughput(plt: Any, data: dict[str, Any]) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    cpu = data["cpu_s"]
+    axes[0].bar(list(cpu), list(cpu.values()), color="tab:gray")
+    axes[0].set_ylabel("CPU seconds during the run")
+    axes[0].set_title(
+        f"{data['rounds']} rounds: {data['rounds_per_s']} rounds/s (target 20)", fontsize=10
+    )
+    axes[0].tick_params(axis="x", labelsize=8)
+    lat = data["accepted_to_published"]
+    axes[1].bar(["p50", "p95", "max"], [lat["p50_ms"], lat["p95_ms"], lat["max_ms"]])
+    axes[1].set_ylabel("ms")
+    axes[1].set_title("event accepted -> context published", fontsize=10)
+    _save(fig, "throughput")
+
+
+def retrieval(plt: Any, data: dict[str, Any]) -> None:
+    sizes = list(data["by_store_size"])
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 3.6), sharey=True)
+    axes = axes if len(sizes) > 1 else [axes]
+    for ax, size in zip(axes, sizes, strict=True):
+        cases = {k: v for k, v in data["by_store_size"][size].items() if k != "fill_s"}
+        labels = [k.replace("_per_user_retrieve_k_", "/user\nk=") for k in cases]
+        p95 = [v["select_total"]["p95_ms"] for v in cases.values()]
+        ax.bar(labels, p95, color=["tab:blue" if "all" in k else "tab:green" for k in cases])
+        ax.axhline(50, color="red", linestyle="--", linewidth=1, label="target p95 50 ms")
+        ax.set_yscale("log")
+        ax.set_title(f"select p95, {int(size):,} fragments in the store", fontsize=10)
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0].set_ylabel("ms (log)")
+    axes[0].legend(fontsize=8)
+    _save(fig, "retrieval")
+
+
+def recall(plt: Any, data: dict[str, Any]) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    sides = ["mnemoflow", "ancestor"]
+    means = [data[s]["mean"] for s in sides]
+    x = range(len(sides))
+    axes[0].bar(
+        [i - 0.2 for i in x], [m["recall_same_thread"] for m in means], 0.4, label="same thread"
+    )
+    axes[0].bar(
+        [i + 0.2 for i in x], [m["recall_new_thread"] for m in means], 0.4, label="new thread"
+    )
+    axes[0].set_xticks(list(x), sides)
+    axes[0].set_ylim(0, 8)
+    axes[0].set_ylabel("details recalled (of 8)")
+    axes[0].legend(fontsize=8)
+    axes[1].bar(
+        [i - 0.2 for i in x],
+        [m["memory_llm"]["input_tokens"] for m in means],
+        0.4,
+        label="memory LLM input tokens",
+    )
+    axes[1].bar(
+        [i + 0.2 for i in x],
+        [m["chat_model"]["input_tokens"] for m in means],
+        0.4,
+        label="chat model input tokens",
+    )
+    axes[1].set_xticks(list(x), sides)
+    axes[1].legend(fontsize=8)
+    axes[1].set_title("tokens per conversation (estimated, chars/3.3)", fontsize=10)
+    _save(fig, "recall")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--short", action="store_true", help="accepted for `make bench`")
+    parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
+    args = parser.parse_args()
+    if args.dry_run:
+        return 0
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for name, draw in (
+        ("hot_path", hot_path),
+        ("throughput", throughput),
+        ("retrieval", retrieval),
+        ("recall", recall),
+    ):
+        data = _load(name)
+        if data is None:
+            print(f"no results/{name}.json yet; skipped")
+            continue
+        draw(plt, data)
+        plt.close("all")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
