@@ -60,6 +60,9 @@ STORE_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=60),
     non_retryable_error_types=list(NON_RETRYABLE_TYPES),
 )
+# The index activity heartbeats while it embeds and upserts: a worker killed mid-index is
+# noticed after this long (not after STORE_START_TO_CLOSE) and another worker retries it.
+STORE_HEARTBEAT = timedelta(seconds=10)
 MAX_TUNES_PER_ROUND = 4
 QUERY_TURNS = 6
 QUERY_CHARS = 2000
@@ -99,6 +102,7 @@ class MemoryRoundWorkflow:
                 result_type=IndexOutput,
                 start_to_close_timeout=STORE_START_TO_CLOSE,
                 schedule_to_close_timeout=STORE_SCHEDULE_TO_CLOSE,
+                heartbeat_timeout=STORE_HEARTBEAT,
                 retry_policy=STORE_RETRY,
                 summary=f"index {len(fragments)} fragments",
             )
