@@ -1,0 +1,77 @@
+"""What "nothing lost, nothing duplicated" means, checked the same way by every fault test.
+
+- every expected message position of a thread is in exactly one completed round, and the
+  thread's watermarks reached the end (lost: positions in no completed round, or past the
+  indexed watermark; duplicated: positions in more than one);
+- the user's fragments in Milvus are exactly those of the completed rounds (count per round as
+  the round recorded; a row of a failed or unknown round is a duplicate of the retried one);
+- fragment primary keys are unique;
+- the induction cursor and indexed watermarks never move backwards (`Monotonic`, fed with every
+  status a test observes).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from activities.fragment_store import FragmentStore
+from models.contracts import UserStatus
+
+
+@dataclass
+class Outcome:
+    """Counts for the reliability ledger."""
+
+    lost: int
+    duplicated: int
+    fragments: int
+    rounds: int
+
+
+async def indexed_once(
+    store: FragmentStore, user: str, status: UserStatus, expected: dict[str, int]
+) -> Outcome:
+    """Lost and duplicated counts of a user's memory against the expected thread lengths."""
+    fragments = await store.all_for_user(user)
+    completed = [r for r in status.rounds if r.status == "completed"]
+    completed_nos = {r.round_no for r in completed}
+    ids = [f.id for f in fragments]
+    duplicated = len(ids) - len(set(ids))
+    duplicated += sum(1 for f in fragments if not f.explicit and f.round_no not in completed_nos)
+    lost = 0
+    per_round = Counter(f.round_no for f in fragments if not f.explicit)
+    for record in completed:
+        stored = per_round[record.round_no]
+        lost += max(0, record.fragments - stored)
+        duplicated += max(0, stored - record.fragments)
+    for thread, end in expected.items():
+        covered = Counter(
+            p for r in completed if r.thread_id == thread for p in range(r.start, r.end)
+        )
+        lost += sum(1 for p in range(end) if covered[p] == 0)
+        duplicated += sum(n - 1 for n in covered.values() if n > 1)
+        mark = status.watermarks.get(thread)
+        if mark is None or mark.indexed < end or mark.accepted < end:
+            lost += 1
+    return Outcome(lost, duplicated, len(fragments), len(completed))
+
+
+@dataclass
+class Monotonic:
+    """Feed it every status observed: the cursor and indexed watermarks never go back."""
+
+    cursor: int = 0
+    indexed: dict[str, int] = field(default_factory=dict)
+    seen: int = 0
+
+    def see(self, status: UserStatus) -> bool:
+        """Check one status against the ones before (True, so it fits in a predicate)."""
+        assert status.induction_cursor >= self.cursor, "induction cursor moved backwards"
+        self.cursor = status.induction_cursor
+        for thread, mark in status.watermarks.items():
+            before = self.indexed.get(thread, 0)
+            assert mark.indexed >= before, f"indexed watermark of {thread} moved backwards"
+            self.indexed[thread] = mark.indexed
+        self.seen += 1
+        return True
