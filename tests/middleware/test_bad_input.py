@@ -1,0 +1,251 @@
+"""Bad input at the agent's side, on the dev server with the real worker, Redis and Milvus Lite.
+
+Each gets a clear error where the caller can act on it, or goes through whole: nothing lost
+(every other message indexed), nothing leaked (no other user's fragments readable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
+from temporalio.testing import WorkflowEnvironment
+
+from activities.llm.heuristic import HeuristicMemoryModels
+from middleware import DurableMemoryMiddleware, MemoryClient
+from middleware.payloads import MAX_EVENT_BYTES
+from models.ids import user_workflow_id
+from tests.support.drive import STARTED, conversation, eventually
+from tests.support.invariants import indexed_once
+from tests.support.memory_worker import MemoryWorker, memory_worker
+from tests.support.reliability import Ledger
+
+pytestmark = pytest.mark.integration
+
+HOUR = 3600.0
+TAG = uuid.uuid4().hex[:6]
+ODD_IDS = {
+    "quotes": f'o\'brien "the" {TAG}',
+    "backslashes": f"dom\\ain\\user\\{TAG}",
+    "slashes": f"tenant/42/user/{TAG}",
+    "spaces": f"  ada  lovelace {TAG} ",
+    "unicode": f"用户-Ünïcødé-🦜-{TAG}",
+    "1,200 chars": f"{TAG}-" + "x" * 1200,
+    "filter breakout": f'x" or user_key != "{TAG}',
+    "filter breakout '": f"x' || 1 == 1 || '{TAG}",
+}
+
+
+@dataclass
+class Ctx:
+    user_id: Any
+
+
+class ToolThenDone(BaseChatModel):
+    """Calls the `fetch_log` tool once per turn, then answers "done"."""
+
+    calls: list[int] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "tool-then-done"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolThenDone:  # type: ignore[override]
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        self.calls.append(len(messages))
+        if messages[-1].type == "tool":
+            reply = AIMessage("done")
+        else:
+            call = {"name": "fetch_log", "args": {}, "id": f"call-{len(self.calls)}"}
+            reply = AIMessage("", tool_calls=[call])
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+@tool
+def fetch_log() -> str:
+    """Return the full server log (5 MB)."""
+    return "log line with nothing to remember\n" * (5_000_000 // 34)
+
+
+def memory_client(env: WorkflowEnvironment, mw: MemoryWorker) -> MemoryClient:
+    return MemoryClient(
+        temporal=env.client, task_queue=mw.task_queue, key_prefix=mw.read_model.prefix
+    )
+
+
+async def wait_indexed(client: MemoryClient, user: str, thread: str, end: int) -> Any:
+    box: dict[str, Any] = {}
+
+    async def check() -> bool:
+        box["s"] = await client.status(user)
+        s = box["s"]
+        return bool(s and thread in s.watermarks and s.watermarks[thread].indexed >= end)
+
+    await eventually(check, deadline_s=60, what=f"{user[:40]!r} indexed to {end}")
+    return box["s"]
+
+
+async def test_odd_user_ids_work_and_a_crafted_one_reads_nobody_elses_fragments(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    started = time.monotonic()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        client = memory_client(dev_env, mw)
+        victim = f"victim-{TAG}"
+        users = {"victim": victim, **ODD_IDS}
+        t0 = time.time() - 3 * HOUR
+        for i, user in enumerate(users.values()):
+            STARTED.setdefault(mw.task_queue, set()).add(user_workflow_id(user))
+            lines = [f"My locker code is {7000 + i} and my order is X{i}.", "Noted."]
+            await client.submit(user, conversation("t", lines, t0), urgent=True)
+        statuses = await asyncio.gather(*(wait_indexed(client, u, "t", 2) for u in users.values()))
+        lost = duplicated = 0
+        for (label, user), status in zip(users.items(), statuses, strict=True):
+            outcome = await indexed_once(mw.store, user, status, {"t": 2})
+            lost, duplicated = lost + outcome.lost, duplicated + outcome.duplicated
+            own = {f.id for f in await mw.store.all_for_user(user)}
+            assert own, f"{label}: nothing stored"
+            found = await client.recall(user, "locker code order", top_k=50)
+            assert found.fragments and {f.id for f in found.fragments} <= own, label
+            context = await client.context(user)
+            assert context is not None and {f.id for f in context.fragments} <= own, label
+        victim_ids = {f.id for f in await mw.store.all_for_user(victim)}
+        for label in ("filter breakout", "filter breakout '"):
+            recalled = await client.recall(ODD_IDS[label], "locker code order", top_k=50)
+            assert not {f.id for f in recalled.fragments} & victim_ids
+            assert len(recalled.fragments) == len(await mw.store.all_for_user(ODD_IDS[label]))
+        assert (lost, duplicated) == (0, 0)
+        with pytest.raises(ValueError, match="at most"):
+            await client.submit("y" * 5000, conversation("t", ["hi"], t0))
+        with pytest.raises(ValueError, match="NUL"):
+            await client.submit("nul\x00id", conversation("t", ["hi"], t0))
+        await client.aclose()
+    reliability.record(
+        request,
+        key="odd-user-ids",
+        kind="bad input",
+        what="User ids with quotes, backslashes, slashes, spaces, unicode, 1,200 characters, and "
+        'two crafted to break out of a Milvus filter (`x" or user_key != "…`, `x\' || 1 == 1 '
+        "|| '…`)",
+        happened="each user's turns indexed under its own hashed user_key; recall, select and the "
+        "read model returned only its own fragments; the crafted ids read none of another "
+        "user's; ids over 4,096 characters or with NUL rejected with ValueError",
+        lost=lost,
+        duplicated=duplicated,
+        started=started,
+    )
+
+
+async def test_missing_user_id_is_a_clear_error_at_the_turn(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    started = time.monotonic()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        client = memory_client(dev_env, mw)
+        agent = create_agent(
+            ToolThenDone(), [], middleware=[DurableMemoryMiddleware(client=client)],
+            checkpointer=InMemorySaver(),
+        )  # fmt: skip
+        config = {"configurable": {"thread_id": "t"}}
+        with pytest.raises(ValueError, match="needs a user id"):
+            await agent.ainvoke({"messages": [HumanMessage("hello")]}, config)
+        for bad in ("", "   ", 42):
+            with pytest.raises(ValueError, match="user id"):
+                await agent.ainvoke({"messages": [HumanMessage("hi")]}, config, context=Ctx(bad))
+        listed = [w async for w in dev_env.client.list_workflows(f"TaskQueue = '{mw.task_queue}'")]
+        assert listed == [], "a workflow was started for a missing user"
+        await client.aclose()
+    reliability.record(
+        request,
+        key="missing-user-id",
+        kind="bad input",
+        what="Missing user id; empty, blank and non-string user ids",
+        happened="ValueError at the turn naming where to pass the id (runtime context or "
+        "state['user_id']); no shared default bucket, no workflow started",
+        lost=0,
+        duplicated=0,
+        started=started,
+    )
+
+
+async def test_empty_and_non_text_messages_and_a_5mb_tool_output(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    started = time.monotonic()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        client = memory_client(dev_env, mw)
+        middleware = DurableMemoryMiddleware(client=client, clock=lambda: time.time() - 3 * HOUR)
+        model = ToolThenDone()
+        agent = create_agent(
+            model, [fetch_log], middleware=[middleware], context_schema=Ctx,
+            checkpointer=InMemorySaver(),
+        )  # fmt: skip
+        user, config = f"inputs-{TAG}", {"configurable": {"thread_id": "t"}}
+        STARTED.setdefault(mw.task_queue, set()).add(user_workflow_id(user))
+        image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
+        inputs = [
+            HumanMessage("My name is Ada and my order number is 55120."),
+            HumanMessage(""),
+            HumanMessage(content=image),  # type: ignore[arg-type]
+            HumanMessage("Please fetch the server log for order 55120."),
+        ]
+        result: dict[str, Any] = {}
+        for message in inputs:
+            result = await agent.ainvoke({"messages": [message]}, config, context=Ctx(user))
+            assert result["messages"][-1].content == "done"  # every turn went on
+        await middleware.flush()
+        messages = result["messages"]
+        tool_output = next(m for m in messages if m.type == "tool")
+        assert len(tool_output.content) > 4_900_000  # the agent's own state keeps it whole
+        status = await wait_indexed(client, user, "t", len(messages))
+        outcome = await indexed_once(mw.store, user, status, {"t": len(messages)})
+        assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
+        stored = " ".join(f.content for f in await mw.store.all_for_user(user))
+        assert "55120" in stored
+        assert len(stored.encode()) < MAX_EVENT_BYTES  # only a bounded prefix reached Temporal
+        await client.aclose()
+    reliability.record(
+        request,
+        key="empty-nontext-5mb",
+        kind="bad input",
+        what="An empty message, an image-only message, and a 5 MB tool output in one thread",
+        happened="every turn answered; the tool output was trimmed to a bounded prefix before "
+        f"Temporal (the agent's state keeps it whole); all {len(messages)} messages indexed "
+        "once, the order number remembered",
+        lost=outcome.lost,
+        duplicated=outcome.duplicated,
+        started=started,
+    )
