@@ -88,6 +88,9 @@ class ThreadState(BaseModel):
     not_before: float = Field(0.0, description="after a failed round, wait until this time")
     last_seen: float = 0.0
     trigger: Trigger = Field("handover", description="strongest trigger since the last round")
+    indexed_ahead: list[int] = Field(
+        default_factory=list, description="positions indexed past a gap in the indexed prefix"
+    )
 
 
 class RoundRecord(BaseModel):

@@ -49,7 +49,11 @@ def absorb_submit(s: UserMemoryState, event: SubmitEvent, cfg: MemoryConfig, now
         return
     for turn in sorted(event.turns, key=lambda t: (t.thread_id, t.position)):
         ts = s.threads.setdefault(turn.thread_id, ThreadState())
-        if turn.position < ts.indexed or any(p.position == turn.position for p in ts.pending):
+        if (
+            turn.position < ts.indexed
+            or turn.position in ts.indexed_ahead
+            or any(p.position == turn.position for p in ts.pending)
+        ):
             continue
         if len(turn.content) > cfg.max_turn_chars:
             turn = turn.model_copy(update={"content": turn.content[: cfg.max_turn_chars]})
@@ -99,6 +103,30 @@ def absorb_reinforce(s: UserMemoryState, event: ReinforceEvent) -> None:
     if _remember(s.seen_call_ids, event.call_id, MAX_SEEN_CALLS):
         s.pending_reinforce.append(event)
         del s.pending_reinforce[:-MAX_PENDING_REINFORCE]
+
+
+def round_batch(ts: ThreadState, max_turns: int) -> list[ChatTurn]:
+    """The next round's turns: the first contiguous run of pending positions.
+
+    Turns can arrive out of order (two agent processes, re-sends); a round over a run with a
+    hole would advance the indexed watermark past a message not yet received.
+    """
+    ordered = sorted(ts.pending, key=lambda t: t.position)
+    batch = ordered[:1]
+    for turn in ordered[1:max_turns]:
+        if turn.position != batch[-1].position + 1:
+            break
+        batch.append(turn)
+    return batch
+
+
+def indexed_after(ts: ThreadState, batch: list[ChatTurn]) -> int:
+    """The indexed watermark once `batch` is indexed: the end of the contiguous indexed prefix."""
+    done = set(ts.indexed_ahead) | {t.position for t in batch}
+    indexed = ts.indexed
+    while indexed in done:
+        indexed += 1
+    return indexed
 
 
 def thread_due_at(ts: ThreadState, cfg: MemoryConfig, now: float) -> float | None:
@@ -159,7 +187,9 @@ def round_completed(
     ts = s.threads[record.thread_id]
     done = {t.position for t in batch}
     ts.pending = [t for t in ts.pending if t.position not in done]
-    ts.indexed = max(ts.indexed, record.end)
+    indexed = indexed_after(ts, batch)
+    ts.indexed_ahead = sorted(p for p in set(ts.indexed_ahead) | done if p >= indexed)
+    ts.indexed = indexed
     ts.urgent = ts.urgent and bool(ts.pending)
     ts.trigger = ts.trigger if ts.pending else "handover"
     ts.not_before = 0.0

@@ -102,11 +102,12 @@ class UserMemoryWorkflow(UserUpkeep, UserRequests):
         if thread_id is None:
             return False
         ts = self._s.threads[thread_id]
-        batch = sorted(ts.pending, key=lambda t: t.position)[: self._cfg.max_turns_per_round]
+        batch = state_ops.round_batch(ts, self._cfg.max_turns_per_round)
         start, end = batch[0].position, batch[-1].position + 1
         trigger = ts.trigger
         after = state_ops.watermarks(self._s)
-        after[thread_id] = after[thread_id].model_copy(update={"indexed": max(ts.indexed, end)})
+        indexed = state_ops.indexed_after(ts, batch)
+        after[thread_id] = after[thread_id].model_copy(update={"indexed": indexed})
         record = RoundRecord(
             round_no=0,
             workflow_id="",

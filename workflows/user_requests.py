@@ -237,6 +237,7 @@ class UserRequests:
             dropped += len(ts.pending)
             # Positions already seen stay seen: a re-send of old turns brings nothing back.
             ts.indexed = ts.accepted = max(ts.accepted, ts.indexed)
+            ts.indexed_ahead = []
             ts.pending = []
             ts.urgent = False
         fragments = await workflow.execute_activity(

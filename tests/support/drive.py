@@ -78,7 +78,7 @@ async def wait_status(
     *,
     env: WorkflowEnvironment | None = None,
     step_s: float = 5.0,
-    deadline_s: float = 60.0,
+    deadline_s: float = 120.0,
     what: str = "condition",
 ) -> UserStatus:
     """Poll the status until predicate holds; on time-skipping, advance workflow time by step_s.

@@ -136,3 +136,35 @@ def test_seen_sets_stay_bounded() -> None:
         submit(s, f"e{i}", [])
     assert len(s.seen_event_ids) == state_ops.MAX_SEEN_EVENTS
     assert s.seen_event_ids[-1] == f"e{state_ops.MAX_SEEN_EVENTS + 9}"
+
+
+def test_out_of_order_turns_are_never_skipped_by_the_indexed_watermark() -> None:
+    s = UserMemoryState()
+    late = turns("a", 0, 6)
+    submit(s, "e1", [late[0], late[1], late[3], late[5]])  # 2 and 4 are still on their way
+    ts = s.threads["a"]
+    batch = state_ops.round_batch(ts, 64)
+    assert [t.position for t in batch] == [0, 1]  # never across the hole at 2
+
+    def complete(batch: list[ChatTurn]) -> None:
+        record = RoundRecord(
+            round_no=1,
+            workflow_id="w",
+            event_id="x",
+            thread_id="a",
+            start=batch[0].position,
+            end=batch[-1].position + 1,
+            trigger="handover",
+        )
+        state_ops.round_completed(s, record, _result([]), batch, T0, PriceTable())
+
+    complete(batch)
+    assert ts.indexed == 2
+    complete(state_ops.round_batch(ts, 64))  # [3]: indexed past a hole, not the watermark
+    assert ts.indexed == 2 and ts.indexed_ahead == [3]
+    submit(s, "e2", [late[2], late[3], late[4]])  # 3 again is recognised as done
+    assert sorted(t.position for t in ts.pending) == [2, 4, 5]
+    complete(state_ops.round_batch(ts, 64))  # [2]: joins up with 3
+    assert ts.indexed == 4 and ts.indexed_ahead == []
+    complete(state_ops.round_batch(ts, 64))  # [4, 5]
+    assert ts.indexed == 6 and not ts.pending

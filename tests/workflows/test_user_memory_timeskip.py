@@ -110,7 +110,7 @@ async def test_llm_down_for_two_hours_then_every_event_indexed_once(
             lambda s: s.rounds_completed == 1,
             env=env,
             step_s=600,
-            deadline_s=120,
+            deadline_s=240,
             what="round after the outage",
         )
         assert models.failed_attempts >= 10, "the outage did not last"
@@ -183,7 +183,7 @@ async def test_forced_continue_as_new_keeps_all_state(
             lambda s: s.continued >= 1 and s.pending_turns == 0 and s.inductions >= 1,
             env=env,
             step_s=60,
-            deadline_s=120,
+            deadline_s=240,
             what="continue-as-new after rounds",
         )
         assert done.watermarks["t"].accepted == len(turns)
