@@ -237,7 +237,7 @@ def _figures(runs: dict[str, dict], latency: float) -> dict[str, Any]:
             "added_on_those_turns_mean_ms": round(statistics.fmean(firing) * 1000, 1)
             if firing
             else 0.0,
-            "hot_path_llm_calls_total": run["hot_path_llm_calls"],
+            "hot_path_llm_calls_incl_warmup": run["hot_path_llm_calls"],
             "rss_end_mb": run["rss_end_mb"],
             "peak_rss_mb": run["peak_rss_mb"],
         }
