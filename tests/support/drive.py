@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from models.config import MemoryConfig
@@ -86,9 +87,15 @@ async def wait_status(
     The deadline is wall-clock, so a broken workflow fails the test instead of hanging it.
     """
     end = time.monotonic() + deadline_s
+    current: UserStatus | None = None
     while True:
-        current = await status(handle)
-        if predicate(current):
+        try:
+            current = await status(handle)
+        except RPCError:
+            # A query can time out while a worker is busy or the run is being replaced;
+            # the deadline below still bounds the wait.
+            current = None
+        if current is not None and predicate(current):
             return current
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}; last status: {current}")

@@ -67,7 +67,11 @@ async def wait_indexed(memory: MemoryClient, user: str, end: int, watch: Monoton
     async def check() -> bool:
         s = await memory.status(user)
         return bool(
-            s and watch.see(s) and s.watermarks.get("t") and s.watermarks["t"].indexed >= end
+            s
+            and watch.see(s)
+            and s.watermarks.get("t")
+            and s.watermarks["t"].indexed >= end
+            and s.uninducted == 0  # induction's publish done: the read model is settled
         )
 
     await eventually(check, deadline_s=60, what=f"indexed up to {end}")

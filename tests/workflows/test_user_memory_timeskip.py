@@ -19,7 +19,6 @@ from models.ids import user_workflow_id
 from tests.support.drive import conversation, status, submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.replay import assert_replays
-from workflows.user_memory import UserMemoryWorkflow
 
 CFG = MemoryConfig.from_vocation("customer service")
 LINES = [
@@ -159,73 +158,3 @@ async def test_duplicate_events_and_signals_change_nothing(
         [first_fragment] = await mw.store.get(user, ids[:1])
         assert first_fragment.strengthen_count == 2  # call-1 once, call-2 once
         assert await mw.store.count(user) == count
-
-
-async def test_forced_continue_as_new_keeps_all_state(
-    time_skipping_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
-) -> None:
-    env = time_skipping_env
-    async with memory_worker(
-        env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
-    ) as mw:
-        user = new_user()
-        t0 = (await env.get_current_time()).timestamp() - 4 * 3600
-        turns = conversation("t", LINES * 3, t0)
-        handle = None
-        for i in range(0, len(turns), 2):
-            handle = await submit(
-                env.client, mw.task_queue, user, turns[i : i + 2], max_history_events=50
-            )
-            await wait_status(handle, lambda s: s.pending_events == 0, env=env, step_s=1)
-        assert handle is not None
-        done = await wait_status(
-            handle,
-            lambda s: s.continued >= 1 and s.pending_turns == 0 and s.inductions >= 1,
-            env=env,
-            step_s=60,
-            deadline_s=240,
-            what="continue-as-new after rounds",
-        )
-        assert done.watermarks["t"].accepted == len(turns)
-        assert done.watermarks["t"].indexed == len(turns)
-        assert done.tuned_themes, "the tuned-parameter cache was lost"
-        profile = await handle.query(UserMemoryWorkflow.profile)
-        assert profile.name
-        # Events seen before continue-as-new are still recognised afterwards.
-        before = await status(handle)
-        await submit(env.client, mw.task_queue, user, turns[:2], max_history_events=50)
-        await wait_status(handle, lambda s: s.pending_events == 0, env=env, step_s=1)
-        after = await status(handle)
-        assert after.pending_turns == 0 and after.rounds_started == before.rounds_started
-        assert after.induction_cursor >= before.induction_cursor
-        assert await mw.store.count(user) == sum(r.fragments for r in after.rounds)
-
-        # A queue of not-yet-mature turns survives continue-as-new and is sliced exactly once.
-        now = (await env.get_current_time()).timestamp()
-        fresh = conversation("fresh", [f"fresh detail number {i}" for i in range(24)], now, 1)
-        for turn in fresh:
-            await submit(env.client, mw.task_queue, user, [turn], max_history_events=50)
-        queued = await wait_status(
-            handle,
-            lambda s: s.continued > after.continued and s.pending_events == 0,
-            env=env,
-            step_s=1,
-            what="continue-as-new with a queue",
-        )
-        assert queued.pending_turns == len(fresh)
-        assert queued.watermarks["fresh"].accepted == len(fresh)
-        assert queued.watermarks["fresh"].indexed == 0
-        sliced = await wait_status(
-            handle,
-            lambda s: s.watermarks["fresh"].indexed == len(fresh),
-            env=env,
-            step_s=60,
-            what="the queued turns sliced",
-        )
-        assert sliced.pending_turns == 0
-        fragments = await mw.store.all_for_user(user)
-        assert len({f.id for f in fragments}) == len(fragments)
-        covered = sorted(
-            p for f in fragments if f.thread_id == "fresh" for p in range(f.start_pos, f.end_pos)
-        )
-        assert set(covered) <= set(range(len(fresh)))
