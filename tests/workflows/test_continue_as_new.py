@@ -60,7 +60,10 @@ async def test_forced_continue_as_new_keeps_all_state(
         assert await mw.store.count(user) == sum(r.fragments for r in after.rounds)
 
         # A queue of not-yet-mature turns survives continue-as-new and is sliced exactly once.
-        fresh = conversation("fresh", [f"fresh detail number {i}" for i in range(24)], time.time())
+        # More signals than the history cap, however the server batches them into tasks.
+        fresh = conversation(
+            "fresh", [f"fresh detail number {i}" for i in range(CAP + 10)], time.time()
+        )
         for turn in fresh:
             await submit(client, mw.task_queue, user, [turn], max_history_events=CAP)
         queued = await wait_status(
