@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -16,7 +18,6 @@ from models.ids import user_workflow_id
 from tests.support.drive import conversation, submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.temporal import binary
-from worker import cli
 
 
 async def test_replay_of_a_cli_exported_history(
@@ -57,10 +58,21 @@ async def test_replay_of_a_cli_exported_history(
         )
         path = tmp_path / "history.json"
         path.write_text(exported.stdout)
-        code = await asyncio.to_thread(
-            cli.main, ["replay", str(path), "--workflow-id", workflow_id]
-        )
-        assert code == 0, capsys.readouterr().err
-        assert "replayed without non-determinism" in capsys.readouterr().out
-        wrong = await asyncio.to_thread(cli.main, ["replay", str(path)])
-        assert wrong == 1 and "--workflow-id" in capsys.readouterr().err
+    # The CLI as an operator runs it: its own process (a replayer in a thread of this process
+    # would share Python's import locks with the live worker's sandbox).
+    ok = await asyncio.to_thread(mnemoflow, "replay", str(path), "--workflow-id", workflow_id)
+    assert ok.returncode == 0, ok.stderr
+    assert "replayed without non-determinism" in ok.stdout
+    wrong = await asyncio.to_thread(mnemoflow, "replay", str(path))
+    assert wrong.returncode == 1 and "--workflow-id" in wrong.stderr
+
+
+def mnemoflow(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MNEMOFLOW_", "TEMPORAL_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "worker.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
