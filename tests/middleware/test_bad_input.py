@@ -26,7 +26,7 @@ from activities.llm.heuristic import HeuristicMemoryModels
 from middleware import DurableMemoryMiddleware, MemoryClient
 from middleware.payloads import MAX_EVENT_BYTES
 from models.ids import user_workflow_id
-from tests.support.drive import STARTED, conversation, eventually
+from tests.support.drive import conversation, eventually
 from tests.support.invariants import indexed_once
 from tests.support.memory_worker import MemoryWorker, memory_worker
 from tests.support.reliability import Ledger
@@ -116,7 +116,7 @@ async def test_odd_user_ids_work_and_a_crafted_one_reads_nobody_elses_fragments(
         users = {"victim": victim, **ODD_IDS}
         t0 = time.time() - 3 * HOUR
         for i, user in enumerate(users.values()):
-            STARTED.setdefault(mw.task_queue, set()).add(user_workflow_id(user))
+            mw.track(user_workflow_id(user))
             lines = [f"My locker code is {7000 + i} and my order is X{i}.", "Noted."]
             await client.submit(user, conversation("t", lines, t0), urgent=True)
         statuses = await asyncio.gather(*(wait_indexed(client, u, "t", 2) for u in users.values()))
@@ -214,7 +214,7 @@ async def test_empty_and_non_text_messages_and_a_5mb_tool_output(
             checkpointer=InMemorySaver(),
         )  # fmt: skip
         user, config = f"inputs-{TAG}", {"configurable": {"thread_id": "t"}}
-        STARTED.setdefault(mw.task_queue, set()).add(user_workflow_id(user))
+        mw.track(user_workflow_id(user))
         image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
         inputs = [
             HumanMessage("My name is Ada and my order number is 55120."),

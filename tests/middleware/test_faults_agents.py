@@ -26,7 +26,7 @@ from activities.llm.heuristic import HeuristicMemoryModels
 from middleware import DurableMemoryMiddleware, MemoryClient
 from middleware.window import to_turns
 from models.ids import user_workflow_id
-from tests.support.drive import STARTED, eventually
+from tests.support.drive import eventually
 from tests.support.invariants import Monotonic, indexed_once
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
@@ -76,7 +76,7 @@ async def test_two_agent_processes_same_user_same_thread(
         dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
         user, thread = f"twin-{uuid.uuid4().hex[:8]}", "shared"
-        STARTED.setdefault(mw.task_queue, set()).add(user_workflow_id(user))
+        mw.track(user_workflow_id(user))
         clients = [MemoryClient(temporal=dev_env.client, task_queue=mw.task_queue) for _ in "ab"]
         t0 = time.time() - 3 * 3600
         agents = []

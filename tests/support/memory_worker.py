@@ -37,6 +37,11 @@ class MemoryWorker:
     read_model: ReadModel
     models: Any
 
+    def track(self, workflow_id: str) -> None:
+        """Terminate this workflow when the worker stops (for workflows started without
+        tests.support.drive.submit, e.g. by a MemoryClient)."""
+        STARTED.setdefault(self.task_queue, set()).add(workflow_id)
+
 
 @asynccontextmanager
 async def memory_worker(

@@ -21,7 +21,6 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from middleware import MemoryClient
-from tests.support.drive import STARTED
 from tests.support.memory_worker import memory_worker
 from tests.support.operations import BreakableModels, settled, turns, visible
 from worker.operations import rounds_query
@@ -76,7 +75,7 @@ async def test_failed_rounds_are_findable_and_readable_in_the_ui(
         ) as mw:
             client = MemoryClient(temporal=temporal, task_queue=mw.task_queue)
             user = f"ui-operator-{uuid.uuid4().hex[:6]}"
-            STARTED.setdefault(mw.task_queue, set()).add(client.workflow_id(user))
+            mw.track(client.workflow_id(user))
             await client.submit(user, turns("good", ["I'm Una, hello.", "Hi Una."]))
             await client.submit(user, turns("bad", ["FAIL-ME now", "ok"]))
             await settled(client, user, 2)

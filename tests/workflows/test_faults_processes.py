@@ -208,7 +208,7 @@ async def test_temporal_dev_server_restarted_mid_conversation(
         ) as mw:
             memory = MemoryClient(temporal=client, task_queue=mw.task_queue, signal_timeout_s=2.0)
             user = f"restart-{uuid.uuid4().hex[:8]}"
-            STARTED.setdefault(mw.task_queue, set()).add(user_workflow_id(user))
+            mw.track(user_workflow_id(user))
             watch = Monotonic()
             turns = conversation("t", LINES, time.time() - 3 * HOUR)
 

@@ -24,7 +24,7 @@ from activities.llm.heuristic import HeuristicMemoryModels
 from middleware import MemoryClient
 from models.contracts import ActivityName
 from models.ids import user_workflow_id
-from tests.support.drive import STARTED, conversation, eventually
+from tests.support.drive import conversation, eventually
 from tests.support.invariants import Monotonic, indexed_once
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
@@ -103,7 +103,7 @@ async def test_milvus_down_then_back(
             )
             stack.push_async_callback(memory.aclose)
             user = f"milvus-{uuid.uuid4().hex[:8]}"
-            STARTED.setdefault(mw.task_queue, set()).add(user_workflow_id(user))
+            mw.track(user_workflow_id(user))
             watch = Monotonic()
             turns = conversation("t", LINES, time.time() - 3 * HOUR)
             await memory.submit(user, turns[:4], urgent=True)
@@ -172,7 +172,7 @@ async def test_redis_down_then_back_empty_rebuilds_the_read_model(
             )
             stack.push_async_callback(memory.aclose)
             user = f"redis-{uuid.uuid4().hex[:8]}"
-            STARTED.setdefault(mw.task_queue, set()).add(user_workflow_id(user))
+            mw.track(user_workflow_id(user))
             watch = Monotonic()
             turns = conversation("t", LINES, time.time() - 3 * HOUR)
             await memory.submit(user, turns[:4], urgent=True)

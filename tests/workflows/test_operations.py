@@ -10,7 +10,6 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from middleware import MemoryClient
-from tests.support.drive import STARTED
 from tests.support.memory_worker import memory_worker
 from tests.support.operations import BreakableModels, settled, turns, visible
 from worker.operations import list_rounds, rounds_query
@@ -28,7 +27,7 @@ async def test_queries_find_a_users_rounds_and_exactly_the_failed_ones(
     ) as mw:
         client = client_for(dev_env, mw.task_queue, redis=redis_url)
         user = f'op "quoted" \\ {uuid.uuid4().hex[:6]}'
-        STARTED.setdefault(mw.task_queue, set()).add(client.workflow_id(user))
+        mw.track(client.workflow_id(user))
         await client.submit(user, turns("good", ["My name is Olga.", "Hi Olga."]))
         await client.submit(user, turns("bad", ["FAIL-ME please", "ok"]))
         status = await settled(client, user, 2)
@@ -53,7 +52,7 @@ async def test_pseudonymous_keys_hide_the_raw_id_and_still_find_rounds(
     ) as mw:
         client = client_for(dev_env, mw.task_queue, user_key_secret="operator-secret")
         user = f"pat.private@example.com-{uuid.uuid4().hex[:6]}"
-        STARTED.setdefault(mw.task_queue, set()).add(client.workflow_id(user))
+        mw.track(client.workflow_id(user))
         await client.submit(user, turns("t", ["I'm Pat.", "Hello Pat."]))
         await settled(client, user, 1)
         key = client.search_user(user)
@@ -76,7 +75,7 @@ async def test_retry_round_reruns_a_failed_round_once_and_it_succeeds(
     ) as mw:
         client = client_for(dev_env, mw.task_queue)
         user = f"rita-{uuid.uuid4().hex[:6]}"
-        STARTED.setdefault(mw.task_queue, set()).add(client.workflow_id(user))
+        mw.track(client.workflow_id(user))
         await client.submit(user, turns("t", ["I'm Rita, order 5150.", "Got it."]))
         failed = await settled(client, user, 1)
         assert failed.rounds_failed == 1 and failed.pending_turns == 2
