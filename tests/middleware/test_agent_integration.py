@@ -316,8 +316,9 @@ async def test_no_worker_gives_the_no_memory_fallback_in_time(
         for text in FACTS[:3]:
             started = time.monotonic()
             await h.turn(user, thread, text)
-            # One model call per turn, so at most one bounded query fallback.
-            assert time.monotonic() - started < 0.5 + 2.0
+            # One model call per turn, so at most one bounded query fallback (0.5 s). The margin
+            # is for a loaded machine; an unbounded query would block for about 30 s.
+            assert time.monotonic() - started < 0.5 + 8.0
             await h.mw.flush()
         assert all(h.model.system_prompt(i) == CORE for i in range(3))
         # Temporal accepted the hand-overs although no worker runs them.
