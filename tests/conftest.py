@@ -1,7 +1,16 @@
 """Shared fixtures. Service fixtures live in tests/support and are re-exported here."""
 
+from tests.support.deepseek_emulator import emulator
 from tests.support.reliability import reliability
 from tests.support.services import milvus_uri, redis_url, unique_name
 from tests.support.temporal import dev_env, time_skipping_env
 
-__all__ = ["dev_env", "milvus_uri", "redis_url", "reliability", "time_skipping_env", "unique_name"]
+__all__ = [
+    "dev_env",
+    "emulator",
+    "milvus_uri",
+    "redis_url",
+    "reliability",
+    "time_skipping_env",
+    "unique_name",
+]

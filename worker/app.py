@@ -40,6 +40,7 @@ class WorkerResources:
     activity_objects: list[Any] = field(default_factory=list)
     llm_worker: Worker | None = None
     executors: list[ThreadPoolExecutor] = field(default_factory=list)
+    owns_models: bool = False
 
     @property
     def workers(self) -> list[Worker]:
@@ -47,8 +48,10 @@ class WorkerResources:
         return [w for w in (self.worker, self.llm_worker) if w is not None]
 
     async def aclose(self) -> None:
-        """Close the Redis and Milvus clients (errors logged, not raised) and any executor."""
-        for resource in (self.read_model, self.store):
+        """Close the Redis and Milvus clients, the memory models when this run built them
+        (errors logged, not raised), and any executor."""
+        owned = [self.models] if self.owns_models else []
+        for resource in (self.read_model, self.store, *owned):
             await _close(resource)
         for executor in self.executors:
             executor.shutdown(wait=False, cancel_futures=True)
@@ -157,6 +160,7 @@ def build_worker(
     from workflows.memory_round import MemoryRoundWorkflow
     from workflows.user_memory import UserMemoryWorkflow
 
+    owns_models = models is None
     models = models if models is not None else default_models(settings)
     embeddings = embeddings if embeddings is not None else default_embeddings(settings)
     token = settings.milvus.token.get_secret_value() if settings.milvus.token else None
@@ -195,6 +199,7 @@ def build_worker(
         activity_objects=[*store_objects, llm_object],
         llm_worker=llm_worker,
         executors=executors,
+        owns_models=owns_models,
     )
     return main, resources
 

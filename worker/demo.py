@@ -146,8 +146,23 @@ def _count(rows: list[dict[str, Any]], key: str) -> str:
 
 async def play(client: MemoryClient, settings: Settings, info: StackInfo | None) -> dict[str, Any]:
     """Run the story against a connected MemoryClient; return the summary."""
+    from activities.llm.deepseek import close_chat_model
+
     clock = VirtualClock()
     model = chat_model(settings, clock)
+    try:
+        return await _story(client, settings, info, clock, model)
+    finally:
+        await close_chat_model(model)
+
+
+async def _story(
+    client: MemoryClient,
+    settings: Settings,
+    info: StackInfo | None,
+    clock: VirtualClock,
+    model: Any,
+) -> dict[str, Any]:
     memory = DurableMemoryMiddleware(client=client, core_prompt=CORE_PROMPT, clock=clock.now)
     agent = create_agent(
         model,

@@ -2,10 +2,18 @@
 
 Temporal's retry policy is the only retry mechanism in mnemoflow: a client that retried on its own
 would hide failures from the workflow history and stack its backoff on top of Temporal's.
+
+The model gets HTTP clients of its own, closed by `close_chat_model`. Left to itself the OpenAI SDK
+creates a client per model whose finaliser schedules `aclose()` on whatever event loop is running
+when the garbage collector happens to reach it; in a worker that can be a workflow's sandboxed
+loop, which then destroys the task ("Task was destroyed but it is pending").
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import openai
 from langchain_deepseek import ChatDeepSeek
 from pydantic import SecretStr
 
@@ -26,6 +34,18 @@ def deepseek_chat_model(
         api_key=key,
         base_url=base_url,
         timeout=timeout,
+        http_client=openai.DefaultHttpxClient(timeout=timeout),
+        http_async_client=openai.DefaultAsyncHttpxClient(timeout=timeout),
         max_retries=0,
         temperature=0.0,  # memory extraction wants the same answer for the same input
     )
+
+
+async def close_chat_model(chat: Any) -> None:
+    """Close the HTTP clients of an OpenAI-family chat model (a no-op for other models)."""
+    async_client = getattr(chat, "http_async_client", None)
+    if async_client is not None and hasattr(async_client, "aclose"):
+        await async_client.aclose()
+    sync_client = getattr(chat, "http_client", None)
+    if sync_client is not None and hasattr(sync_client, "close"):
+        sync_client.close()

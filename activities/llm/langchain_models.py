@@ -125,6 +125,12 @@ class LangChainMemoryModels:
             or type(chat_model).__name__
         )
 
+    async def aclose(self) -> None:
+        """Close the chat model's HTTP clients (call once no activity uses the model)."""
+        from activities.llm.deepseek import close_chat_model
+
+        await close_chat_model(self.chat_model)
+
     async def _ask(self, schema: type[BaseModel], system: str, user: str) -> tuple[Any, LLMUsage]:
         """One stateless forced tool call; anything but a schema-valid answer is malformed."""
         runnable = self.chat_model.with_structured_output(

@@ -6,8 +6,9 @@ drives the malformed-output policy exactly as on a worker.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Iterator
+import gc
 from datetime import timedelta
 
 import pytest
@@ -76,16 +77,8 @@ def _fragment(fid: str, content: str) -> Fragment:
     )
 
 
-@pytest.fixture
-def emulator() -> Iterator[DeepSeekEmulator]:
-    with DeepSeekEmulator() as emu:
-        yield emu
-
-
 def _activities(emu: DeepSeekEmulator, fragments: list[Fragment] | None = None) -> LLMActivities:
-    model = deepseek_chat_model(
-        "test-key", base_url=emu.base_url, model="deepseek-chat", timeout=10
-    )
+    model = emu.chat_model(timeout=10)
     return LLMActivities(LangChainMemoryModels(model), FakeFragments(fragments or []))
 
 
@@ -236,7 +229,7 @@ async def test_rejected_requests_fail_at_once(
 
 async def test_emulator_answers_json_object_mode(emulator: DeepSeekEmulator) -> None:
     emulator.push(Reply.json_object({"alpha": 0.2, "beta": 0.3, "gamma": 0.5}))
-    model = deepseek_chat_model("test-key", base_url=emulator.base_url, timeout=10)
+    model = emulator.chat_model(timeout=10)
     runnable = model.with_structured_output(method="json_mode", include_raw=True)
     result = await runnable.ainvoke("Weights as JSON, please.")
 
@@ -249,3 +242,20 @@ async def test_empty_turns_are_invalid_input_without_a_call(emulator: DeepSeekEm
         await _env().run(_activities(emulator).slice, SliceInput(user_id="u1", turns=[]))
     assert err.value.type == "InvalidInput" and err.value.non_retryable
     assert emulator.requests == []
+
+
+async def test_a_dropped_model_schedules_nothing_on_the_running_loop() -> None:
+    """The SDK's own clients schedule `aclose()` on whatever loop runs when they are collected (in
+    a worker, a workflow's loop, which destroys the task); the models we build own plain ones."""
+    chat = deepseek_chat_model("test-key", base_url="http://127.0.0.1:9", timeout=1)
+    before = asyncio.all_tasks()
+    del chat
+    gc.collect()
+    assert asyncio.all_tasks() == before
+
+
+async def test_closing_a_model_closes_its_http_clients(emulator: DeepSeekEmulator) -> None:
+    chat = emulator.chat_model()
+    models = LangChainMemoryModels(chat)
+    await models.aclose()
+    assert chat.http_async_client.is_closed and chat.http_client.is_closed

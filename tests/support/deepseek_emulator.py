@@ -12,6 +12,9 @@ does. Every request is recorded (`emulator.requests`), so a test can assert that
 exactly one HTTP request per call. Usage mimics DeepSeek's prefix cache: the system prompt is a
 cache hit (in 64-token units) once the same system prompt has been seen before, and the reply
 carries prompt_cache_hit_tokens / prompt_cache_miss_tokens. With the queue empty it answers 500.
+
+Tests take the `emulator` fixture; `emulator.chat_model()` is a ChatDeepSeek pointed at it, whose
+HTTP clients the fixture closes when the test ends.
 """
 
 from __future__ import annotations
@@ -19,9 +22,15 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import pytest_asyncio
+from langchain_deepseek import ChatDeepSeek
+
+from activities.llm.deepseek import close_chat_model, deepseek_chat_model
 
 CACHE_UNIT = 64
 
@@ -80,6 +89,7 @@ class DeepSeekEmulator:
         self._replies: deque[Reply] = deque()
         self._seen_prefixes: set[str] = set()
         self.requests: list[RecordedRequest] = []
+        self._models: list[ChatDeepSeek] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         # A short poll interval keeps shutdown (once per test) fast.
@@ -92,6 +102,17 @@ class DeepSeekEmulator:
         """Base URL to give the client (it appends /chat/completions)."""
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    def chat_model(self, *, model: str = "deepseek-chat", timeout: float = 5.0) -> ChatDeepSeek:
+        """A ChatDeepSeek (client retries off) against this endpoint; see `close_models`."""
+        chat = deepseek_chat_model("test-key", base_url=self.base_url, model=model, timeout=timeout)
+        self._models.append(chat)
+        return chat
+
+    async def close_models(self) -> None:
+        """Close the HTTP clients of every model `chat_model` handed out."""
+        while self._models:
+            await close_chat_model(self._models.pop())
 
     def push(self, *replies: Reply) -> None:
         """Queue replies, answered in order."""
@@ -194,3 +215,13 @@ class DeepSeekEmulator:
                 self._send(200, json.dumps(emulator._completion(reply, body)), {})
 
         return Handler
+
+
+@pytest_asyncio.fixture
+async def emulator() -> AsyncIterator[DeepSeekEmulator]:
+    """A fresh endpoint per test; the models it handed out are closed afterwards."""
+    with DeepSeekEmulator() as emu:
+        try:
+            yield emu
+        finally:
+            await emu.close_models()

@@ -173,3 +173,33 @@ def test_pseudonymous_keys_need_their_secret(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("MNEMOFLOW_USER_KEY_SECRET", "operator-secret")
     assert Settings.load().user_key_secret() == b"operator-secret"
     assert "operator-secret" not in str(Settings.load().redacted())
+
+
+async def test_a_worker_closes_the_models_it_built_and_only_those(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from activities.llm.deepseek import close_chat_model, deepseek_chat_model
+    from activities.llm.langchain_models import LangChainMemoryModels
+    from worker.app import WorkerResources, default_models
+    from worker.processes import free_port
+
+    base_url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "test-key")
+    monkeypatch.setenv("DEEPSEEK_BASE_URL", base_url)
+    built = default_models(Settings.load())
+    assert isinstance(built, LangChainMemoryModels)
+    mine = LangChainMemoryModels(deepseek_chat_model("test-key", base_url=base_url))
+    for models, owned in ((built, True), (mine, False)):
+        resources = WorkerResources(
+            worker=None,  # type: ignore[arg-type]  # only the closing is exercised
+            store=None,
+            read_model=None,
+            models=models,
+            embeddings=None,
+            owns_models=owned,
+        )
+        await resources.aclose()
+    chat = built.chat_model
+    assert chat.http_async_client.is_closed and chat.http_client.is_closed
+    assert not mine.chat_model.http_async_client.is_closed, "models passed in are the caller's"
+    await close_chat_model(mine.chat_model)

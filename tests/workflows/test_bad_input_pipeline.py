@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.deepseek import deepseek_chat_model
 from activities.llm.langchain_models import LangChainMemoryModels
 from models.config import FRAGMENT_TYPES
 from tests.support.deepseek_emulator import DeepSeekEmulator, Reply
@@ -43,12 +41,6 @@ NEGATIVE_TUNE = {
 }  # fmt: skip
 
 
-@pytest.fixture
-def emulator() -> Iterator[DeepSeekEmulator]:
-    with DeepSeekEmulator() as emu:
-        yield emu
-
-
 async def test_bad_structured_output_and_an_injection_for_another_user(
     time_skipping_env: WorkflowEnvironment,
     milvus_uri: str,
@@ -61,7 +53,7 @@ async def test_bad_structured_output_and_an_injection_for_another_user(
     env = time_skipping_env
     emulator.push(Reply.tool_text('{"fragments": [{"theme": '), Reply.tool(BAD_SLICE))
     emulator.push(*[Reply.tool(NEGATIVE_TUNE) for _ in range(4)])
-    chat = deepseek_chat_model("test-key", base_url=emulator.base_url, timeout=5)
+    chat = emulator.chat_model()
     async with memory_worker(
         env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=LangChainMemoryModels(chat)
     ) as mw:

@@ -7,12 +7,10 @@ non-retryable type MalformedModelOutput; its messages stay pending, un-indexed.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.deepseek import deepseek_chat_model
 from activities.llm.langchain_models import LangChainMemoryModels
 from tests.support.deepseek_emulator import DeepSeekEmulator, Reply
 from tests.support.drive import conversation, submit, wait_status
@@ -33,14 +31,8 @@ SLICE = {
 TUNE = {"alpha": 2.0, "beta": 1.0, "gamma": 1.0, "delta": 0.5, "w0": 0.2, "w1": 0.2, "w2": 0.2}
 
 
-@pytest.fixture
-def emulator() -> Iterator[DeepSeekEmulator]:
-    with DeepSeekEmulator() as emu:
-        yield emu
-
-
 def models(emu: DeepSeekEmulator) -> LangChainMemoryModels:
-    chat = deepseek_chat_model("test-key", base_url=emu.base_url, model="deepseek-chat", timeout=5)
+    chat = emu.chat_model()
     return LangChainMemoryModels(chat)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
@@ -20,7 +19,6 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.deepseek import deepseek_chat_model
 from activities.llm.heuristic import HeuristicMemoryModels
 from activities.llm.langchain_models import LangChainMemoryModels
 from models.config import MemoryConfig
@@ -62,12 +60,6 @@ class RecordingModels(LangChainMemoryModels):
         return await super().slice(turns, max_fragments)
 
 
-@pytest.fixture
-def emulator() -> Iterator[DeepSeekEmulator]:
-    with DeepSeekEmulator() as emu:
-        yield emu
-
-
 def new_user(tag: str) -> str:
     return f"{tag}-{uuid.uuid4().hex[:8]}"
 
@@ -85,7 +77,7 @@ async def test_429_retry_after_is_honoured_not_hammered(
     emulator.push(Reply.error(429, retry_after="7"), Reply.tool(SLICE))
     for _ in range(2):
         emulator.push(Reply.tool(TUNE))
-    chat = deepseek_chat_model("test-key", base_url=emulator.base_url, timeout=5)
+    chat = emulator.chat_model()
     models = RecordingModels(chat)
     models.attempts = []
     async with memory_worker(
