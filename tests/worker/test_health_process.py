@@ -191,7 +191,9 @@ async def test_sigterm_lets_a_slow_activity_finish_and_exits_zero(
     tmp_path: Path, dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
 ) -> None:
     address = dev_env.client.service_client.config.target_host
-    slow = 4.0  # every heuristic model call; far below the graceful shutdown timeout
+    # Every heuristic model call: long enough that a loaded machine still sees the drain (readyz
+    # 503 before exit), far below the graceful shutdown timeout.
+    slow = 8.0
     proc = WorkerProcess(
         tmp_path, address, milvus_uri, redis_url, MNEMOFLOW_HEURISTIC_LATENCY_S=str(slow)
     )
