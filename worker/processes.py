@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -88,20 +89,30 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def wait_until(
+    ready: Callable[[], bool],
+    what: str,
+    deadline_s: float,
+    proc: subprocess.Popen[bytes] | None = None,
+) -> None:
+    """Poll `ready` until it holds; raise if `proc` exits or the deadline passes."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        if ready():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise ServiceStartError(f"exited with {proc.returncode} while waiting for {what}")
+        if time.monotonic() >= deadline:
+            raise ServiceStartError(f"gave up waiting for {what} after {deadline_s:.0f}s")
+        # A short pause between attempts; the loop is bounded by the deadline.
+        time.sleep(_POLL_INTERVAL_S)
+
+
 def wait_for_port(
     host: str, port: int, deadline_s: float, proc: subprocess.Popen[bytes] | None = None
 ) -> None:
     """Poll until host:port accepts connections; raise if `proc` exits or the deadline passes."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        if port_open(host, port):
-            return
-        if proc is not None and proc.poll() is not None:
-            raise ServiceStartError(f"process exited with {proc.returncode} before {port} opened")
-        if time.monotonic() >= deadline:
-            raise ServiceStartError(f"{host}:{port} did not open within {deadline_s:.0f}s")
-        # A short pause between connection attempts; the loop is bounded by the deadline.
-        time.sleep(_POLL_INTERVAL_S)
+    wait_until(lambda: port_open(host, port), f"{host}:{port} to open", deadline_s, proc)
 
 
 def redis_server_binary() -> str:
@@ -144,8 +155,10 @@ def start_process(
     deadline_s: float = STARTUP_DEADLINE_S,
     *,
     stop_signal: int = signal.SIGTERM,
+    ready: tuple[Callable[[], bool], str] | None = None,
 ) -> ManagedProcess:
-    """Start argv with its output in `<data_dir>/<name>.log` and wait for its port."""
+    """Start argv with its output in `<data_dir>/<name>.log` and wait for its port, then for
+    `ready` (a check and what it means) when the port alone does not mean the service serves."""
     directory = Path(data_dir)
     directory.mkdir(parents=True, exist_ok=True)
     log_path = directory / f"{name}.log"
@@ -163,6 +176,9 @@ def start_process(
     proc = ManagedProcess(name, popen, host, port, log_path, log_file, stop_signal)
     try:
         wait_for_port(host, port, deadline_s, popen)
+        if ready is not None:
+            check, what = ready
+            wait_until(check, what, deadline_s, popen)
     except ServiceStartError as exc:
         proc.stop(timeout=5.0)
         raise ServiceStartError(f"{name}: {exc}\n--- {log_path} ---\n{proc.log_tail()}") from exc
