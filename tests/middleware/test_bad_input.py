@@ -28,7 +28,7 @@ from middleware.payloads import MAX_EVENT_BYTES
 from models.ids import user_workflow_id
 from tests.support.drive import conversation, eventually
 from tests.support.invariants import indexed_once
-from tests.support.memory_worker import MemoryWorker, memory_worker
+from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
 
 pytestmark = pytest.mark.integration
@@ -82,12 +82,6 @@ def fetch_log() -> str:
     return "log line with nothing to remember\n" * (5_000_000 // 34)
 
 
-def memory_client(env: WorkflowEnvironment, mw: MemoryWorker) -> MemoryClient:
-    return MemoryClient(
-        temporal=env.client, task_queue=mw.task_queue, key_prefix=mw.read_model.prefix
-    )
-
-
 async def wait_indexed(client: MemoryClient, user: str, thread: str, end: int) -> Any:
     box: dict[str, Any] = {}
 
@@ -111,7 +105,7 @@ async def test_odd_user_ids_work_and_a_crafted_one_reads_nobody_elses_fragments(
     async with memory_worker(
         dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
-        client = memory_client(dev_env, mw)
+        client = mw.memory_client()
         victim = f"victim-{TAG}"
         users = {"victim": victim, **ODD_IDS}
         t0 = time.time() - 3 * HOUR
@@ -168,7 +162,7 @@ async def test_missing_user_id_is_a_clear_error_at_the_turn(
     async with memory_worker(
         dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
-        client = memory_client(dev_env, mw)
+        client = mw.memory_client()
         agent = create_agent(
             ToolThenDone(), [], middleware=[DurableMemoryMiddleware(client=client)],
             checkpointer=InMemorySaver(),
@@ -206,7 +200,7 @@ async def test_empty_and_non_text_messages_and_a_5mb_tool_output(
     async with memory_worker(
         dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
-        client = memory_client(dev_env, mw)
+        client = mw.memory_client()
         middleware = DurableMemoryMiddleware(client=client, clock=lambda: time.time() - 3 * HOUR)
         model = ToolThenDone()
         agent = create_agent(

@@ -21,6 +21,7 @@ from activities.fragment_store import FragmentStore
 from activities.fragments import FragmentActivities
 from activities.llm_activities import LLMActivities
 from activities.read_model import ReadModel, ReadModelActivities
+from middleware.client import MemoryClient
 from tests.support.drive import STARTED
 from worker.app import activity_methods
 from workflows.memory_round import MemoryRoundWorkflow
@@ -36,6 +37,17 @@ class MemoryWorker:
     store: FragmentStore
     read_model: ReadModel
     models: Any
+
+    def memory_client(self, redis_url: str | None = None, **options: Any) -> MemoryClient:
+        """A MemoryClient on this worker's task queue and read-model prefix (the caller closes
+        it); `redis_url` None reads context through the workflow query only."""
+        return MemoryClient(
+            temporal=self.client,
+            task_queue=self.task_queue,
+            redis=redis_url,
+            key_prefix=self.read_model.prefix,
+            **options,
+        )
 
     def track(self, workflow_id: str) -> None:
         """Terminate this workflow when the worker stops (for workflows started without

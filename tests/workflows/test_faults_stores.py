@@ -95,12 +95,7 @@ async def test_milvus_down_then_back(
                 dev_env.client, milvus_uri=uri, redis_url=redis_url, models=HeuristicMemoryModels()
             ) as mw,
         ):
-            memory = MemoryClient(
-                temporal=dev_env.client,
-                task_queue=mw.task_queue,
-                redis=redis_url,
-                key_prefix=mw.read_model.prefix,
-            )
+            memory = mw.memory_client(redis_url)
             stack.push_async_callback(memory.aclose)
             user = f"milvus-{uuid.uuid4().hex[:8]}"
             mw.track(user_workflow_id(user))
@@ -164,12 +159,7 @@ async def test_redis_down_then_back_empty_rebuilds_the_read_model(
                 dev_env.client, milvus_uri=milvus_uri, redis_url=url, models=HeuristicMemoryModels()
             ) as mw,
         ):
-            memory = MemoryClient(
-                temporal=dev_env.client,
-                task_queue=mw.task_queue,
-                redis=url,
-                key_prefix=mw.read_model.prefix,
-            )
+            memory = mw.memory_client(url)
             stack.push_async_callback(memory.aclose)
             user = f"redis-{uuid.uuid4().hex[:8]}"
             mw.track(user_workflow_id(user))
