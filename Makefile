@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # Reinstall only when the dependencies change; the stamp lives inside the venv so that
 # deleting the venv also forgets it.
 STAMP  := $(VENV)/.installed-stamp
-TYPED  := models memory workflows activities worker middleware
+TYPED  := mnemoflow
 
 .PHONY: venv lint test browser demo dev bench fmt docs clean distclean deploy-check constraints
 
@@ -63,7 +63,7 @@ fmt: venv
 
 # Regenerate the README configuration table from worker/settings.py.
 docs: venv
-	$(BIN)/python -m worker.settings_doc --write README.md
+	$(BIN)/python -m mnemoflow.worker.settings_doc --write README.md
 
 # Render the Helm chart for every environment and validate each manifest (offline).
 deploy-check: venv

@@ -11,7 +11,7 @@ from typing import Any
 
 from pymilvus import DataType, MilvusClient, MilvusException
 
-from activities.fragment_rows import (
+from mnemoflow.activities.fragment_rows import (
     CALL_ID_MAX_BYTES,
     CONTENT_MAX_BYTES,
     PK_MAX_BYTES,

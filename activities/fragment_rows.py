@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from models.errors import InvalidInputError
-from models.fragments import Fragment
-from models.ids import MAX_USER_ID_CHARS, user_key, validate_user_id
+from mnemoflow.models.errors import InvalidInputError
+from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.ids import MAX_USER_ID_CHARS, user_key, validate_user_id
 
 PK_MAX_BYTES = 128
 USER_KEY_MAX_BYTES = 64
@@ -31,7 +31,7 @@ THREAD_ID_MAX_BYTES = 2048
 CALL_ID_MAX_BYTES = 2048
 
 # Ids end up inside filter expressions (`pk in [...]`), so only a conservative alphabet is
-# stored. models.ids only produces such ids; anything else cannot be in the collection.
+# stored. mnemoflow.models.ids only produces such ids; anything else cannot be in the collection.
 _ID_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 
 SCALAR_FIELDS: list[str] = [

@@ -39,14 +39,14 @@ from typing import Any, TypeVar
 from langchain_core.embeddings import Embeddings
 from pymilvus import MilvusClient, MilvusException
 
-from activities.fragment_collection import (
+from mnemoflow.activities.fragment_collection import (
     QUERY_WINDOW,
     create_if_missing,
     nearest,
     not_loaded,
     query_all,
 )
-from activities.fragment_rows import (
+from mnemoflow.activities.fragment_rows import (
     ALL_FIELDS,
     CALL_ID_MAX_BYTES,
     CONTENT_MAX_BYTES,
@@ -60,7 +60,7 @@ from activities.fragment_rows import (
     to_row,
     user_filter,
 )
-from models.fragments import Candidate, Fragment
+from mnemoflow.models.fragments import Candidate, Fragment
 
 DEFAULT_COLLECTION = "mnemoflow_fragments"
 # Milvus Lite's partition-key buckets (milvus_lite.constants DEFAULT_NUM_PARTITIONS and

@@ -3,7 +3,7 @@
 Each is a thin shell over the FragmentStore and the pure selection of memory.selection. Store
 and network failures propagate unchanged so Temporal's retry policy retries them; permanent
 problems (an unusable user or fragment id) become non-retryable ApplicationErrors whose `type`
-is the searchable name from models.errors.
+is the searchable name from mnemoflow.models.errors.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from contextlib import asynccontextmanager
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.fragment_store import FragmentStore
-from memory.selection import select as select_fragments
-from models.contracts import (
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.memory.selection import select as select_fragments
+from mnemoflow.models.contracts import (
     ActivityName,
     DeleteFragmentsInput,
     DeleteFragmentsOutput,
@@ -29,8 +29,8 @@ from models.contracts import (
     SelectInput,
     SelectOutput,
 )
-from models.errors import InvalidInputError, PayloadTooLargeError
-from models.fragments import SelectionLog
+from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
+from mnemoflow.models.fragments import SelectionLog
 
 # Scoring-log lines returned per selection. With retrieve_k=None every fragment of the user is a
 # candidate, and thousands of lines would approach Temporal's 2 MB payload limit; the best lines

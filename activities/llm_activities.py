@@ -16,11 +16,11 @@ from typing import Protocol, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.llm.base import MemoryModels, validate_drafts
-from activities.llm.errors import to_activity_error
-from memory.params import renormalise
-from memory.profile_merge import merge_profile
-from models.contracts import (
+from mnemoflow.activities.llm.base import MemoryModels, validate_drafts
+from mnemoflow.activities.llm.errors import to_activity_error
+from mnemoflow.memory.params import renormalise
+from mnemoflow.memory.profile_merge import merge_profile
+from mnemoflow.models.contracts import (
     ActivityName,
     InductInput,
     InductOutput,
@@ -29,8 +29,8 @@ from models.contracts import (
     TuneInput,
     TuneOutput,
 )
-from models.errors import InvalidInputError, MalformedModelOutputError
-from models.fragments import Fragment
+from mnemoflow.models.errors import InvalidInputError, MalformedModelOutputError
+from mnemoflow.models.fragments import Fragment
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from models.contracts import (
+from mnemoflow.models.contracts import (
     ActivityName,
     DeleteReadModelInput,
     DeleteReadModelOutput,
@@ -27,8 +27,8 @@ from models.contracts import (
     PublishInput,
     PublishOutput,
 )
-from models.errors import InvalidInputError, PayloadTooLargeError
-from models.ids import user_key, validate_user_id
+from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
+from mnemoflow.models.ids import user_key, validate_user_id
 
 log = logging.getLogger(__name__)
 

@@ -37,9 +37,9 @@ from memory_middleware.rag import FragmentsMemoryRAG
 from memory_middleware.spliter import MemoryFragmentsAiSpliter
 from memory_middleware.storage.vectors import SQLiteVecStore
 
-from activities.llm.heuristic import HeuristicMemoryModels
-from activities.llm.heuristic_profile import extract_profile
-from models.turns import ChatTurn
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.activities.llm.heuristic_profile import extract_profile
+from mnemoflow.models.turns import ChatTurn
 
 ANCESTOR_TYPES = {"identity", "preference", "decision", "fact", "episode", "chat"}
 

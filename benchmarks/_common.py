@@ -158,9 +158,9 @@ async def stack(
 
     Yields (StackInfo, Settings, Temporal client); everything is stopped on the way out.
     """
-    from worker.devstack import DevPorts, embedded_stack
-    from worker.processes import free_port
-    from worker.settings import Settings
+    from mnemoflow.devstack.embedded import DevPorts, embedded_stack
+    from mnemoflow.devstack.processes import free_port
+    from mnemoflow.worker.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix=f"mnemoflow-{tag}-") as tmp:
         env = {

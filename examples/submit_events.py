@@ -14,12 +14,12 @@ import sys
 import time
 from urllib.parse import quote
 
-from middleware import MemoryClient
-from models.ids import user_workflow_id
-from models.turns import ChatTurn
-from worker.client import connect
-from worker.settings import Settings
-from worker.stack import read_stack
+from mnemoflow.devstack.stack import read_stack
+from mnemoflow.middleware import MemoryClient
+from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.models.turns import ChatTurn
+from mnemoflow.worker.client import connect
+from mnemoflow.worker.settings import Settings
 
 STORIES = {
     "alice": [

@@ -1,1 +1,1 @@
-"""The memory model of SPEC section 3: pure functions, no I/O."""
+"""The memory model of docs/ARCHITECTURE.md: pure functions, no I/O."""

@@ -1,4 +1,4 @@
-"""The formulas of SPEC section 3, exactly, as pure functions.
+"""The formulas of docs/ARCHITECTURE.md, "The memory model", exactly, as pure functions.
 
 Times are seconds; `dt` is an age (now minus a timestamp) and negative ages count as 0, since a
 clock skew between agent and worker must never make a message more than brand new.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from models.config import TYPE_VALUES
+from mnemoflow.models.config import TYPE_VALUES
 
 REINFORCE_K = 0.5
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from models.params import TunedParams
+from mnemoflow.models.params import TunedParams
 
 DEFAULT_PARAMS = TunedParams()
-"""The defaults of SPEC section 3: alpha = beta = gamma = 1/3, delta = 0, w = .1/.8/.1."""
+"""The defaults of docs/ARCHITECTURE.md: alpha = beta = gamma = 1/3, delta = 0, w = .1/.8/.1."""
 
 DELTA_MIN = -0.1
 DELTA_MAX = 0.2

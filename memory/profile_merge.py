@@ -1,6 +1,6 @@
 """Merging a profile update into a profile without letting list fields fill with paraphrases.
 
-The ancestor appended whatever the induction LLM returned, so one constraint accumulated 7-14
+The predecessor appended whatever the induction LLM returned, so one constraint accumulated 7-14
 rewordings ("busy on Wednesdays", "Busy on Wednesdays.", "is busy every Wednesday", ...). Here list
 items are de-duplicated exactly (after normalising case, width, punctuation and whitespace) and
 semantically, with a deterministic text similarity that needs no model and works for English and
@@ -10,9 +10,9 @@ Chinese alike. On a near-duplicate the newest wording wins: a later statement ma
 
 from __future__ import annotations
 
-from memory.text import content_tokens as _tokens
-from memory.text import normalise
-from models.profile import PROFILE_LIST_FIELDS, UserProfile
+from mnemoflow.memory.text import content_tokens as _tokens
+from mnemoflow.memory.text import normalise
+from mnemoflow.models.profile import PROFILE_LIST_FIELDS, UserProfile
 
 #: Single-valued profile fields (everything that is neither a list field nor business_fields).
 PROFILE_SCALAR_FIELDS: tuple[str, ...] = tuple(

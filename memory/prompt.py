@@ -1,4 +1,4 @@
-"""Assembling the system prompt: core prompt, then profile, then fragments (SPEC section 3).
+"""Assembling the system prompt: core prompt, then profile, then fragments (docs/ARCHITECTURE.md).
 
 The order is for the provider's KV cache: the core prompt never changes and the profile changes
 rarely, so the bytes most likely to be reused come first and the per-turn fragments last. All
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory.profile_merge import PROFILE_SCALAR_FIELDS
-from models.contracts import ContextFragment
-from models.profile import PROFILE_LIST_FIELDS, UserProfile
+from mnemoflow.memory.profile_merge import PROFILE_SCALAR_FIELDS
+from mnemoflow.models.contracts import ContextFragment
+from mnemoflow.models.profile import PROFILE_LIST_FIELDS, UserProfile
 
 PROFILE_HEADING = "## What you know about this user"
 FRAGMENTS_HEADING = "## Relevant memories"

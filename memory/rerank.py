@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory.text import query_overlap
-from models.contracts import ContextFragment
+from mnemoflow.memory.text import query_overlap
+from mnemoflow.models.contracts import ContextFragment
 
 #: How much full coverage of the query is worth, in units of the published score.
 QUERY_WEIGHT = 1.0

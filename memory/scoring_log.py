@@ -1,6 +1,6 @@
 """The scoring log: the bounded record of recent selections, which is how the formula is debugged.
 
-Every selection keeps each candidate's cos, R, T, F and weighted terms (SPEC section 3). The log
+Every selection keeps each candidate's cos, R, T, F and weighted terms. The log
 travels in workflow state, so it must stay bounded: only the newest entries are kept.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from models.fragments import ScoredCandidate, SelectionLog
+from mnemoflow.models.fragments import ScoredCandidate, SelectionLog
 
 
 def append_bounded(log: list[SelectionLog], entry: SelectionLog, limit: int) -> list[SelectionLog]:

@@ -1,4 +1,4 @@
-"""Selection: score a user's candidate fragments and pick the ones injected (SPEC section 3).
+"""Selection: score a user's candidate fragments and pick the ones injected (docs/ARCHITECTURE.md).
 
 Seats are filled in three passes, each in score order (ties broken by fragment id, so a replayed
 selection is identical): fragments of `always_inject_types` first ("type floor"), then the rest
@@ -12,13 +12,13 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from memory.formulas import importance, relevance, score, time_decay
-from memory.params import renormalise
-from memory.scoring_log import ScoringLog, append_bounded
-from models.config import MemoryConfig
-from models.contracts import ContextFragment
-from models.fragments import Candidate, ScoredCandidate, SelectionLog
-from models.params import TunedParams
+from mnemoflow.memory.formulas import importance, relevance, score, time_decay
+from mnemoflow.memory.params import renormalise
+from mnemoflow.memory.scoring_log import ScoringLog, append_bounded
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import ContextFragment
+from mnemoflow.models.fragments import Candidate, ScoredCandidate, SelectionLog
+from mnemoflow.models.params import TunedParams
 
 __all__ = ["ScoringLog", "Selection", "append_bounded", "select"]
 

@@ -1,4 +1,4 @@
-"""Trigger rules (SPEC section 3): when a round is due, when the window is over budget, and
+"""Trigger rules (docs/ARCHITECTURE.md): when a round is due, when the window is over budget, and
 where trimming may start. Three decisions, kept apart, each a pure function of numbers.
 """
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from memory.formulas import time_to_maturity
-from models.config import BudgetPattern, MemoryConfig
+from mnemoflow.memory.formulas import time_to_maturity
+from mnemoflow.models.config import BudgetPattern, MemoryConfig
 
 # Scripts written without spaces, where a tokenizer spends about one token per character.
 _CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
@@ -26,7 +26,7 @@ def induction_due_at(created_at: float, config: MemoryConfig) -> float:
 def estimate_tokens(text: str) -> int:
     """A cheap token estimate: one per CJK character, plus one per 3.3 other characters.
 
-    The ancestor used chars / 3.3, which fits English but undercounts Chinese about threefold
+    The predecessor used chars / 3.3, which fits English but undercounts Chinese about threefold
     (one character is roughly one token), so CJK characters are counted apart. The other
     characters round up, which makes any non-empty text at least 1 token. Integer arithmetic
     (ceil(n * 10 / 33)) keeps it exact: 33 / 3.3 is not 10 in floating point.

@@ -1,7 +1,7 @@
 """The agent side of mnemoflow: the middleware, the client it shares with tools, and the tools."""
 
-from middleware.client import MemoryClient
-from middleware.durable_memory import DurableMemoryMiddleware, DurableMemoryState
-from middleware.tools import memory_tools
+from mnemoflow.middleware.client import MemoryClient
+from mnemoflow.middleware.durable_memory import DurableMemoryMiddleware, DurableMemoryState
+from mnemoflow.middleware.tools import memory_tools
 
 __all__ = ["DurableMemoryMiddleware", "DurableMemoryState", "MemoryClient", "memory_tools"]

@@ -27,10 +27,10 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.service import RPCError, RPCStatusCode
 
-from middleware.payloads import split_event, trim_turn
-from models import search_attributes as sa
-from models.config import MemoryConfig
-from models.contracts import (
+from mnemoflow.middleware.payloads import split_event, trim_turn
+from mnemoflow.models import search_attributes as sa
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import (
     ForgetFragmentRequest,
     ForgetFragmentResult,
     ForgetReceipt,
@@ -48,8 +48,8 @@ from models.contracts import (
     UserMemoryInput,
     UserStatus,
 )
-from models.errors import MemoryUnavailableError
-from models.ids import (
+from mnemoflow.models.errors import MemoryUnavailableError
+from mnemoflow.models.ids import (
     context_key,
     pseudonymous_workflow_id,
     search_user_value,
@@ -57,14 +57,14 @@ from models.ids import (
     user_workflow_id,
     validate_user_id,
 )
-from models.profile import UserProfile
-from models.turns import ChatTurn
-from models.usage import PriceTable
-from workflows.user_memory import UserMemoryWorkflow
+from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.turns import ChatTurn
+from mnemoflow.models.usage import PriceTable
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
 log = logging.getLogger(__name__)
 
-#: The hot path may wait at most this long for the query fallback (SPEC: budget of one GET).
+#: The hot path may wait at most this long for the query fallback (docs/ARCHITECTURE.md, one GET).
 MAX_QUERY_TIMEOUT_S = 2.0
 #: After a clean read-model miss, ask the workflow (in the background) at most this often.
 MISS_REQUERY_S = 5.0

@@ -2,9 +2,9 @@
 
 Mounted as `create_agent(model, tools, middleware=[DurableMemoryMiddleware(client=...)],
 checkpointer=...)`. It declares its own state schema, so the positions it records survive in the
-checkpointer (the ancestor wrote to undeclared channels, and LangGraph silently dropped them).
+checkpointer (the predecessor wrote to undeclared channels, and LangGraph silently dropped them).
 
-Per turn (SPEC section 3, "Triggers"):
+Per turn (docs/ARCHITECTURE.md, "Triggers"):
 - before the agent: resolve the user id (a clear ValueError without one), stamp new messages,
   and record in state what earlier background hand-overs got accepted;
 - every model call: one read of the injected context (never raises, never waits for a round);
@@ -36,10 +36,10 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AnyMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from memory.prompt import assemble_system_prompt, filter_in_window
-from memory.rerank import rerank_for_query
-from middleware.client import MemoryClient
-from middleware.window import (
+from mnemoflow.memory.prompt import assemble_system_prompt, filter_in_window
+from mnemoflow.memory.rerank import rerank_for_query
+from mnemoflow.middleware.client import MemoryClient
+from mnemoflow.middleware.window import (
     handover_trigger,
     message_text,
     resolve_thread_id,
@@ -48,10 +48,10 @@ from middleware.window import (
     to_turns,
     window_start,
 )
-from models.config import MemoryConfig
-from models.contracts import ContextFragment, InjectedContext, Trigger
-from models.profile import UserProfile
-from models.turns import ChatTurn
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import ContextFragment, InjectedContext, Trigger
+from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.turns import ChatTurn
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from models.turns import ChatTurn
+from mnemoflow.models.turns import ChatTurn
 
 #: Budget of one event's turns, in encoded bytes: a quarter of Temporal's 2 MB payload limit,
 #: leaving room for the workflow input that travels with a signal-with-start.

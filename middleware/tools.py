@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from langchain.tools import BaseTool, ToolRuntime, tool
 
-from middleware.client import MemoryClient
-from middleware.window import resolve_user_id
-from models.errors import MemoryUnavailableError
+from mnemoflow.middleware.client import MemoryClient
+from mnemoflow.middleware.window import resolve_user_id
+from mnemoflow.models.errors import MemoryUnavailableError
 
 #: Fragment types an explicit memory gets: high importance weighs like a decision.
 IMPORTANCE_TYPES: dict[str, list[str]] = {"high": ["decision", "fact"], "normal": ["fact"]}

@@ -11,11 +11,11 @@ from typing import Any
 
 from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, ToolMessage
 
-from memory.triggers import budget_reached, ceiling_reached, estimate_tokens, trim_start
-from models.config import MemoryConfig
-from models.contracts import Trigger
-from models.ids import validate_user_id
-from models.turns import ChatTurn, Role
+from mnemoflow.memory.triggers import budget_reached, ceiling_reached, estimate_tokens, trim_start
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import Trigger
+from mnemoflow.models.ids import validate_user_id
+from mnemoflow.models.turns import ChatTurn, Role
 
 TIME_KEY = "time"
 DEFAULT_THREAD = "default"

@@ -1,4 +1,4 @@
-"""Memory configuration: the vocation presets of SPEC section 3 and every tuning knob.
+"""Memory configuration: the vocation presets of docs/ARCHITECTURE.md and every tuning knob.
 
 The config travels inside workflow inputs, so it must stay a plain pydantic model with
 deterministic defaults (no clock, no environment).
@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 FragmentType = Literal["identity", "decision", "preference", "fact", "episode", "chat"]
 
-#: Type values of SPEC section 3 (unknown types score 0).
+#: Type values of docs/ARCHITECTURE.md, "The memory model" (unknown types score 0).
 TYPE_VALUES: dict[str, float] = {
     "identity": 0.95,
     "decision": 0.85,
@@ -26,7 +26,7 @@ FRAGMENT_TYPES: tuple[str, ...] = tuple(TYPE_VALUES)
 
 
 class Vocation(StrEnum):
-    """The three presets of the ancestor, plus `custom` (keep whatever was given)."""
+    """The three presets of the in-process predecessor, plus `custom` (keep whatever was given)."""
 
     CUSTOMER_SERVICE = "customer service"
     COLLABORATIVE_CREATION = "collaborative creation"
@@ -61,7 +61,7 @@ PRESETS: dict[Vocation, Preset] = {
 
 
 class BudgetPattern(StrEnum):
-    """How the window budget is expressed (as in the ancestor)."""
+    """How the window budget is expressed (as in the in-process predecessor)."""
 
     FRACTION = "fraction"
     TOKENS = "tokens"

@@ -7,12 +7,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from models.config import MemoryConfig
-from models.fragments import Fragment, FragmentDraft, SelectionLog
-from models.params import TunedParams
-from models.profile import UserProfile
-from models.turns import ChatTurn
-from models.usage import CostLedger, LLMUsage, PriceTable
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.fragments import Fragment, FragmentDraft, SelectionLog
+from mnemoflow.models.params import TunedParams
+from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.turns import ChatTurn
+from mnemoflow.models.usage import CostLedger, LLMUsage, PriceTable
 
 Trigger = Literal["handover", "budget", "ceiling", "explicit", "retry"]
 

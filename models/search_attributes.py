@@ -3,7 +3,7 @@
 Pure definitions (only `temporalio.common`), so workflows can import them inside the sandbox.
 They let the Temporal UI answer "which rounds of user X failed, and why": rounds carry the
 user, their number, what triggered them, the main theme and the outcome.
-Registration on a server lives in `worker.search_attributes`.
+Registration on a server lives in `mnemoflow.worker.search_attributes`.
 """
 
 from __future__ import annotations

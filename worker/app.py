@@ -23,7 +23,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from worker.settings import Settings
+from mnemoflow.worker.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,8 @@ def activity_methods(obj: Any) -> list[Callable[..., Any]]:
 def default_models(settings: Settings) -> Any:
     """The memory models the settings select (DeepSeek or the offline heuristic ones)."""
     if settings.resolved_models() == "deepseek":
-        from activities.llm.deepseek import deepseek_chat_model
-        from activities.llm.langchain_models import LangChainMemoryModels
+        from mnemoflow.activities.llm.deepseek import deepseek_chat_model
+        from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
 
         ds = settings.deepseek
         assert ds.api_key is not None  # resolved_models() checked it
@@ -99,14 +99,17 @@ def default_models(settings: Settings) -> Any:
             timeout=ds.timeout_s,
         )
         return LangChainMemoryModels(chat)
-    from activities.llm.heuristic import HeuristicMemoryModels
+    from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 
     return HeuristicMemoryModels(latency_s=settings.mnemoflow.heuristic_latency_s)
 
 
 def default_embeddings(settings: Settings) -> Any:
     """The embedder the settings select."""
-    from activities.embeddings import HashingEmbeddings, UniversalSentenceEncoderEmbeddings
+    from mnemoflow.activities.embeddings import (
+        HashingEmbeddings,
+        UniversalSentenceEncoderEmbeddings,
+    )
 
     if settings.milvus.embedding == "hashing":
         return HashingEmbeddings()
@@ -153,12 +156,12 @@ def build_worker(
     The LLM activities join the main Worker unless `settings.temporal.llm_task_queue` is set;
     then they run on `resources.llm_worker`.
     """
-    from activities.fragment_store import FragmentStore
-    from activities.fragments import FragmentActivities
-    from activities.llm_activities import LLMActivities
-    from activities.read_model import ReadModel, ReadModelActivities
-    from workflows.memory_round import MemoryRoundWorkflow
-    from workflows.user_memory import UserMemoryWorkflow
+    from mnemoflow.activities.fragment_store import FragmentStore
+    from mnemoflow.activities.fragments import FragmentActivities
+    from mnemoflow.activities.llm_activities import LLMActivities
+    from mnemoflow.activities.read_model import ReadModel, ReadModelActivities
+    from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
+    from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
     owns_models = models is None
     models = models if models is not None else default_models(settings)

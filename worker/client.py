@@ -1,7 +1,7 @@
 """The one place that connects a Temporal client.
 
 Everything that talks to Temporal (worker, dev stack, CLI commands, tests of the process) goes
-through `connect`, so the data converter is the same everywhere: pydantic, as SPEC section 5
+through `connect`, so the data converter is the same everywhere: pydantic, as docs/ARCHITECTURE.md
 requires, because every contract is a pydantic model.
 With encryption keys configured it also carries the AES-GCM payload codec (`worker.codec`),
 so no client or worker can send conversation text to Temporal in the clear.
@@ -15,8 +15,8 @@ from pathlib import Path
 from temporalio.client import Client, Interceptor, TLSConfig
 from temporalio.runtime import Runtime
 
-from worker.codec import data_converter
-from worker.settings import TemporalSettings
+from mnemoflow.worker.codec import data_converter
+from mnemoflow.worker.settings import TemporalSettings
 
 
 def _read(path: Path | None) -> bytes | None:

@@ -28,7 +28,7 @@ from temporalio.converter import (
     PayloadCodec,
 )
 
-from worker.settings import EncryptionSettings
+from mnemoflow.worker.settings import EncryptionSettings
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"

@@ -26,8 +26,8 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 from temporalio.converter import PayloadCodec
 
-from worker.codec import CodecError, EncryptionCodec, Keyring
-from worker.settings import TemporalSettings
+from mnemoflow.worker.codec import CodecError, EncryptionCodec, Keyring
+from mnemoflow.worker.settings import TemporalSettings
 
 log = logging.getLogger(__name__)
 

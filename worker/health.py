@@ -4,7 +4,7 @@
 - `/readyz` (readiness) answers 200 only when every registered check passes within its
   timeout (Temporal, Milvus, Redis, the Workers polling), 503 with the failing checks before
   the worker is up and from the moment a shutdown starts.
-- `/metrics` when the process exports metrics (see `worker.metrics.render`).
+- `/metrics` when the process exports metrics (see `mnemoflow.worker.metrics.render`).
 
 No web framework: three GET routes do not justify a dependency in the image.
 """

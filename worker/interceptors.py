@@ -1,7 +1,7 @@
-"""Interceptors that record `worker.metrics` without touching workflow or activity code.
+"""Interceptors that record `mnemoflow.worker.metrics` without touching workflow or activity code.
 
 Passed to `worker.client.connect` (a client interceptor that is also a worker interceptor is
-used by every Worker built on that client), so `worker.app` stays unchanged:
+used by every Worker built on that client), so `mnemoflow.worker.app` stays unchanged:
 
 - activities: latency and outcome of every attempt, and what completed ones produced
   (fragments indexed, injected context size, LLM tokens and cost, select latency);
@@ -27,7 +27,7 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
-from worker.metrics import MnemoflowMetrics
+from mnemoflow.worker.metrics import MnemoflowMetrics
 
 ROUND_WORKFLOW = "MemoryRoundWorkflow"
 

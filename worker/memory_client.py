@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from middleware import MemoryClient
-from models.config import MemoryConfig
-from worker.settings import Settings
+from mnemoflow.middleware import MemoryClient
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.worker.settings import Settings
 
 
 def memory_client(

@@ -4,7 +4,7 @@ The Temporal SDK exports its metrics (`temporal_*`, counters ending in `_total`,
 seconds) from its Rust core on a loopback port of its own; `render` appends that page to ours
 so that Prometheus scrapes one endpoint per pod. Our metrics live in a registry per
 `MnemoflowMetrics` (not the global one), so tests and several workers in one process do not
-collide. They are recorded by `worker.interceptors`, never by activity code.
+collide. They are recorded by `mnemoflow.worker.interceptors`, never by activity code.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from prometheus_client import (
 )
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from models.contracts import ActivityName
-from models.usage import LLMUsage, PriceTable
+from mnemoflow.models.contracts import ActivityName
+from mnemoflow.models.usage import LLMUsage, PriceTable
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -131,7 +131,7 @@ class MnemoflowMetrics:
 def sdk_runtime(port: int, host: str = "127.0.0.1") -> Runtime:
     """A Temporal runtime exporting SDK metrics in Prometheus naming (`_total`, seconds).
 
-    Create it once per process and pass it to `worker.client.connect`.
+    Create it once per process and pass it to `mnemoflow.worker.client.connect`.
     """
     prometheus = PrometheusConfig(
         bind_address=f"{host}:{port}",

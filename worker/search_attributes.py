@@ -3,7 +3,7 @@
 The dev server gets them as `--search-attribute` flags at start (`dev_server_args`); the
 time-skipping test server and existing clusters get them through the operator service
 (`ensure_search_attributes`, idempotent). The keys themselves live in the pure module
-`models.search_attributes` so workflows can import them.
+`mnemoflow.models.search_attributes` so workflows can import them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.service import RPCError, RPCStatusCode
 
-from models.search_attributes import ALL_KEYS
+from mnemoflow.models.search_attributes import ALL_KEYS
 
 # The CLI spells types by name ("Keyword", "Int"); the SDK enum's names are upper case.
 _CLI_TYPE_NAMES = {

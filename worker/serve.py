@@ -25,11 +25,11 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from worker.app import WorkerResources, activity_methods, build_worker
-from worker.client import connect
-from worker.health import Handler, HttpEndpoint, Readiness, probe_routes
-from worker.search_attributes import ensure_search_attributes
-from worker.settings import Settings
+from mnemoflow.worker.app import WorkerResources, activity_methods, build_worker
+from mnemoflow.worker.client import connect
+from mnemoflow.worker.health import Handler, HttpEndpoint, Readiness, probe_routes
+from mnemoflow.worker.search_attributes import ensure_search_attributes
+from mnemoflow.worker.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +79,10 @@ def add_readiness_checks(
 
 
 def _models(settings: Settings) -> Any:
-    # Only the heuristic models have a latency knob; anything else is built by worker.app.
+    # Only the heuristic models have a latency knob; anything else is built by mnemoflow.worker.app.
     latency = settings.mnemoflow.heuristic_latency_s
     if latency and settings.resolved_models() == "heuristic":
-        from activities.llm.heuristic import HeuristicMemoryModels
+        from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 
         return HeuristicMemoryModels(latency_s=latency)
     return None
@@ -90,7 +90,7 @@ def _models(settings: Settings) -> Any:
 
 def _llm_worker(client: Client, settings: Settings, res: WorkerResources) -> Worker:
     """The LLM activities' Worker on their own queue, with the queue-wide rate limit."""
-    from activities.llm_activities import LLMActivities
+    from mnemoflow.activities.llm_activities import LLMActivities
 
     queue = settings.temporal.llm_task_queue
     assert queue is not None
@@ -141,7 +141,7 @@ async def _endpoints(
     settings: Settings, readiness: Readiness, stack: AsyncExitStack
 ) -> tuple[Any, Any, dict[str, Any]]:
     """Start the health and metrics endpoints; returns (metrics, runtime, connect options)."""
-    from worker.processes import free_port
+    from mnemoflow.devstack.processes import free_port
 
     cfg = settings.mnemoflow
     routes: dict[int, dict[str, Handler]] = {}
@@ -150,8 +150,8 @@ async def _endpoints(
     metrics = runtime = None
     options: dict[str, Any] = {}
     if cfg.metrics_port is not None:
-        from worker.interceptors import MetricsInterceptor
-        from worker.metrics import CONTENT_TYPE, MnemoflowMetrics, render, sdk_runtime
+        from mnemoflow.worker.interceptors import MetricsInterceptor
+        from mnemoflow.worker.metrics import CONTENT_TYPE, MnemoflowMetrics, render, sdk_runtime
 
         sdk_port = cfg.sdk_metrics_port or free_port()
         metrics, runtime = MnemoflowMetrics(), sdk_runtime(sdk_port)

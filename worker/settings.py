@@ -4,7 +4,7 @@ Nothing here touches the environment at import time; `Settings.load()` does, onc
 entry point. Secrets are `SecretStr` (their repr is masked) and URLs that may carry a password
 are masked in `repr()` and in `Settings.redacted()`, the only summary meant for printing.
 Field docstrings become the descriptions the README configuration table is generated from
-(`python -m worker.settings_doc`).
+(`python -m mnemoflow.worker.settings_doc`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from models.config import Vocation
+from mnemoflow.models.config import Vocation
 
 
 def mask_url(url: str) -> str:

@@ -18,7 +18,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from models.contracts import (
+    from mnemoflow.models.contracts import (
         ActivityName,
         FragmentRef,
         IndexInput,
@@ -35,12 +35,12 @@ with workflow.unsafe.imports_passed_through():
         TuneInput,
         TuneOutput,
     )
-    from models.errors import NON_RETRYABLE_TYPES
-    from models.fragments import Fragment, FragmentDraft
-    from models.ids import fragment_id
-    from models.params import TunedParams
-    from models.usage import LLMUsage
-    from workflows.options import theme_key, upsert_round_attributes
+    from mnemoflow.models.errors import NON_RETRYABLE_TYPES
+    from mnemoflow.models.fragments import Fragment, FragmentDraft
+    from mnemoflow.models.ids import fragment_id
+    from mnemoflow.models.params import TunedParams
+    from mnemoflow.models.usage import LLMUsage
+    from mnemoflow.workflows.options import theme_key, upsert_round_attributes
 
 # LLM calls: a provider outage of hours is absorbed here, then the round fails visibly.
 LLM_START_TO_CLOSE = timedelta(minutes=2)

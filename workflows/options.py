@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from models import search_attributes as sa
+from mnemoflow.models import search_attributes as sa
 
 
 def theme_key(theme: str) -> str:

@@ -7,9 +7,9 @@ in (the workflow gives `workflow.now()`), nothing here reads a clock or does I/O
 
 from __future__ import annotations
 
-from memory.triggers import induction_due_at, slice_due_at
-from models.config import MemoryConfig
-from models.contracts import (
+from mnemoflow.memory.triggers import induction_due_at, slice_due_at
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import (
     FragmentRef,
     InductOutput,
     ReinforceEvent,
@@ -22,8 +22,8 @@ from models.contracts import (
     UserStatus,
     Watermark,
 )
-from models.turns import ChatTurn
-from models.usage import PriceTable
+from mnemoflow.models.turns import ChatTurn
+from mnemoflow.models.usage import PriceTable
 
 MAX_SEEN_EVENTS = 4096
 MAX_SEEN_CALLS = 4096

@@ -26,7 +26,7 @@ from temporalio.exceptions import (
 from temporalio.workflow import ChildWorkflowHandle
 
 with workflow.unsafe.imports_passed_through():
-    from models.contracts import (
+    from mnemoflow.models.contracts import (
         InjectedContext,
         ReinforceEvent,
         RoundInput,
@@ -37,15 +37,15 @@ with workflow.unsafe.imports_passed_through():
         UserMemoryState,
         UserStatus,
     )
-    from models.ids import round_workflow_id, search_user_value
-    from models.profile import UserProfile
-    from workflows import state_ops
-    from workflows.memory_round import (
+    from mnemoflow.models.ids import round_workflow_id, search_user_value
+    from mnemoflow.models.profile import UserProfile
+    from mnemoflow.workflows import state_ops
+    from mnemoflow.workflows.memory_round import (
         MemoryRoundWorkflow,
     )
-    from workflows.options import failure_text, round_search_attributes
-    from workflows.user_requests import UserRequests
-    from workflows.user_upkeep import UserUpkeep
+    from mnemoflow.workflows.options import failure_text, round_search_attributes
+    from mnemoflow.workflows.user_requests import UserRequests
+    from mnemoflow.workflows.user_upkeep import UserUpkeep
 
 MAX_ROUND_ID_PROBES = 24
 

@@ -16,8 +16,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from models.config import FRAGMENT_TYPES
-    from models.contracts import (
+    from mnemoflow.models.config import FRAGMENT_TYPES
+    from mnemoflow.models.contracts import (
         ActivityName,
         DeleteFragmentsInput,
         DeleteFragmentsOutput,
@@ -41,12 +41,12 @@ with workflow.unsafe.imports_passed_through():
         UserMemoryInput,
         UserMemoryState,
     )
-    from models.fragments import Fragment
-    from models.ids import explicit_fragment_id
-    from models.params import TunedParams
-    from models.profile import UserProfile
-    from workflows import state_ops
-    from workflows.memory_round import (
+    from mnemoflow.models.fragments import Fragment
+    from mnemoflow.models.ids import explicit_fragment_id
+    from mnemoflow.models.params import TunedParams
+    from mnemoflow.models.profile import UserProfile
+    from mnemoflow.workflows import state_ops
+    from mnemoflow.workflows.memory_round import (
         STORE_RETRY,
         STORE_SCHEDULE_TO_CLOSE,
         STORE_START_TO_CLOSE,

@@ -11,8 +11,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from models.config import MemoryConfig
-    from models.contracts import (
+    from mnemoflow.models.config import MemoryConfig
+    from mnemoflow.models.contracts import (
         ActivityName,
         InductInput,
         InductOutput,
@@ -22,8 +22,8 @@ with workflow.unsafe.imports_passed_through():
         UserMemoryInput,
         UserMemoryState,
     )
-    from workflows import state_ops
-    from workflows.memory_round import (
+    from mnemoflow.workflows import state_ops
+    from mnemoflow.workflows.memory_round import (
         LLM_RETRY,
         LLM_SCHEDULE_TO_CLOSE,
         LLM_START_TO_CLOSE,
@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         STORE_START_TO_CLOSE,
         publish_context,
     )
-    from workflows.options import failure_text
+    from mnemoflow.workflows.options import failure_text
 
 MAX_INDUCTION_BATCH = 32
 

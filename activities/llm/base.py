@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from models.config import FRAGMENT_TYPES
-from models.errors import InvalidInputError, MalformedModelOutputError
-from models.fragments import Fragment, FragmentDraft
-from models.profile import UserProfile
-from models.turns import ChatTurn
-from models.usage import LLMUsage
+from mnemoflow.models.config import FRAGMENT_TYPES
+from mnemoflow.models.errors import InvalidInputError, MalformedModelOutputError
+from mnemoflow.models.fragments import Fragment, FragmentDraft
+from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.turns import ChatTurn
+from mnemoflow.models.usage import LLMUsage
 
 MAX_THEME_CHARS = 200
 FALLBACK_THEME = "general"
@@ -69,7 +69,7 @@ class MemoryModels(Protocol):
 
 
 def estimate_tokens(text: str) -> int:
-    """The chars/3.3 estimate the ancestor used when no provider count exists."""
+    """The chars/3.3 estimate the in-process predecessor used when no provider count exists."""
     return int(len(text) / 3.3) + (1 if text else 0)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from models.errors import MalformedModelOutputError, MnemoflowError
+from mnemoflow.models.errors import MalformedModelOutputError, MnemoflowError
 
 MALFORMED_RETRY_TYPE = "MalformedModelOutputRetry"
 RATE_LIMITED_TYPE = "RateLimited"

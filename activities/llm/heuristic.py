@@ -3,7 +3,7 @@
 Used by the demo and the tests so that everything runs without a network or an API key. They are
 heuristics and say so: the model name is "heuristic-offline", and the token counts they report are
 chars/3.3 estimates of what an LLM call of the same size would have cost (so the cost ledger has
-numbers to show). `latency_s` simulates a slow LLM (the ancestor was measured at 800 ms per call).
+numbers to show). `latency_s` simulates a slow LLM (the predecessor measured 800 ms per call).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.llm.base import InductedProfile, SlicedDrafts, TunedRaw, estimate_tokens
-from activities.llm.heuristic_profile import extract_profile
-from activities.llm.heuristic_rules import (
+from mnemoflow.activities.llm.base import InductedProfile, SlicedDrafts, TunedRaw, estimate_tokens
+from mnemoflow.activities.llm.heuristic_profile import extract_profile
+from mnemoflow.activities.llm.heuristic_rules import (
     GENERAL,
     Theme,
     join_sentences,
@@ -25,10 +25,10 @@ from activities.llm.heuristic_rules import (
     themes_of,
     types_of,
 )
-from models.fragments import Fragment
-from models.profile import UserProfile
-from models.turns import ChatTurn
-from models.usage import LLMUsage
+from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.turns import ChatTurn
+from mnemoflow.models.usage import LLMUsage
 
 HEURISTIC_MODEL_NAME = "heuristic-offline"
 #: Assistant lines longer than this are explanations, not memory; short ones ("Noted: order

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from activities.llm.heuristic_rules import split_sentences
-from models.profile import UserProfile
+from mnemoflow.activities.llm.heuristic_rules import split_sentences
+from mnemoflow.models.profile import UserProfile
 
 _I = re.IGNORECASE
 _END = r"(?=[,.;!?，。；！？、]|\s+(?:and|but|so|because)\b|$)"

@@ -3,7 +3,7 @@
 Each call is one forced tool call (`with_structured_output(..., method="function_calling")`)
 carrying a short, fixed system prompt followed by the input and nothing else. The fixed prompt
 comes first so the provider's prefix (KV) cache can serve it across calls and users; no
-conversation history is sent, because measured on the ancestor it raised the bill even when it
+conversation history is sent, because measured on the predecessor it raised the bill even when it
 raised the cache hit rate. Token usage is read from the raw AIMessage, including DeepSeek's
 prompt_cache_hit_tokens / prompt_cache_miss_tokens.
 """
@@ -17,12 +17,12 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from activities.llm.base import InductedProfile, SlicedDrafts, TunedRaw
-from models.errors import MalformedModelOutputError
-from models.fragments import Fragment
-from models.profile import UserProfile
-from models.turns import ChatTurn
-from models.usage import LLMUsage
+from mnemoflow.activities.llm.base import InductedProfile, SlicedDrafts, TunedRaw
+from mnemoflow.models.errors import MalformedModelOutputError
+from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.turns import ChatTurn
+from mnemoflow.models.usage import LLMUsage
 
 SLICE_PROMPT = (
     "You split a conversation into themed memory fragments. Each fragment: a short theme, its "
@@ -127,7 +127,7 @@ class LangChainMemoryModels:
 
     async def aclose(self) -> None:
         """Close the chat model's HTTP clients (call once no activity uses the model)."""
-        from activities.llm.deepseek import close_chat_model
+        from mnemoflow.activities.llm.deepseek import close_chat_model
 
         await close_chat_model(self.chat_model)
 

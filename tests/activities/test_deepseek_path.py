@@ -15,13 +15,13 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.llm.deepseek import deepseek_chat_model
-from activities.llm.langchain_models import LangChainMemoryModels
-from activities.llm_activities import LLMActivities
-from models.contracts import InductInput, SliceInput, TuneInput
-from models.fragments import Fragment
-from models.profile import UserProfile
-from models.turns import ChatTurn
+from mnemoflow.activities.llm.deepseek import deepseek_chat_model
+from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
+from mnemoflow.activities.llm_activities import LLMActivities
+from mnemoflow.models.contracts import InductInput, SliceInput, TuneInput
+from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.turns import ChatTurn
 from tests.support.deepseek_emulator import DeepSeekEmulator, Reply
 
 TURNS = [

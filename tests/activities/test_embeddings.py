@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from activities.embeddings import HashingEmbeddings, UniversalSentenceEncoderEmbeddings
+from mnemoflow.activities.embeddings import HashingEmbeddings, UniversalSentenceEncoderEmbeddings
 
 
 @pytest.fixture(scope="module")

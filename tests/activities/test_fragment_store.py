@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from pymilvus import MilvusException
 
-from activities.embeddings import HashingEmbeddings
-from activities.fragment_rows import CONTENT_MAX_BYTES
-from activities.fragment_store import FragmentStore
-from models.errors import InvalidInputError
-from models.fragments import Fragment
-from models.ids import MAX_USER_ID_CHARS, fragment_id
-from worker.processes import free_port, start_milvus_lite
+from mnemoflow.activities.embeddings import HashingEmbeddings
+from mnemoflow.activities.fragment_rows import CONTENT_MAX_BYTES
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.devstack.processes import free_port, start_milvus_lite
+from mnemoflow.models.errors import InvalidInputError
+from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.ids import MAX_USER_ID_CHARS, fragment_id
 
 pytestmark = pytest.mark.integration
 

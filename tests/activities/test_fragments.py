@@ -8,13 +8,13 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.embeddings import HashingEmbeddings
-from activities.fragment_store import FragmentStore
-from activities.fragments import FragmentActivities, bounded_log
-from models.config import MemoryConfig
-from models.contracts import IndexInput, ReinforceInput, SelectInput
-from models.fragments import Fragment, ScoredCandidate, SelectionLog
-from models.ids import fragment_id
+from mnemoflow.activities.embeddings import HashingEmbeddings
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.fragments import FragmentActivities, bounded_log
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import IndexInput, ReinforceInput, SelectInput
+from mnemoflow.models.fragments import Fragment, ScoredCandidate, SelectionLog
+from mnemoflow.models.ids import fragment_id
 
 pytestmark = pytest.mark.integration
 

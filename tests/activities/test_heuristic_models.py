@@ -8,14 +8,14 @@ from collections import Counter
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.llm.base import validate_drafts
-from activities.llm.heuristic import HeuristicMemoryModels
-from activities.llm_activities import LLMActivities
-from memory.params import renormalise
-from models.contracts import InductInput, SliceInput, TuneInput
-from models.fragments import Fragment
-from models.profile import UserProfile
-from models.turns import ChatTurn
+from mnemoflow.activities.llm.base import validate_drafts
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.activities.llm_activities import LLMActivities
+from mnemoflow.memory.params import renormalise
+from mnemoflow.models.contracts import InductInput, SliceInput, TuneInput
+from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.turns import ChatTurn
 
 ENGLISH = [
     ("human", "Hi, my name is Alice Chen and I'm a software engineer."),
@@ -102,7 +102,7 @@ async def _slice(conversation: list[tuple[str, str]], max_fragments: int = 16) -
 
 
 def _human_sentences(conversation: list[tuple[str, str]]) -> list[str]:
-    from activities.llm.heuristic_rules import split_sentences
+    from mnemoflow.activities.llm.heuristic_rules import split_sentences
 
     return [s for role, text in conversation if role == "human" for s in split_sentences(text)]
 

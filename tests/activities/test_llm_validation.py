@@ -8,9 +8,9 @@ import httpx
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.llm.base import validate_drafts
-from activities.llm.errors import retry_after_s, to_activity_error
-from models.errors import InvalidInputError, MalformedModelOutputError
+from mnemoflow.activities.llm.base import validate_drafts
+from mnemoflow.activities.llm.errors import retry_after_s, to_activity_error
+from mnemoflow.models.errors import InvalidInputError, MalformedModelOutputError
 
 
 def _draft(**overrides: object) -> dict[str, object]:

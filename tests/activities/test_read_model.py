@@ -12,11 +12,11 @@ import redis.asyncio as aioredis
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.read_model import ReadModel, ReadModelActivities
-from models.contracts import ContextFragment, InjectedContext, PublishInput
-from models.errors import InvalidInputError, PayloadTooLargeError
-from models.ids import user_key
-from worker.processes import free_port
+from mnemoflow.activities.read_model import ReadModel, ReadModelActivities
+from mnemoflow.devstack.processes import free_port
+from mnemoflow.models.contracts import ContextFragment, InjectedContext, PublishInput
+from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
+from mnemoflow.models.ids import user_key
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from deploy import manifests
-from worker.settings import SECTIONS
+from mnemoflow.worker.settings import SECTIONS
 
 ENVS = list(manifests.ENVIRONMENTS)
 

@@ -15,6 +15,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The folders the wheel is built from: the namespace package and the rooms it maps.
+PACKAGE_DIRS = (
+    "mnemoflow",
+    "models",
+    "memory",
+    "workflows",
+    "activities",
+    "worker",
+    "ops",
+    "devstack",
+    "middleware",
+)
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 
 
@@ -66,8 +78,10 @@ def test_constraints_pin_every_runtime_dependency() -> None:
 def test_build_steps_install_in_a_clean_virtualenv(tmp_path: Path) -> None:
     # Copy what the Dockerfile copies, so setuptools' build files stay out of the work tree.
     src = tmp_path / "src"
-    for part in ("models", "memory", "workflows", "activities", "worker", "middleware"):
-        shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in PACKAGE_DIRS:
+        shutil.copytree(
+            ROOT / part, src / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     (src / "deploy").mkdir()

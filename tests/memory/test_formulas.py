@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from memory.formulas import (
+from mnemoflow.memory.formulas import (
     importance,
     maturity,
     relevance,
@@ -13,7 +13,7 @@ from memory.formulas import (
     time_to_maturity,
     type_union,
 )
-from models.config import PRESETS, Vocation
+from mnemoflow.models.config import PRESETS, Vocation
 
 CS = PRESETS[Vocation.CUSTOMER_SERVICE]
 

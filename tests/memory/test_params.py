@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from memory.params import DEFAULT_PARAMS, renormalise
-from models.params import TunedParams
+from mnemoflow.memory.params import DEFAULT_PARAMS, renormalise
+from mnemoflow.models.params import TunedParams
 
 
 def sums(p: TunedParams) -> tuple[float, float]:

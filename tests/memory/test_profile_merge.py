@@ -2,8 +2,8 @@
 
 import pytest
 
-from memory.profile_merge import merge_list, merge_profile, normalise, text_similarity
-from models.profile import PROFILE_LIST_FIELDS, UserProfile
+from mnemoflow.memory.profile_merge import merge_list, merge_profile, normalise, text_similarity
+from mnemoflow.models.profile import PROFILE_LIST_FIELDS, UserProfile
 
 
 def test_normalise_folds_case_width_punctuation_and_spaces():

@@ -1,6 +1,6 @@
 """Prompt assembly: stable order, deterministic text, no paying twice for words in the window."""
 
-from memory.prompt import (
+from mnemoflow.memory.prompt import (
     FRAGMENTS_HEADING,
     PROFILE_HEADING,
     assemble_system_prompt,
@@ -8,8 +8,8 @@ from memory.prompt import (
     render_fragments,
     render_profile,
 )
-from models.contracts import ContextFragment
-from models.profile import UserProfile
+from mnemoflow.models.contracts import ContextFragment
+from mnemoflow.models.profile import UserProfile
 
 CORE = "You are a helpful support agent."
 

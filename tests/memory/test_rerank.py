@@ -1,8 +1,8 @@
 """Query-time re-ranking: the latest question can promote a fragment the round ranked lower."""
 
-from memory.rerank import rerank_for_query
-from memory.text import query_overlap
-from models.contracts import ContextFragment
+from mnemoflow.memory.rerank import rerank_for_query
+from mnemoflow.memory.text import query_overlap
+from mnemoflow.models.contracts import ContextFragment
 
 
 def frag(fid: str, content: str, score: float, theme: str = "general") -> ContextFragment:

@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from memory.selection import ScoringLog, append_bounded, select
-from models.config import MemoryConfig
-from models.fragments import Candidate, Fragment, SelectionLog
-from models.params import TunedParams
+from mnemoflow.memory.selection import ScoringLog, append_bounded, select
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.fragments import Candidate, Fragment, SelectionLog
+from mnemoflow.models.params import TunedParams
 
 NOW = 1_000_000.0
 PARAMS = TunedParams(alpha=0.5, beta=0.25, gamma=0.25, delta=0.0, w0=0.1, w1=0.8, w2=0.1)

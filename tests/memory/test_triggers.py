@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from memory.triggers import (
+from mnemoflow.memory.triggers import (
     budget_reached,
     ceiling_reached,
     estimate_tokens,
@@ -12,7 +12,7 @@ from memory.triggers import (
     slice_due_at,
     trim_start,
 )
-from models.config import MemoryConfig, Vocation
+from mnemoflow.models.config import MemoryConfig, Vocation
 
 CS = MemoryConfig.from_vocation(Vocation.CUSTOMER_SERVICE)
 

@@ -24,13 +24,13 @@ from pydantic import Field
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.heuristic import HeuristicMemoryModels
-from middleware import DurableMemoryMiddleware, MemoryClient, memory_tools
-from models.config import BudgetPattern, MemoryConfig
-from models.ids import user_workflow_id
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.devstack.processes import free_port
+from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient, memory_tools
+from mnemoflow.models.config import BudgetPattern, MemoryConfig
+from mnemoflow.models.ids import user_workflow_id
 from tests.support.drive import eventually
 from tests.support.memory_worker import MemoryWorker, memory_worker
-from worker.processes import free_port
 
 pytestmark = pytest.mark.integration
 

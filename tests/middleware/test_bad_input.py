@@ -22,10 +22,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.heuristic import HeuristicMemoryModels
-from middleware import DurableMemoryMiddleware, MemoryClient
-from middleware.payloads import MAX_EVENT_BYTES
-from models.ids import user_workflow_id
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
+from mnemoflow.middleware.payloads import MAX_EVENT_BYTES
+from mnemoflow.models.ids import user_workflow_id
 from tests.support.drive import conversation, eventually
 from tests.support.invariants import indexed_once
 from tests.support.memory_worker import memory_worker

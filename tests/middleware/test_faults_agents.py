@@ -22,10 +22,10 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.heuristic import HeuristicMemoryModels
-from middleware import DurableMemoryMiddleware, MemoryClient
-from middleware.window import to_turns
-from models.ids import user_workflow_id
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
+from mnemoflow.middleware.window import to_turns
+from mnemoflow.models.ids import user_workflow_id
 from tests.support.drive import eventually
 from tests.support.invariants import Monotonic, indexed_once
 from tests.support.memory_worker import memory_worker

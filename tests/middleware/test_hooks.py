@@ -21,10 +21,11 @@ from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from memory.prompt import FRAGMENTS_HEADING, PROFILE_HEADING
-from middleware import DurableMemoryMiddleware, MemoryClient
-from middleware.payloads import MAX_EVENT_BYTES, split_event, trim_turn
-from middleware.window import (
+from mnemoflow.devstack.processes import free_port
+from mnemoflow.memory.prompt import FRAGMENTS_HEADING, PROFILE_HEADING
+from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
+from mnemoflow.middleware.payloads import MAX_EVENT_BYTES, split_event, trim_turn
+from mnemoflow.middleware.window import (
     handover_trigger,
     message_text,
     resolve_user_id,
@@ -32,13 +33,12 @@ from middleware.window import (
     to_turns,
     window_start,
 )
-from models.config import BudgetPattern, MemoryConfig
-from models.contracts import ContextFragment, InjectedContext, Watermark
-from models.errors import MemoryUnavailableError
-from models.ids import context_key
-from models.profile import UserProfile
-from models.turns import ChatTurn
-from worker.processes import free_port
+from mnemoflow.models.config import BudgetPattern, MemoryConfig
+from mnemoflow.models.contracts import ContextFragment, InjectedContext, Watermark
+from mnemoflow.models.errors import MemoryUnavailableError
+from mnemoflow.models.ids import context_key
+from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.turns import ChatTurn
 
 T0 = 1_700_000_000.0
 SMALL = MemoryConfig(pattern=BudgetPattern.MESSAGES, trigger_threshold=6, max_input_tokens=256)

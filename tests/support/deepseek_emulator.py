@@ -30,7 +30,7 @@ from typing import Any
 import pytest_asyncio
 from langchain_deepseek import ChatDeepSeek
 
-from activities.llm.deepseek import close_chat_model, deepseek_chat_model
+from mnemoflow.activities.llm.deepseek import close_chat_model, deepseek_chat_model
 
 CACHE_UNIT = 64
 

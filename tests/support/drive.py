@@ -11,11 +11,11 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from models.config import MemoryConfig
-from models.contracts import SubmitEvent, UserMemoryInput, UserStatus
-from models.ids import user_workflow_id
-from models.turns import ChatTurn
-from workflows.user_memory import UserMemoryWorkflow
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import SubmitEvent, UserMemoryInput, UserStatus
+from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.models.turns import ChatTurn
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
 #: Workflow ids started per task queue, so a test's worker can terminate them on the way out
 #: (on the shared time-skipping server, a workflow left with no worker stops time skipping).

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from activities.fragment_store import FragmentStore
-from models.contracts import UserStatus
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.models.contracts import UserStatus
 
 
 @dataclass

@@ -16,16 +16,16 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from activities.embeddings import HashingEmbeddings
-from activities.fragment_store import FragmentStore
-from activities.fragments import FragmentActivities
-from activities.llm_activities import LLMActivities
-from activities.read_model import ReadModel, ReadModelActivities
-from middleware.client import MemoryClient
+from mnemoflow.activities.embeddings import HashingEmbeddings
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.fragments import FragmentActivities
+from mnemoflow.activities.llm_activities import LLMActivities
+from mnemoflow.activities.read_model import ReadModel, ReadModelActivities
+from mnemoflow.middleware.client import MemoryClient
+from mnemoflow.worker.app import activity_methods
+from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import STARTED
-from worker.app import activity_methods
-from workflows.memory_round import MemoryRoundWorkflow
-from workflows.user_memory import UserMemoryWorkflow
 
 
 @dataclass

@@ -7,10 +7,10 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.llm.heuristic import HeuristicMemoryModels
-from middleware import MemoryClient
-from models.errors import InvalidInputError
-from models.turns import ChatTurn
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.middleware import MemoryClient
+from mnemoflow.models.errors import InvalidInputError
+from mnemoflow.models.turns import ChatTurn
 from tests.support.drive import conversation, eventually
 
 

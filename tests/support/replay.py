@@ -16,8 +16,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from workflows.memory_round import MemoryRoundWorkflow
-from workflows.user_memory import UserMemoryWorkflow
+from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
 REPLAY_DIR = Path(__file__).resolve().parent.parent / "replay"
 

@@ -1,7 +1,7 @@
 """Real service processes for the test session: a redis-server and a Milvus Lite server.
 
 Started once per session on free loopback ports, in pytest's temporary directories, through the
-same launchers as the `mnemoflow dev` stack (worker.processes), and stopped at the end. Tests
+same launchers as the `mnemoflow dev` stack (devstack.processes), and stopped at the end. Tests
 share the servers and isolate themselves with unique names (`unique_name`), never by
 restarting anything.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.processes import (
+from mnemoflow.devstack.processes import (
     LOOPBACK,
     ManagedProcess,
     ServiceStartError,

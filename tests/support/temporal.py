@@ -8,9 +8,9 @@ import pytest_asyncio
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from models.search_attributes import ALL_KEYS
-from worker.processes import venv_binary
-from worker.search_attributes import ensure_search_attributes
+from mnemoflow.devstack.processes import venv_binary
+from mnemoflow.models.search_attributes import ALL_KEYS
+from mnemoflow.worker.search_attributes import ensure_search_attributes
 
 
 def binary(name: str) -> str:

@@ -22,16 +22,16 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from activities.embeddings import HashingEmbeddings
-from activities.fragment_store import FragmentStore
-from activities.fragments import FragmentActivities
-from activities.llm.heuristic import HeuristicMemoryModels
-from activities.llm_activities import LLMActivities
-from activities.read_model import ReadModel, ReadModelActivities
-from models.fragments import Fragment
-from worker.app import activity_methods
-from workflows.memory_round import MemoryRoundWorkflow
-from workflows.user_memory import UserMemoryWorkflow
+from mnemoflow.activities.embeddings import HashingEmbeddings
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.fragments import FragmentActivities
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.activities.llm_activities import LLMActivities
+from mnemoflow.activities.read_model import ReadModel, ReadModelActivities
+from mnemoflow.models.fragments import Fragment
+from mnemoflow.worker.app import activity_methods
+from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
 
 class SlowStore(FragmentStore):

@@ -20,13 +20,13 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from middleware import MemoryClient
+from mnemoflow.devstack.processes import free_port
+from mnemoflow.devstack.temporal_dev import start_temporal_dev
+from mnemoflow.middleware import MemoryClient
+from mnemoflow.ops.operations import rounds_query
+from mnemoflow.worker.search_attributes import wanted
 from tests.support.memory_worker import memory_worker
 from tests.support.operations import BreakableModels, settled, turns, visible
-from worker.operations import rounds_query
-from worker.processes import free_port
-from worker.search_attributes import wanted
-from worker.temporal_dev import start_temporal_dev
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
 CHROMIUM_FLAGS = [

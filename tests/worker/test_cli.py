@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from models import search_attributes as sa
-from worker import cli
-from worker.search_attributes import dev_server_args, wanted
+from mnemoflow.models import search_attributes as sa
+from mnemoflow.ops import cli
+from mnemoflow.worker.search_attributes import dev_server_args, wanted
 
 
 def test_every_command_has_a_subparser() -> None:

@@ -27,9 +27,9 @@ from temporalio.converter import DefaultFailureConverterWithEncodedAttributes
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from activities.llm.heuristic import HeuristicMemoryModels
-from models.ids import user_workflow_id
-from worker.codec import (
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.worker.codec import (
     ENCODING,
     KEY_ID,
     CodecError,
@@ -38,9 +38,9 @@ from worker.codec import (
     UnknownKeyError,
     data_converter,
 )
-from worker.settings import EncryptionSettings, Settings, TemporalSettings
-from workflows.memory_round import MemoryRoundWorkflow
-from workflows.user_memory import UserMemoryWorkflow
+from mnemoflow.worker.settings import EncryptionSettings, Settings, TemporalSettings
+from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
 K1, K2 = os.urandom(32), os.urandom(32)
 

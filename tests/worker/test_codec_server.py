@@ -25,11 +25,11 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from worker import cli
-from worker.codec import EncryptionCodec, Keyring, data_converter
-from worker.codec_server import build_codec_server, running_codec_server
-from worker.settings import EncryptionSettings, TemporalSettings
-from worker.temporal_dev import dev_server_argv, temporal_binary
+from mnemoflow.devstack.temporal_dev import dev_server_argv, temporal_binary
+from mnemoflow.ops import cli
+from mnemoflow.worker.codec import EncryptionCodec, Keyring, data_converter
+from mnemoflow.worker.codec_server import build_codec_server, running_codec_server
+from mnemoflow.worker.settings import EncryptionSettings, TemporalSettings
 
 K1, K2 = os.urandom(32), os.urandom(32)
 TOKEN = "codec-test-token"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from worker.processes import free_port
+from mnemoflow.devstack.processes import free_port
 
 
 def test_demo_runs_the_story_and_writes_its_summary(tmp_path: Path) -> None:
@@ -17,7 +17,7 @@ def test_demo_runs_the_story_and_writes_its_summary(tmp_path: Path) -> None:
     argv = [
         sys.executable,
         "-m",
-        "worker.cli",
+        "mnemoflow.ops.cli",
         "demo",
         "--data-dir",
         str(tmp_path / "data"),

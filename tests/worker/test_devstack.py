@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from worker.client import connect
-from worker.processes import free_port
-from worker.search_attributes import registered, wanted
-from worker.settings import TemporalSettings
-from worker.stack import StackInfo, stack_path
+from mnemoflow.devstack.processes import free_port
+from mnemoflow.devstack.stack import StackInfo, stack_path
+from mnemoflow.worker.client import connect
+from mnemoflow.worker.search_attributes import registered, wanted
+from mnemoflow.worker.settings import TemporalSettings
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +99,7 @@ def dev_stack(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, d
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIXES)}
     # Offline and quick to start: heuristic models, hashing embeddings.
     env |= {"MNEMOFLOW_MODELS": "heuristic", "MILVUS_EMBEDDING": "hashing"}
-    argv = [sys.executable, "-m", "worker.cli", "dev", "--data-dir", str(data_dir)]
+    argv = [sys.executable, "-m", "mnemoflow.ops.cli", "dev", "--data-dir", str(data_dir)]
     for name, port in ports.items():
         argv += [f"--{name}-port", str(port)]
     log = (tmp_path / "dev.log").open("wb")
@@ -176,7 +176,7 @@ async def test_dev_stack_starts_answers_and_stops_cleanly(
     # Milvus Lite allows one process per data dir: a second stack on it must refuse to start.
     second = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "worker.cli", "dev", "--data-dir", str(data_dir)],
+        [sys.executable, "-m", "mnemoflow.ops.cli", "dev", "--data-dir", str(data_dir)],
         capture_output=True,
         timeout=STOP_DEADLINE_S,
     )

@@ -7,7 +7,7 @@ import json
 import urllib.error
 import urllib.request
 
-from worker.health import HttpEndpoint, Readiness, probe_routes
+from mnemoflow.worker.health import HttpEndpoint, Readiness, probe_routes
 
 
 def _get(port: int, path: str, method: str = "GET") -> tuple[int, str]:

@@ -25,12 +25,12 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from models.contracts import ActivityName
-from models.ids import round_workflow_id, user_workflow_id
+from mnemoflow.devstack.processes import LOOPBACK, ManagedProcess, free_port
+from mnemoflow.devstack.temporal_dev import start_temporal_dev
+from mnemoflow.models.contracts import ActivityName
+from mnemoflow.models.ids import round_workflow_id, user_workflow_id
+from mnemoflow.worker.search_attributes import wanted
 from tests.support.drive import conversation, eventually, submit, wait_status
-from worker.processes import LOOPBACK, ManagedProcess, free_port
-from worker.search_attributes import wanted
-from worker.temporal_dev import start_temporal_dev
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ class WorkerProcess:
         )
         self._log = self.log_path.open("wb")
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker"],
+            [sys.executable, "-m", "mnemoflow.ops.cli", "worker"],
             cwd=ROOT,
             env=base,
             stdout=self._log,

@@ -8,11 +8,11 @@ import uuid
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.ops.inspect import forget_user, inspect_user, render
+from mnemoflow.worker.settings import Settings
 from tests.support.drive import conversation, submit, wait_status
 from tests.support.memory_worker import memory_worker
-from worker.inspect import forget_user, inspect_user, render
-from worker.settings import Settings
 
 
 async def test_inspect_then_forget_a_user(

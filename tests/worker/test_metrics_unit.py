@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from models.contracts import ActivityName, IndexOutput, PublishOutput, SliceOutput
-from models.usage import LLMUsage, PriceTable
-from worker.health import HttpEndpoint
-from worker.metrics import MnemoflowMetrics, render
+from mnemoflow.models.contracts import ActivityName, IndexOutput, PublishOutput, SliceOutput
+from mnemoflow.models.usage import LLMUsage, PriceTable
+from mnemoflow.worker.health import HttpEndpoint
+from mnemoflow.worker.metrics import MnemoflowMetrics, render
 
 
 def _value(metrics: MnemoflowMetrics, name: str, **labels: str) -> float | None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.heuristic import HeuristicMemoryModels
-from models.ids import user_workflow_id
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.models.ids import user_workflow_id
 from tests.support.drive import conversation, submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.temporal import binary
@@ -70,7 +70,7 @@ async def test_replay_of_a_cli_exported_history(
 def mnemoflow(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MNEMOFLOW_", "TEMPORAL_"))}
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *argv],
+        [sys.executable, "-m", "mnemoflow.ops.cli", *argv],
         capture_output=True,
         text=True,
         timeout=120,

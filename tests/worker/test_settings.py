@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from models.config import Vocation
-from worker import settings_doc
-from worker.client import tls_config
-from worker.settings import SECTIONS, Settings, TemporalSettings, mask_url
+from mnemoflow.models.config import Vocation
+from mnemoflow.worker import settings_doc
+from mnemoflow.worker.client import tls_config
+from mnemoflow.worker.settings import SECTIONS, Settings, TemporalSettings, mask_url
 
 PREFIXES = ("TEMPORAL_", "MILVUS_", "REDIS_", "DEEPSEEK_", "MNEMOFLOW_")
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -178,10 +178,10 @@ def test_pseudonymous_keys_need_their_secret(monkeypatch: pytest.MonkeyPatch) ->
 async def test_a_worker_closes_the_models_it_built_and_only_those(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from activities.llm.deepseek import close_chat_model, deepseek_chat_model
-    from activities.llm.langchain_models import LangChainMemoryModels
-    from worker.app import WorkerResources, default_models
-    from worker.processes import free_port
+    from mnemoflow.activities.llm.deepseek import close_chat_model, deepseek_chat_model
+    from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
+    from mnemoflow.devstack.processes import free_port
+    from mnemoflow.worker.app import WorkerResources, default_models
 
     base_url = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("DEEPSEEK_API_KEY", "test-key")

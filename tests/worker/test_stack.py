@@ -11,10 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from worker.devstack import DEFAULT_PORTS, DevPorts, DevStackError, choose_ports
-from worker.processes import free_port
-from worker.settings import Settings
-from worker.stack import StackInfo, leftover_services, read_stack, stack_path, write_stack
+from mnemoflow.devstack.embedded import DEFAULT_PORTS, DevPorts, DevStackError, choose_ports
+from mnemoflow.devstack.processes import free_port
+from mnemoflow.devstack.stack import (
+    StackInfo,
+    leftover_services,
+    read_stack,
+    stack_path,
+    write_stack,
+)
+from mnemoflow.worker.settings import Settings
 
 
 def _info(data_dir: Path, pid: int, service_pids: dict[str, int] | None = None) -> StackInfo:
@@ -78,7 +84,9 @@ def test_leftover_services_are_found_by_pid_and_data_dir(tmp_path: Path) -> None
 
 
 def test_busy_default_port_falls_back(monkeypatch: pytest.MonkeyPatch, listener: int) -> None:
-    monkeypatch.setattr("worker.devstack.DEFAULT_PORTS", DevPorts(listener, None, None, None))
+    monkeypatch.setattr(
+        "mnemoflow.devstack.embedded.DEFAULT_PORTS", DevPorts(listener, None, None, None)
+    )
     others = (free_port(), free_port(), free_port())
     ports = choose_ports(DevPorts(None, *others))
     assert ports.temporal not in (None, listener, *others)

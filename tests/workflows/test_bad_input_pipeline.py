@@ -14,8 +14,8 @@ import uuid
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.langchain_models import LangChainMemoryModels
-from models.config import FRAGMENT_TYPES
+from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
+from mnemoflow.models.config import FRAGMENT_TYPES
 from tests.support.deepseek_emulator import DeepSeekEmulator, Reply
 from tests.support.drive import conversation, submit, wait_status
 from tests.support.invariants import indexed_once

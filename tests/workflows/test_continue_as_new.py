@@ -9,11 +9,11 @@ import uuid
 
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.heuristic import HeuristicMemoryModels
-from models.turns import ChatTurn
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.models.turns import ChatTurn
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import conversation, status, submit, wait_status
 from tests.support.memory_worker import memory_worker
-from workflows.user_memory import UserMemoryWorkflow
 
 LINES = [
     "Hi, my name is Ada Lovelace and I work as a data engineer.",

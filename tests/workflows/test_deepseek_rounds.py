@@ -11,7 +11,7 @@ import uuid
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.langchain_models import LangChainMemoryModels
+from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
 from tests.support.deepseek_emulator import DeepSeekEmulator, Reply
 from tests.support.drive import conversation, submit, wait_status
 from tests.support.memory_worker import memory_worker

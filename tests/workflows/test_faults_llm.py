@@ -19,11 +19,11 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.heuristic import HeuristicMemoryModels
-from activities.llm.langchain_models import LangChainMemoryModels
-from models.config import MemoryConfig
-from models.contracts import ActivityName
-from models.errors import InvalidInputError
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import ActivityName
+from mnemoflow.models.errors import InvalidInputError
 from tests.support.deepseek_emulator import DeepSeekEmulator, Reply
 from tests.support.drive import conversation, status, submit, wait_status
 from tests.support.invariants import Monotonic, indexed_once

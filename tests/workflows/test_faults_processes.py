@@ -28,20 +28,20 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from activities.embeddings import HashingEmbeddings
-from activities.fragment_store import FragmentStore
-from activities.llm.heuristic import HeuristicMemoryModels
-from middleware import MemoryClient
-from models.contracts import ActivityName, UserStatus
-from models.errors import MemoryUnavailableError
-from models.ids import user_workflow_id
+from mnemoflow.activities.embeddings import HashingEmbeddings
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.devstack.processes import LOOPBACK, free_port
+from mnemoflow.devstack.temporal_dev import start_temporal_dev
+from mnemoflow.middleware import MemoryClient
+from mnemoflow.models.contracts import ActivityName, UserStatus
+from mnemoflow.models.errors import MemoryUnavailableError
+from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.worker.search_attributes import wanted
 from tests.support.drive import STARTED, conversation, eventually, status, submit, wait_status
 from tests.support.invariants import Monotonic, indexed_once
 from tests.support.memory_worker import memory_worker, terminate_started
 from tests.support.reliability import Ledger
-from worker.processes import LOOPBACK, free_port
-from worker.search_attributes import wanted
-from worker.temporal_dev import start_temporal_dev
 
 pytestmark = pytest.mark.integration
 

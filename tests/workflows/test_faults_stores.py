@@ -20,16 +20,16 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.heuristic import HeuristicMemoryModels
-from middleware import MemoryClient
-from models.contracts import ActivityName
-from models.ids import user_workflow_id
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.devstack.processes import LOOPBACK, free_port, start_milvus_lite, start_redis
+from mnemoflow.middleware import MemoryClient
+from mnemoflow.models.contracts import ActivityName
+from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import conversation, eventually
 from tests.support.invariants import Monotonic, indexed_once
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
-from worker.processes import LOOPBACK, free_port, start_milvus_lite, start_redis
-from workflows.user_memory import UserMemoryWorkflow
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from tests.support.drive import conversation, submit, wait_status
 from tests.support.invariants import Monotonic, indexed_once
 from tests.support.memory_worker import memory_worker

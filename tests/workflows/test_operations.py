@@ -9,10 +9,10 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from middleware import MemoryClient
+from mnemoflow.middleware import MemoryClient
+from mnemoflow.ops.operations import list_rounds, rounds_query
 from tests.support.memory_worker import memory_worker
 from tests.support.operations import BreakableModels, settled, turns, visible
-from worker.operations import list_rounds, rounds_query
 
 
 def client_for(env: WorkflowEnvironment, task_queue: str, **kw: Any) -> MemoryClient:

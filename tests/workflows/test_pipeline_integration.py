@@ -12,13 +12,13 @@ import uuid
 
 from temporalio.testing import WorkflowEnvironment
 
-from activities.embeddings import UniversalSentenceEncoderEmbeddings
-from activities.llm.heuristic import HeuristicMemoryModels
-from models.ids import user_workflow_id
+from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import conversation, submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.replay import assert_replays
-from workflows.user_memory import UserMemoryWorkflow
 
 HOUR = 3600.0
 ADA = [

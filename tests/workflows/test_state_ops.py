@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memory.formulas import time_to_maturity
-from models.config import MemoryConfig
-from models.contracts import (
+from mnemoflow.memory.formulas import time_to_maturity
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import (
     FragmentRef,
     InductOutput,
     InjectedContext,
@@ -16,10 +16,10 @@ from models.contracts import (
     SubmitEvent,
     UserMemoryState,
 )
-from models.profile import UserProfile
-from models.turns import ChatTurn
-from models.usage import LLMUsage, PriceTable
-from workflows import state_ops
+from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.turns import ChatTurn
+from mnemoflow.models.usage import LLMUsage, PriceTable
+from mnemoflow.workflows import state_ops
 
 CFG = MemoryConfig.from_vocation("customer service")
 T0 = 1_700_000_000.0

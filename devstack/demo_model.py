@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
-from memory.text import query_overlap
+from mnemoflow.memory.text import query_overlap
 
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _BULLET = re.compile(r"^\s*(?:(?:[-*•]|\d+[.)])\s*)?(?:\[[^\]]*\]\s*)?(?:(?:User|Assistant):\s*)?")

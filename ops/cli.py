@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from worker.settings import Settings
+from mnemoflow.worker.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def _dev_arguments(parser: argparse.ArgumentParser) -> None:
 def _dev(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
-    from worker.devstack import DevPorts, main
+    from mnemoflow.devstack.embedded import DevPorts, main
 
     if args.data_dir:
         update = {"data_dir": Path(args.data_dir)}
@@ -52,7 +52,7 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.serve import serve
+    from mnemoflow.worker.serve import serve
 
     return asyncio.run(serve(settings))
 
@@ -85,8 +85,8 @@ def _with_data_dir(settings: Settings, data_dir: str | None) -> Settings:
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
-    from worker.demo import run_demo
-    from worker.devstack import DevPorts
+    from mnemoflow.devstack.demo import run_demo
+    from mnemoflow.devstack.embedded import DevPorts
 
     ports = DevPorts(args.temporal_port, args.ui_port, args.redis_port, args.milvus_port)
     settings = _with_data_dir(settings, args.data_dir)
@@ -96,7 +96,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 def _inspect(args: argparse.Namespace, settings: Settings) -> int:
     import json
 
-    from worker.inspect import inspect_user, render
+    from mnemoflow.ops.inspect import inspect_user, render
 
     report = asyncio.run(inspect_user(settings, args.user))
     print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else render(report))
@@ -111,7 +111,7 @@ def _forget_arguments(parser: argparse.ArgumentParser) -> None:
 def _forget(args: argparse.Namespace, settings: Settings) -> int:
     import json
 
-    from worker.inspect import forget_user
+    from mnemoflow.ops.inspect import forget_user
 
     receipt = asyncio.run(forget_user(settings, args.user, args.reason))
     print(json.dumps(receipt, indent=2, ensure_ascii=False))
@@ -124,7 +124,7 @@ def _codec_server_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _codec_server(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.codec_server import serve_codec
+    from mnemoflow.worker.codec_server import serve_codec
 
     encryption = settings.temporal.encryption
     host, port = args.host or encryption.codec_host, args.port or encryption.codec_port
@@ -143,8 +143,8 @@ def _rounds_arguments(parser: argparse.ArgumentParser) -> None:
 def _rounds(args: argparse.Namespace, settings: Settings) -> int:
     import json
 
-    from worker.inspect import rounds_report
-    from worker.operations import render_rounds
+    from mnemoflow.ops.inspect import rounds_report
+    from mnemoflow.ops.operations import render_rounds
 
     report = asyncio.run(rounds_report(settings, args.user, args.failed))
     print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else render_rounds(report))
@@ -161,7 +161,7 @@ def _retry(args: argparse.Namespace, settings: Settings) -> int:
 
     from temporalio.client import WorkflowUpdateFailedError
 
-    from worker.inspect import retry
+    from mnemoflow.ops.inspect import retry
 
     try:
         result = asyncio.run(retry(settings, args.user, args.event_id))
@@ -174,7 +174,7 @@ def _retry(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _user_key(args: argparse.Namespace, settings: Settings) -> int:
-    from models.ids import search_user_value
+    from mnemoflow.models.ids import search_user_value
 
     print(search_user_value(args.user, settings.user_key_secret()))
     return 0
@@ -190,7 +190,7 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
 
     from temporalio.workflow import NondeterminismError
 
-    from worker.replay import replay_file
+    from mnemoflow.ops.replay import replay_file
 
     try:
         print(asyncio.run(replay_file(settings, Path(args.file), args.workflow_id)))

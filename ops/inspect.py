@@ -11,11 +11,11 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from middleware import MemoryClient
-from worker.client import connect
-from worker.memory_client import memory_client
-from worker.settings import Settings
-from worker.stack import read_stack
+from mnemoflow.devstack.stack import read_stack
+from mnemoflow.middleware import MemoryClient
+from mnemoflow.worker.client import connect
+from mnemoflow.worker.memory_client import memory_client
+from mnemoflow.worker.settings import Settings
 
 
 def _resolved(settings: Settings) -> Settings:
@@ -33,8 +33,8 @@ def _when(ts: float | None) -> str | None:
 
 async def inspect_user(settings: Settings, user_id: str) -> dict[str, Any]:
     """Profile, fragments, rounds with their status, costs."""
-    from activities.fragment_store import FragmentStore
-    from worker.app import default_embeddings
+    from mnemoflow.activities.fragment_store import FragmentStore
+    from mnemoflow.worker.app import default_embeddings
 
     settings = _resolved(settings)
     client = await _memory_client(settings)
@@ -135,7 +135,7 @@ async def forget_user(settings: Settings, user_id: str, reason: str) -> dict[str
 
 async def rounds_report(settings: Settings, user_id: str, failed_only: bool) -> dict[str, Any]:
     """`mnemoflow rounds`: the user's rounds from visibility, with event ids to retry."""
-    from worker.operations import list_rounds
+    from mnemoflow.ops.operations import list_rounds
 
     settings = _resolved(settings)
     temporal = await connect(settings.temporal)

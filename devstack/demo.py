@@ -22,14 +22,14 @@ from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from middleware import DurableMemoryMiddleware, MemoryClient
-from models.config import BudgetPattern, MemoryConfig
-from models.contracts import UserStatus
-from worker.demo_story import PROBES, SESSION_ONE, USER_ID, Probe
-from worker.devstack import DevPorts, embedded_stack
-from worker.memory_client import memory_client
-from worker.settings import Settings
-from worker.stack import StackInfo, read_stack
+from mnemoflow.devstack.demo_story import PROBES, SESSION_ONE, USER_ID, Probe
+from mnemoflow.devstack.embedded import DevPorts, embedded_stack
+from mnemoflow.devstack.stack import StackInfo, read_stack
+from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
+from mnemoflow.models.config import BudgetPattern, MemoryConfig
+from mnemoflow.models.contracts import UserStatus
+from mnemoflow.worker.memory_client import memory_client
+from mnemoflow.worker.settings import Settings
 
 CORE_PROMPT = "You are the support agent of a small online shop. Be brief and friendly."
 TURN_SECONDS = 35.0
@@ -70,15 +70,15 @@ def demo_config() -> MemoryConfig:
 def chat_model(settings: Settings, clock: VirtualClock) -> Any:
     """DeepSeek when configured, else the offline model that answers only from its request."""
     if settings.resolved_models() == "deepseek":
-        from activities.llm.deepseek import deepseek_chat_model
+        from mnemoflow.activities.llm.deepseek import deepseek_chat_model
 
         ds = settings.deepseek
         assert ds.api_key is not None
         return deepseek_chat_model(
             api_key=ds.api_key.get_secret_value(), base_url=ds.base_url, model=ds.model
         )
-    from activities.embeddings import UniversalSentenceEncoderEmbeddings
-    from worker.demo_model import RecallOnlyChatModel
+    from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
+    from mnemoflow.devstack.demo_model import RecallOnlyChatModel
 
     return RecallOnlyChatModel(
         embeddings=UniversalSentenceEncoderEmbeddings(), core_prompt=CORE_PROMPT, clock=clock.now
@@ -146,7 +146,7 @@ def _count(rows: list[dict[str, Any]], key: str) -> str:
 
 async def play(client: MemoryClient, settings: Settings, info: StackInfo | None) -> dict[str, Any]:
     """Run the story against a connected MemoryClient; return the summary."""
-    from activities.llm.deepseek import close_chat_model
+    from mnemoflow.activities.llm.deepseek import close_chat_model
 
     clock = VirtualClock()
     model = chat_model(settings, clock)
@@ -249,7 +249,7 @@ async def run_demo(settings: Settings, out: Path, ports: DevPorts | None = None)
     running = read_stack(settings.mnemoflow.data_dir)
     if running is not None:
         print(f"using the running dev stack (pid {running.pid})", flush=True)
-        from worker.client import connect
+        from mnemoflow.worker.client import connect
 
         stack_settings = running.apply(settings)
         summary = await _play_on(await connect(stack_settings.temporal), stack_settings, running)

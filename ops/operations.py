@@ -10,8 +10,8 @@ from typing import Any
 
 from temporalio.client import Client
 
-from middleware import MemoryClient
-from models import search_attributes as sa
+from mnemoflow.middleware import MemoryClient
+from mnemoflow.models import search_attributes as sa
 
 
 def quoted(value: str) -> str:

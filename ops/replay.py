@@ -14,10 +14,10 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from worker.codec import data_converter
-from worker.settings import Settings
-from workflows.memory_round import MemoryRoundWorkflow
-from workflows.user_memory import UserMemoryWorkflow
+from mnemoflow.worker.codec import data_converter
+from mnemoflow.worker.settings import Settings
+from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
 
 def load_history(path: Path, workflow_id: str) -> WorkflowHistory:

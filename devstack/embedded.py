@@ -23,12 +23,24 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from worker.client import connect
-from worker.processes import LOOPBACK, ManagedProcess, free_port, start_milvus_lite, start_redis
-from worker.search_attributes import ensure_search_attributes, wanted
-from worker.settings import Settings
-from worker.stack import StackInfo, leftover_services, read_stack, remove_stack, write_stack
-from worker.temporal_dev import start_temporal_dev
+from mnemoflow.devstack.processes import (
+    LOOPBACK,
+    ManagedProcess,
+    free_port,
+    start_milvus_lite,
+    start_redis,
+)
+from mnemoflow.devstack.stack import (
+    StackInfo,
+    leftover_services,
+    read_stack,
+    remove_stack,
+    write_stack,
+)
+from mnemoflow.devstack.temporal_dev import start_temporal_dev
+from mnemoflow.worker.client import connect
+from mnemoflow.worker.search_attributes import ensure_search_attributes, wanted
+from mnemoflow.worker.settings import Settings
 
 CONNECT_DEADLINE_S = 60.0
 STOP_TIMEOUT_S = 15.0
@@ -118,7 +130,7 @@ async def _start_codec_server(
     settings: Settings, ports: DevPorts, stack: AsyncExitStack
 ) -> str | None:
     """With encryption on, the codec server the Web UI decodes with; its URL (None = off)."""
-    from worker.codec_server import build_codec_server, running_codec_server
+    from mnemoflow.worker.codec_server import build_codec_server, running_codec_server
 
     encryption = settings.temporal.encryption
     if not encryption.enabled:
@@ -181,7 +193,7 @@ async def embedded_stack(
     Yields None when `stop` was set while the services were starting. Everything started is
     stopped on the way out: the worker first (running activities finish), then the services.
     """
-    from worker.app import running_worker  # imports the workflows; keep `--help` light
+    from mnemoflow.worker.app import running_worker  # imports the workflows; keep `--help` light
 
     stop = stop or asyncio.Event()
     data_dir = settings.mnemoflow.data_dir.resolve()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from worker.settings import Settings
+from mnemoflow.worker.settings import Settings
 
 STACK_FILE = "stack.json"
 
