@@ -28,7 +28,9 @@ def _site_packages(venv: Path) -> Path:
 
 
 def _pip_install(wheel: Path, *where: str) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-warn-script-location", "-q"]
+    # --target never touches the running environment (--prefix would uninstall the project's
+    # own editable install of mnemoflow first).
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q"]
     done = subprocess.run([*cmd, *where, str(wheel)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -59,8 +61,11 @@ def test_wheel_installs_only_the_mnemoflow_package(wheel: Path, tmp_path: Path) 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = _site_packages(venv)
     before = {p.name for p in site.iterdir()}
-    _pip_install(wheel, "--prefix", str(venv))  # scripts to venv/bin, modules to site-packages
+    _pip_install(wheel, "--target", str(site))
     added = {p.name for p in site.iterdir()} - before
+    # --target puts the console script in site/bin; it is the only thing there
+    assert sorted(p.name for p in (site / "bin").iterdir()) == ["mnemoflow"]
+    added.discard("bin")
     assert {n for n in added if not n.endswith(".dist-info")} == {"mnemoflow"}, added
     assert len([n for n in added if n.endswith(".dist-info")]) == 1, added
     # every room is a real directory inside the package (no symlinks left to dangle)
