@@ -1,9 +1,9 @@
 """Registering mnemoflow's custom search attributes on a Temporal server.
 
-The dev server gets them as `--search-attribute` flags at start (`dev_server_args`); the
-time-skipping test server and existing clusters get them through the operator service
-(`ensure_search_attributes`, idempotent). The keys themselves live in the pure module
-`mnemoflow.models.search_attributes` so workflows can import them.
+The dev server gets them as `--search-attribute` flags at start (`wanted()`, passed by
+`mnemoflow.devstack.temporal_dev`); the time-skipping test server and existing clusters get
+them through the operator service (`ensure_search_attributes`, idempotent). The keys
+themselves live in the pure module `mnemoflow.models.search_attributes`, which workflows import.
 """
 
 from __future__ import annotations
@@ -34,14 +34,6 @@ _CLI_TYPE_NAMES = {
 def wanted() -> dict[str, str]:
     """The custom attributes as name -> CLI type name."""
     return {key.name: _CLI_TYPE_NAMES[key.indexed_value_type] for key in ALL_KEYS}
-
-
-def dev_server_args() -> list[str]:
-    """`--search-attribute Name=Type` flags for `temporal server start-dev`."""
-    args: list[str] = []
-    for name, type_name in wanted().items():
-        args += ["--search-attribute", f"{name}={type_name}"]
-    return args
 
 
 async def registered(client: Client) -> dict[str, str]:

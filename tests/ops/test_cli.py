@@ -6,7 +6,7 @@ import pytest
 
 from mnemoflow.models import search_attributes as sa
 from mnemoflow.ops import cli
-from mnemoflow.worker.search_attributes import dev_server_args, wanted
+from mnemoflow.worker.search_attributes import wanted
 
 
 def test_every_command_has_a_subparser() -> None:
@@ -32,5 +32,4 @@ def test_search_attribute_types() -> None:
         "MnemoflowTheme": "Keyword",
         "MnemoflowOutcome": "Keyword",
     }
-    assert dev_server_args()[:2] == ["--search-attribute", "MnemoflowUser=Keyword"]
     assert len(sa.ALL_KEYS) == 5
