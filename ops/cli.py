@@ -61,8 +61,27 @@ def _user_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("user", metavar="USER", help="the user id")
 
 
-def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
+def _target_arguments(parser: argparse.ArgumentParser) -> None:
+    """The user, and where the services are (see mnemoflow.ops.target)."""
     _user_argument(parser)
+    parser.add_argument(
+        "--data-dir",
+        help="talk to the `mnemoflow dev` stack running in this directory (default: "
+        "TEMPORAL_ADDRESS when set, else a stack running in MNEMOFLOW_DATA_DIR)",
+    )
+
+
+def _targeted(args: argparse.Namespace, settings: Settings) -> Settings:
+    """Settings pointed at the chosen services, said on stderr (NoTargetError if none)."""
+    from mnemoflow.ops.target import resolve_target
+
+    target = resolve_target(settings, args.data_dir)
+    print(f"mnemoflow {args.command}: using {target.description}", file=sys.stderr)
+    return target.settings
+
+
+def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
+    _target_arguments(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -98,13 +117,13 @@ def _inspect(args: argparse.Namespace, settings: Settings) -> int:
 
     from mnemoflow.ops.inspect import inspect_user, render
 
-    report = asyncio.run(inspect_user(settings, args.user))
+    report = asyncio.run(inspect_user(_targeted(args, settings), args.user))
     print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else render(report))
     return 0
 
 
 def _forget_arguments(parser: argparse.ArgumentParser) -> None:
-    _user_argument(parser)
+    _target_arguments(parser)
     parser.add_argument("--reason", default="operator request", help="kept in the receipt")
 
 
@@ -113,7 +132,7 @@ def _forget(args: argparse.Namespace, settings: Settings) -> int:
 
     from mnemoflow.ops.inspect import forget_user
 
-    receipt = asyncio.run(forget_user(settings, args.user, args.reason))
+    receipt = asyncio.run(forget_user(_targeted(args, settings), args.user, args.reason))
     print(json.dumps(receipt, indent=2, ensure_ascii=False))
     return 0
 
@@ -146,13 +165,13 @@ def _rounds(args: argparse.Namespace, settings: Settings) -> int:
     from mnemoflow.ops.inspect import rounds_report
     from mnemoflow.ops.operations import render_rounds
 
-    report = asyncio.run(rounds_report(settings, args.user, args.failed))
+    report = asyncio.run(rounds_report(_targeted(args, settings), args.user, args.failed))
     print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else render_rounds(report))
     return 0
 
 
 def _retry_arguments(parser: argparse.ArgumentParser) -> None:
-    _user_argument(parser)
+    _target_arguments(parser)
     parser.add_argument("event_id", metavar="EVENT_ID", help="the failed round's event id")
 
 
@@ -164,7 +183,7 @@ def _retry(args: argparse.Namespace, settings: Settings) -> int:
     from mnemoflow.ops.inspect import retry
 
     try:
-        result = asyncio.run(retry(settings, args.user, args.event_id))
+        result = asyncio.run(retry(_targeted(args, settings), args.user, args.event_id))
     except (WorkflowUpdateFailedError, ValueError) as err:
         cause = err.cause if isinstance(err, WorkflowUpdateFailedError) else err
         print(f"mnemoflow retry: {cause}", file=sys.stderr)
@@ -250,7 +269,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValidationError, ValueError) as err:
         print(f"mnemoflow: invalid configuration:\n{err}", file=sys.stderr)
         return 2
-    return COMMANDS[args.command].handler(args, settings)
+    from mnemoflow.ops.target import NoTargetError
+
+    try:
+        return COMMANDS[args.command].handler(args, settings)
+    except NoTargetError as err:
+        print(f"mnemoflow {args.command}: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """`mnemoflow inspect USER` and `mnemoflow forget USER`: what mnemoflow holds about a user.
 
-Both talk to the configured services, or to a running dev stack found on the data dir. Inspect
-reads the user workflow (profile, rounds, costs), the read model and Milvus (fragments); forget
-runs the user workflow's forget saga and prints its receipt.
+Each takes settings already pointed at the services (`mnemoflow.ops.target`). Inspect reads the
+user workflow (profile, rounds, costs), the read model and Milvus (fragments); forget runs the
+user workflow's forget saga and prints its receipt.
 """
 
 from __future__ import annotations
@@ -11,16 +11,10 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from mnemoflow.devstack.stack import read_stack
 from mnemoflow.middleware import MemoryClient
 from mnemoflow.worker.client import connect
 from mnemoflow.worker.memory_client import memory_client
 from mnemoflow.worker.settings import Settings
-
-
-def _resolved(settings: Settings) -> Settings:
-    running = read_stack(settings.mnemoflow.data_dir)
-    return running.apply(settings) if running is not None else settings
 
 
 async def _memory_client(settings: Settings) -> MemoryClient:
@@ -36,7 +30,6 @@ async def inspect_user(settings: Settings, user_id: str) -> dict[str, Any]:
     from mnemoflow.activities.fragment_store import FragmentStore
     from mnemoflow.worker.app import default_embeddings
 
-    settings = _resolved(settings)
     client = await _memory_client(settings)
     store = FragmentStore(
         uri=settings.milvus.uri,
@@ -125,7 +118,7 @@ def render(report: dict[str, Any]) -> str:
 
 async def forget_user(settings: Settings, user_id: str, reason: str) -> dict[str, Any]:
     """Run the forget saga; the receipt says what was deleted and when."""
-    client = await _memory_client(_resolved(settings))
+    client = await _memory_client(settings)
     try:
         receipt = await client.forget(user_id, reason)
     finally:
@@ -137,7 +130,6 @@ async def rounds_report(settings: Settings, user_id: str, failed_only: bool) -> 
     """`mnemoflow rounds`: the user's rounds from visibility, with event ids to retry."""
     from mnemoflow.ops.operations import list_rounds
 
-    settings = _resolved(settings)
     temporal = await connect(settings.temporal)
     client = memory_client(temporal, settings)
     try:
@@ -148,7 +140,7 @@ async def rounds_report(settings: Settings, user_id: str, failed_only: bool) -> 
 
 async def retry(settings: Settings, user_id: str, event_id: str) -> dict[str, Any]:
     """`mnemoflow retry`: re-run a failed round through the user workflow's update."""
-    client = await _memory_client(_resolved(settings))
+    client = await _memory_client(settings)
     try:
         return (await client.retry_round(user_id, event_id)).model_dump()
     finally:
