@@ -21,7 +21,6 @@ from datetime import timedelta
 from typing import Any
 
 import redis.asyncio as aioredis
-from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import PydanticPayloadConverter
@@ -47,6 +46,7 @@ from mnemoflow.models.contracts import (
     Trigger,
     UserMemoryInput,
     UserStatus,
+    parse_published,
 )
 from mnemoflow.models.errors import MemoryUnavailableError
 from mnemoflow.models.ids import (
@@ -387,14 +387,15 @@ class MemoryClient:
         except Exception as err:  # any Redis failure means "use the fallback"
             log.debug("read model unavailable: %r", err)
             return False, None
-        if raw is None:
-            self._queried.pop(uid, None)
-            return True, None
         try:
-            return False, InjectedContext.model_validate_json(raw)
-        except ValidationError:
+            context = parse_published(raw)
+        except ValueError:
             log.warning("unreadable read-model value; using the workflow query")
             return False, None
+        if context is None:
+            self._queried.pop(uid, None)
+            return True, None
+        return False, context
 
     def _miss(self, uid: str) -> InjectedContext | None:
         """On a clean Redis miss: what an earlier background query found (or None), and a new

@@ -51,6 +51,13 @@ class InjectedContext(BaseModel):
     top_k: int = 4
 
 
+def parse_published(raw: bytes | str | None) -> InjectedContext | None:
+    """A read-model value as Redis returned it (key: `models.ids.context_key`): None when there
+    is none, ValueError (a pydantic ValidationError) when it is unreadable. Both readers decode
+    through here: the hot path (middleware/client.py) and ReadModel.get."""
+    return None if raw is None else InjectedContext.model_validate_json(raw)
+
+
 # --- user workflow ---------------------------------------------------------------------------
 
 
