@@ -14,13 +14,12 @@ from pydantic import BaseModel, Field
 
 from mnemoflow.memory.formulas import importance, relevance, score, time_decay
 from mnemoflow.memory.params import renormalise
-from mnemoflow.memory.scoring_log import ScoringLog, append_bounded
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
 from mnemoflow.models.fragments import Candidate, ScoredCandidate, SelectionLog
 from mnemoflow.models.params import TunedParams
 
-__all__ = ["ScoringLog", "Selection", "append_bounded", "select"]
+__all__ = ["Selection", "select"]
 
 REASON_FLOOR = "type floor"
 REASON_SCORE = "score"

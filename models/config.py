@@ -7,11 +7,8 @@ deterministic defaults (no clock, no environment).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
 
 from pydantic import BaseModel, Field
-
-FragmentType = Literal["identity", "decision", "preference", "fact", "episode", "chat"]
 
 #: Type values of docs/ARCHITECTURE.md, "The memory model" (unknown types score 0).
 TYPE_VALUES: dict[str, float] = {
@@ -85,7 +82,6 @@ class MemoryConfig(BaseModel):
     )
     always_inject_types: tuple[str, ...] = ("identity", "preference")
     theme_cap: int | None = Field(None, ge=1, description="max fragments of one theme")
-    scoring_log_size: int = Field(200, ge=1, le=5000, description="selections kept in the log")
     published_candidates: int = Field(
         12,
         ge=1,

@@ -182,12 +182,6 @@ class UserStatus(BaseModel):
     tuned: dict[str, TunedParams] = Field(default_factory=dict)
 
 
-class StatusQuery(BaseModel):
-    """Query input of status (how many recent rounds to include)."""
-
-    recent_rounds: int = Field(20, ge=0, le=500)
-
-
 # --- round workflow --------------------------------------------------------------------------
 
 
