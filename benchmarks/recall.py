@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import stack, write_result
 
 CORE = "You are the support agent of a small online shop. Be brief and friendly."
+#: Bound on waiting for memory to catch up (the offline models take seconds).
+SETTLE_S = 180.0
 
 
 @dataclass
@@ -105,7 +107,6 @@ async def mnemoflow_run(client: Any) -> dict[str, Any]:
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from mnemoflow.devstack.demo import _settle
     from mnemoflow.devstack.demo_story import SESSION_ONE
     from mnemoflow.middleware import DurableMemoryMiddleware
 
@@ -119,7 +120,7 @@ async def mnemoflow_run(client: Any) -> dict[str, Any]:
     for line in SESSION_ONE:
         await _turn(agent, clock, user, "s1", line)
     await memory.flush()
-    await _settle(client, user, "s1")
+    await client.settle(user, SETTLE_S, inducted=True)
 
     async def same(q: str) -> str:
         return await _turn(agent, clock, user, "s1", q)
@@ -130,7 +131,8 @@ async def mnemoflow_run(client: Any) -> dict[str, Any]:
     within, w_ok, w_in = await _probes(same, model, "mnemoflow same thread")
     across, a_ok, a_in = await _probes(new, model, "mnemoflow new thread")
     await memory.flush()
-    status = await _settle(client, user, "s2")
+    status = await client.settle(user, SETTLE_S, inducted=True)
+    assert status is not None, "the run handed turns over, so the user has a workflow"
     ledger = status.ledger.model_dump()
     memory_ops = {
         op: {k: u[k] for k in ("calls", "input_tokens", "output_tokens")}

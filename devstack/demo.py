@@ -27,7 +27,6 @@ from mnemoflow.devstack.embedded import DevPorts, embedded_stack
 from mnemoflow.devstack.stack import StackInfo, read_stack
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from mnemoflow.models.config import BudgetPattern, MemoryConfig
-from mnemoflow.models.contracts import UserStatus
 from mnemoflow.worker.memory_client import memory_client
 from mnemoflow.worker.settings import Settings
 
@@ -95,37 +94,20 @@ async def _turn(agent: Any, clock: VirtualClock, user: str, thread: str, text: s
     return str(result["messages"][-1].text)
 
 
-async def _settle(client: MemoryClient, user: str, thread: str) -> UserStatus:
-    """Wait (bounded) until every handed-over turn is indexed and mature fragments inducted."""
-    deadline = time.monotonic() + SETTLE_DEADLINE_S
-    while True:
-        status = await client.status(user)
-        mark = status.watermarks.get(thread) if status else None
-        if status and mark and mark.indexed >= mark.accepted and status.uninducted == 0:
-            return status
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"memory did not settle within {SETTLE_DEADLINE_S:.0f} s: {status}")
-        await asyncio.sleep(0.2)
-
-
 async def _probe(
-    agent: Any, clock: VirtualClock, user: str, thread: str, label: str
+    agent: Any, model: Any, clock: VirtualClock, user: str, thread: str, label: str
 ) -> list[dict[str, Any]]:
     results = []
     for probe in PROBES:
         answer = await _turn(agent, clock, user, thread, probe.question)
         ok = probe.expected.lower() in answer.lower()
-        # Whether memory delivered the detail at all, whatever the chat model made of it.
-        prompt = getattr(agent_model(agent), "last_system_prompt", None)
+        # Whether memory delivered the detail at all, whatever the chat model made of it
+        # (only the offline model keeps the system prompt it got).
+        prompt = getattr(model, "last_system_prompt", None)
         delivered = None if prompt is None else probe.expected.lower() in prompt.lower()
         print(f"  [{label}] {probe.question} -> {answer} {'OK' if ok else 'MISSED'}", flush=True)
         results.append(_probe_row(probe, answer, ok, delivered))
     return results
-
-
-def agent_model(agent: Any) -> Any:
-    """The chat model the demo built (kept on the agent object by `play`)."""
-    return getattr(agent, "_mnemoflow_demo_model", None)
 
 
 def _probe_row(probe: Probe, answer: str, ok: bool, delivered: bool | None) -> dict[str, Any]:
@@ -171,22 +153,23 @@ async def _story(
         checkpointer=InMemorySaver(),
         context_schema=DemoContext,
     )
-    agent._mnemoflow_demo_model = model  # type: ignore[attr-defined]
     user = f"{USER_ID}-{uuid.uuid4().hex[:6]}"
     session_a, session_b = "session-1", "session-2"
     print(f"user {user}: session 1, {len(SESSION_ONE)} turns", flush=True)
     for i, line in enumerate(SESSION_ONE, 1):
         await _turn(agent, clock, user, session_a, line)
         print(f"  turn {i:2d}/{len(SESSION_ONE)}: {line}", flush=True)
-    await memory.flush()
+    await memory.flush()  # the last hand-over is in Temporal: the turn never waited for it
     print("waiting for the workers to slice, index and induct session 1 ...", flush=True)
-    await _settle(client, user, session_a)
+    await client.settle(user, SETTLE_DEADLINE_S, inducted=True)
     print("recall within session 1:", flush=True)
-    within = await _probe(agent, clock, user, session_a, "same thread")
+    within = await _probe(agent, model, clock, user, session_a, "same thread")
     print("recall in a new session (new thread):", flush=True)
-    across = await _probe(agent, clock, user, session_b, "new thread")
+    across = await _probe(agent, model, clock, user, session_b, "new thread")
     await memory.flush()
-    status = await _settle(client, user, session_b)
+    status = await client.settle(user, SETTLE_DEADLINE_S, inducted=True)
+    if status is None:
+        raise RuntimeError(f"user {user} has no memory workflow after handing turns over")
     profile = await client.profile(user)
     workflow_id = client.workflow_id(user)
     ui = info.ui_url if info else None

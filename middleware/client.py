@@ -7,6 +7,10 @@ as the fallback; it never raises, because an agent turn must go on when memory i
 
 Errors: operations other than `context` raise `MemoryUnavailableError` when Temporal cannot be
 reached in time, and ValueError for an unusable user id or argument.
+
+Two timeouts: the hot path's (`query_timeout_s`, at most 2 s: a turn must not wait longer) and
+the operator's (`operator_timeout_s`, for scripts: `status`, `settle`). Use the client as
+`async with MemoryClient(...) as memory:` or call `aclose()`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.service import RPCError, RPCStatusCode
 
 from mnemoflow.middleware.payloads import split_event, trim_turn
+from mnemoflow.middleware.settle import (
+    SETTLE_POLL_S,
+    MemoryNotSettledError,
+    Published,
+    pending_work,
+)
 from mnemoflow.models import search_attributes as sa
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
@@ -89,6 +99,7 @@ class MemoryClient:
         redis_timeout_s: float = 0.5,
         signal_timeout_s: float = 10.0,
         update_timeout_s: float = 60.0,
+        operator_timeout_s: float = 30.0,
         search_attributes: bool = True,
         user_key_secret: str | bytes | None = None,
     ) -> None:
@@ -110,6 +121,7 @@ class MemoryClient:
             ("redis_timeout_s", redis_timeout_s),
             ("signal_timeout_s", signal_timeout_s),
             ("update_timeout_s", update_timeout_s),
+            ("operator_timeout_s", operator_timeout_s),
         ):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -123,6 +135,7 @@ class MemoryClient:
         self.redis_timeout_s = redis_timeout_s
         self.signal_timeout_s = signal_timeout_s
         self.update_timeout_s = update_timeout_s
+        self.operator_timeout_s = operator_timeout_s
         self.search_attributes = search_attributes
         if isinstance(user_key_secret, str):
             user_key_secret = user_key_secret.encode("utf-8")
@@ -221,13 +234,50 @@ class MemoryClient:
                 raise
             return cached.profile
 
-    async def status(self, user_id: str) -> UserStatus | None:
-        """The workflow's status query; None if the user has no memory workflow."""
+    async def status(self, user_id: str, *, timeout_s: float | None = None) -> UserStatus | None:
+        """The workflow's status query; None if the user has no memory workflow.
+
+        Waits up to `timeout_s` (default `operator_timeout_s`); inside a turn pass the hot
+        path's `query_timeout_s`."""
         uid = validate_user_id(user_id)
         try:
-            return await self._query(uid, UserMemoryWorkflow.status)
+            seconds = self.operator_timeout_s if timeout_s is None else timeout_s
+            return await self._query(uid, UserMemoryWorkflow.status, seconds)
         except LookupError:
             return None
+
+    async def settle(
+        self, user_id: str, timeout_s: float = 60.0, *, inducted: bool = False
+    ) -> UserStatus | None:
+        """Wait until the user's memory has caught up; return the status that shows it.
+
+        Caught up: every accepted message indexed, nothing queued or running, and the read
+        model holding the workflow's latest context (`middleware.settle`); with `inducted`,
+        also every fragment in the profile. None for a user without a memory workflow.
+        Raises MemoryNotSettledError (a TimeoutError naming what is still pending) after
+        `timeout_s`; messages not yet mature wait for their round unless `consolidate`d.
+        """
+        uid = validate_user_id(user_id)
+        if not timeout_s > 0:
+            raise ValueError("timeout_s must be > 0")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            # Each query gets what is left of the deadline (at least a short attempt).
+            each = min(self.operator_timeout_s, max(0.2, deadline - time.monotonic()))
+            try:
+                status = await self._query(uid, UserMemoryWorkflow.status, each)
+                pending = pending_work(status, await self._published(uid, each), inducted=inducted)
+            except LookupError:
+                return None
+            except MemoryUnavailableError as err:
+                pending = [f"memory unreachable: {err}"]
+            else:
+                if not pending:
+                    return status
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise MemoryNotSettledError(uid, timeout_s, pending)
+            await asyncio.sleep(min(SETTLE_POLL_S, left))
 
     # --- explicit operations (updates) ----------------------------------------------------
 
@@ -284,6 +334,12 @@ class MemoryClient:
             )
         except LookupError as err:
             raise ValueError(f"user {user_id!r} has no memory workflow") from err
+
+    async def __aenter__(self) -> MemoryClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the Redis client if this client built it (the Temporal client is the caller's)."""
@@ -344,13 +400,15 @@ class MemoryClient:
         except (RPCError, RuntimeError) as err:  # RuntimeError: the lazy connect failed
             raise MemoryUnavailableError(f"cannot reach the memory workflow: {err}") from err
 
-    async def _query(self, uid: str, query: Any) -> Any:
-        """Run a query with the hot-path timeout; LookupError when the user has no workflow."""
+    async def _query(self, uid: str, query: Any, timeout_s: float | None = None) -> Any:
+        """Run a query (default: the hot-path timeout); LookupError when the user has no
+        workflow."""
+        seconds = self.query_timeout_s if timeout_s is None else timeout_s
         try:
             return await asyncio.wait_for(
-                self._handle(uid).query(query, rpc_timeout=self._rpc(self.query_timeout_s)),
+                self._handle(uid).query(query, rpc_timeout=self._rpc(seconds)),
                 # The rpc timeout bounds each attempt; this bounds connecting and retries too.
-                timeout=self.query_timeout_s + 0.5,
+                timeout=seconds + 0.5,
             )
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
@@ -382,20 +440,36 @@ class MemoryClient:
         if self.redis is None:
             return False, None
         try:
-            async with asyncio.timeout(self.redis_timeout_s):
-                raw = await self.redis.get(context_key(self.key_prefix, uid))
-        except Exception as err:  # any Redis failure means "use the fallback"
-            log.debug("read model unavailable: %r", err)
-            return False, None
-        try:
-            context = parse_published(raw)
+            context = await self._get_published(uid)
         except ValueError:
             log.warning("unreadable read-model value; using the workflow query")
+            return False, None
+        except Exception as err:  # any Redis failure means "use the fallback"
+            log.debug("read model unavailable: %r", err)
             return False, None
         if context is None:
             self._queried.pop(uid, None)
             return True, None
         return False, context
+
+    async def _get_published(self, uid: str) -> InjectedContext | None:
+        """The one GET of the read model: None when absent, ValueError when unreadable, and
+        Redis errors (or TimeoutError after `redis_timeout_s`) as they come."""
+        assert self.redis is not None
+        async with asyncio.timeout(self.redis_timeout_s):
+            raw = await self.redis.get(context_key(self.key_prefix, uid))
+        return parse_published(raw)
+
+    async def _published(self, uid: str, timeout_s: float) -> Published:
+        """The workflow's latest context version and the one the read model holds."""
+        latest = (await self._query(uid, UserMemoryWorkflow.context, timeout_s)).version
+        if self.redis is None:
+            return Published(latest, checked=False)
+        try:
+            found = await self._get_published(uid)
+        except Exception as err:  # reported as pending; settle asks again
+            return Published(latest, unreadable=repr(err)[:200])
+        return Published(latest, None if found is None else found.version)
 
     def _miss(self, uid: str) -> InjectedContext | None:
         """On a clean Redis miss: what an earlier background query found (or None), and a new
