@@ -69,7 +69,7 @@ from mnemoflow.models.ids import (
 )
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn
-from mnemoflow.models.usage import PriceTable
+from mnemoflow.models.usage import LLMUsage, PriceTable
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
 log = logging.getLogger(__name__)
@@ -163,12 +163,14 @@ class MemoryClient:
         *,
         urgent: bool = False,
         trigger: Trigger = "handover",
+        chat_usage: LLMUsage | None = None,
     ) -> str:
         """Hand turns of one thread to the user's workflow; returns the (last) event id.
 
         The event id comes from the thread and positions, so a re-send is a no-op. Each turn is
         trimmed to `config.max_turn_chars`, and the turns are split into several events when
-        one would come near Temporal's payload limit.
+        one would come near Temporal's payload limit. `chat_usage` (the chat model's tokens
+        since the last hand-over) rides on the last event: it is in the ledger once all are in.
         """
         uid = validate_user_id(user_id)
         if not turns:
@@ -178,9 +180,16 @@ class MemoryClient:
         trimmed = [trim_turn(t, self.config.max_turn_chars) for t in turns]
         trimmed.sort(key=lambda t: t.position)
         event_id = ""
-        for chunk in split_event(trimmed):
+        chunks = list(split_event(trimmed))
+        for i, chunk in enumerate(chunks):
             event_id = turn_event_id(chunk[0].thread_id, chunk[0].position, chunk[-1].position + 1)
-            event = SubmitEvent(event_id=event_id, turns=chunk, urgent=urgent, trigger=trigger)
+            event = SubmitEvent(
+                event_id=event_id,
+                turns=chunk,
+                urgent=urgent,
+                trigger=trigger,
+                chat_usage=chat_usage if i == len(chunks) - 1 else None,
+            )
             await self._start(uid, start_signal="submit", start_signal_args=[event])
         return event_id
 

@@ -68,6 +68,9 @@ class SubmitEvent(BaseModel):
     turns: list[ChatTurn] = Field(default_factory=list)
     urgent: bool = Field(False, description="window reached the hard ceiling: slice now")
     trigger: Trigger = "handover"
+    chat_usage: LLMUsage | None = Field(
+        None, description="main chat model tokens the agent used since its last hand-over"
+    )
 
 
 class ReinforceEvent(BaseModel):

@@ -47,6 +47,8 @@ def absorb_submit(s: UserMemoryState, event: SubmitEvent, cfg: MemoryConfig, now
     """Accept an event's turns once: by event id, then by (thread, position)."""
     if not _remember(s.seen_event_ids, event.event_id, MAX_SEEN_EVENTS):
         return
+    if event.chat_usage is not None:  # the agent's chat tokens, counted once per event id
+        s.ledger.chat = s.ledger.chat + event.chat_usage
     for turn in sorted(event.turns, key=lambda t: (t.thread_id, t.position)):
         ts = s.threads.setdefault(turn.thread_id, ThreadState())
         if (
