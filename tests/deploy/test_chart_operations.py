@@ -13,7 +13,7 @@ import pytest
 from helm_python.errors import HelmError
 
 from deploy import manifests
-from mnemoflow.workflows.memory_round import STORE_START_TO_CLOSE
+from mnemoflow.workflows.options import STORE_START_TO_CLOSE
 
 ENVS = list(manifests.ENVIRONMENTS)
 DIGEST = "sha256:" + "ab" * 32
