@@ -16,7 +16,7 @@ from mnemoflow.memory.formulas import importance, relevance, score, time_decay
 from mnemoflow.memory.params import renormalise
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
-from mnemoflow.models.fragments import Candidate, ScoredCandidate, SelectionLog
+from mnemoflow.models.fragments import Candidate, ScoredCandidate, SelectionLog, theme_key
 from mnemoflow.models.params import TunedParams
 
 __all__ = ["Selection", "select"]
@@ -34,11 +34,6 @@ class Selection(BaseModel):
     ranked: list[ContextFragment] = Field(default_factory=list)
     picked_ids: list[str] = Field(default_factory=list)
     log: SelectionLog
-
-
-def _theme_key(theme: str) -> str:
-    # Themes are written by an LLM: "Travel " and "travel" are the same theme for the cap.
-    return " ".join(theme.split()).casefold()
 
 
 def _dedupe(candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -93,7 +88,7 @@ def _pick(lines: list[ScoredCandidate], config: MemoryConfig) -> list[ScoredCand
     def take(line: ScoredCandidate, reason: str) -> None:
         line.picked, line.reason = True, reason
         picked.append(line)
-        key = _theme_key(line.theme)
+        key = theme_key(line.theme)
         per_theme[key] = per_theme.get(key, 0) + 1
 
     def capped_pass(pool: list[ScoredCandidate], reason: str) -> None:
@@ -102,7 +97,7 @@ def _pick(lines: list[ScoredCandidate], config: MemoryConfig) -> list[ScoredCand
                 return
             if line.picked:
                 continue
-            if cap is not None and per_theme.get(_theme_key(line.theme), 0) >= cap:
+            if cap is not None and per_theme.get(theme_key(line.theme), 0) >= cap:
                 line.reason = REASON_CAPPED
                 continue
             take(line, reason)

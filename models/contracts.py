@@ -3,18 +3,18 @@ update and query. Contracts change only by adding fields with defaults."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.config import MemoryConfig, Vocation
 from mnemoflow.models.fragments import Fragment, FragmentDraft, SelectionLog
 from mnemoflow.models.params import TunedParams
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn
 from mnemoflow.models.usage import CostLedger, LLMUsage, PriceTable
 
-Trigger = Literal["handover", "budget", "ceiling", "explicit", "retry"]
+Trigger = Literal["handover", "budget", "ceiling", "explicit", "consolidate", "retry"]
 
 # --- read model ------------------------------------------------------------------------------
 
@@ -183,6 +183,7 @@ class UserStatus(BaseModel):
     continued: int
     history_length: int = 0
     tuned: dict[str, TunedParams] = Field(default_factory=dict)
+    config: MemoryConfig | None = Field(None, description="what the next round uses")
 
 
 # --- round workflow --------------------------------------------------------------------------
@@ -369,6 +370,32 @@ class RetryRoundResult(BaseModel):
     thread_id: str = ""
     pending_turns: int = 0
     reason: str = ""
+
+
+class ConsolidateRequest(BaseModel):
+    """Update: slice a thread's pending messages now (the session ended), not at maturity."""
+
+    thread_id: str = Field(min_length=1, max_length=512)
+
+
+class ConsolidateResult(BaseModel):
+    """How many of the thread's messages were pending when the request was accepted."""
+
+    thread_id: str
+    pending_turns: int = 0
+
+
+class ConfigUpdate(BaseModel):
+    """Update: change the user's preset and/or parameters, applied from the next round."""
+
+    vocation: Vocation | None = Field(None, description="a preset: its time constants and gates")
+    params: dict[str, Any] = Field(default_factory=dict, description="MemoryConfig fields")
+
+
+class ConfigUpdateResult(BaseModel):
+    """The config the user's rounds use from now on."""
+
+    config: MemoryConfig
 
 
 class RememberResult(BaseModel):
