@@ -16,10 +16,8 @@ the operator's (`operator_timeout_s`, for scripts: `status`, `settle`). Use the 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -31,6 +29,7 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.service import RPCError, RPCStatusCode
 
 from mnemoflow.middleware.payloads import split_event, trim_turn
+from mnemoflow.middleware.read_path import ContextReader
 from mnemoflow.middleware.settle import (
     SETTLE_POLL_S,
     MemoryNotSettledError,
@@ -56,11 +55,9 @@ from mnemoflow.models.contracts import (
     Trigger,
     UserMemoryInput,
     UserStatus,
-    parse_published,
 )
 from mnemoflow.models.errors import MemoryUnavailableError
 from mnemoflow.models.ids import (
-    context_key,
     pseudonymous_workflow_id,
     search_user_value,
     turn_event_id,
@@ -72,14 +69,8 @@ from mnemoflow.models.turns import ChatTurn
 from mnemoflow.models.usage import LLMUsage, PriceTable
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
-log = logging.getLogger(__name__)
-
 #: The hot path may wait at most this long for the query fallback (docs/ARCHITECTURE.md, one GET).
 MAX_QUERY_TIMEOUT_S = 2.0
-#: After a clean read-model miss, ask the workflow (in the background) at most this often.
-MISS_REQUERY_S = 5.0
-#: Users whose background query answer is kept in process.
-MAX_MISS_CACHE = 10_000
 
 
 class MemoryClient:
@@ -140,19 +131,7 @@ class MemoryClient:
         if isinstance(user_key_secret, str):
             user_key_secret = user_key_secret.encode("utf-8")
         self._secret: bytes | None = user_key_secret or None
-        self._owns_redis = isinstance(redis, str)
-        if isinstance(redis, str):
-            # No client-side retries: the hot path prefers a fast miss to a slow hit.
-            redis = aioredis.Redis.from_url(
-                redis,
-                retry=None,
-                socket_timeout=redis_timeout_s,
-                socket_connect_timeout=redis_timeout_s,
-            )
-        self.redis: aioredis.Redis | None = redis
-        # Answers of background queries after clean read-model misses, and those in flight.
-        self._queried: OrderedDict[str, tuple[float, InjectedContext | None]] = OrderedDict()
-        self._querying: dict[str, asyncio.Task[None]] = {}
+        self.reader = ContextReader(redis, key_prefix, redis_timeout_s, self._query_context)
 
     # --- hand-over ------------------------------------------------------------------------
 
@@ -207,28 +186,14 @@ class MemoryClient:
     # --- reads ----------------------------------------------------------------------------
 
     async def context(self, user_id: str) -> InjectedContext | None:
-        """The user's injected context: one Redis GET, else the workflow query, else None.
-
-        The query is awaited only when Redis fails (or holds an unreadable value); when Redis
-        simply has nothing for the user, the query runs in the background and its answer serves
-        later calls. Never raises: a missing or unreachable memory means a turn without memory.
-        """
+        """The user's injected context: one Redis GET, else the workflow query, else None
+        (middleware/read_path.py). Never raises: a missing or unreachable memory means a turn
+        without memory."""
         try:
             uid = validate_user_id(user_id)
         except ValueError:
             return None
-        reachable, cached = await self._read_model_state(uid)
-        if cached is not None:
-            return cached
-        if reachable:
-            # Redis answered "nothing published yet": the workflow has nothing newer to say
-            # unless the read model was lost, so ask it off the turn (measured: the query
-            # waits 30-200 ms on a busy worker, every turn until the first round publishes).
-            return self._miss(uid)
-        try:
-            return await self._query(uid, UserMemoryWorkflow.context)
-        except (MemoryUnavailableError, LookupError):
-            return None
+        return await self.reader.context(uid)
 
     async def profile(self, user_id: str) -> UserProfile | None:
         """The stored profile (workflow query, else the read model); None if the user is unknown."""
@@ -238,7 +203,7 @@ class MemoryClient:
         except LookupError:
             return None
         except MemoryUnavailableError:
-            cached = await self._read_model(uid)
+            cached = await self.reader.cached(uid)
             if cached is None:
                 raise
             return cached.profile
@@ -352,11 +317,7 @@ class MemoryClient:
 
     async def aclose(self) -> None:
         """Close the Redis client if this client built it (the Temporal client is the caller's)."""
-        for task in list(self._querying.values()):
-            task.cancel()
-        await asyncio.gather(*self._querying.values(), return_exceptions=True)
-        if self.redis is not None and self._owns_redis:
-            await self.redis.aclose()
+        await self.reader.aclose()
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -439,65 +400,16 @@ class MemoryClient:
         except RuntimeError as err:  # the lazy connect failed
             raise MemoryUnavailableError(f"memory update failed: {err}") from err
 
-    async def _read_model(self, uid: str) -> InjectedContext | None:
-        """One GET of the published context; None on a miss, a bad value or any Redis error."""
-        return (await self._read_model_state(uid))[1]
-
-    async def _read_model_state(self, uid: str) -> tuple[bool, InjectedContext | None]:
-        """(Redis answered with no usable value = a clean miss, the context). A Redis error or
-        an unreadable value is not a clean miss: the caller then queries the workflow."""
-        if self.redis is None:
-            return False, None
-        try:
-            context = await self._get_published(uid)
-        except ValueError:
-            log.warning("unreadable read-model value; using the workflow query")
-            return False, None
-        except Exception as err:  # any Redis failure means "use the fallback"
-            log.debug("read model unavailable: %r", err)
-            return False, None
-        if context is None:
-            self._queried.pop(uid, None)
-            return True, None
-        return False, context
-
-    async def _get_published(self, uid: str) -> InjectedContext | None:
-        """The one GET of the read model: None when absent, ValueError when unreadable, and
-        Redis errors (or TimeoutError after `redis_timeout_s`) as they come."""
-        assert self.redis is not None
-        async with asyncio.timeout(self.redis_timeout_s):
-            raw = await self.redis.get(context_key(self.key_prefix, uid))
-        return parse_published(raw)
+    async def _query_context(self, uid: str) -> InjectedContext:
+        return await self._query(uid, UserMemoryWorkflow.context)  # type: ignore[no-any-return]
 
     async def _published(self, uid: str, timeout_s: float) -> Published:
         """The workflow's latest context version and the one the read model holds."""
         latest = (await self._query(uid, UserMemoryWorkflow.context, timeout_s)).version
-        if self.redis is None:
+        if self.reader.redis is None:
             return Published(latest, checked=False)
         try:
-            found = await self._get_published(uid)
+            found = await self.reader.published(uid)
         except Exception as err:  # reported as pending; settle asks again
             return Published(latest, unreadable=repr(err)[:200])
         return Published(latest, None if found is None else found.version)
-
-    def _miss(self, uid: str) -> InjectedContext | None:
-        """On a clean Redis miss: what an earlier background query found (or None), and a new
-        background query at most every MISS_REQUERY_S per user. Never waits."""
-        now = time.monotonic()
-        found_at, found = self._queried.get(uid, (float("-inf"), None))
-        if uid not in self._querying and now - found_at >= MISS_REQUERY_S:
-            task = asyncio.get_running_loop().create_task(self._query_later(uid))
-            self._querying[uid] = task
-        return found
-
-    async def _query_later(self, uid: str) -> None:
-        try:
-            found = await self._query(uid, UserMemoryWorkflow.context)
-        except (MemoryUnavailableError, LookupError):
-            found = None
-        finally:
-            self._querying.pop(uid, None)
-        self._queried[uid] = (time.monotonic(), found)
-        self._queried.move_to_end(uid)
-        while len(self._queried) > MAX_MISS_CACHE:
-            self._queried.popitem(last=False)
