@@ -322,6 +322,16 @@ class MnemoflowSettings(BaseSettings):
     graceful_shutdown_s: float = Field(20.0, gt=0)
     """After SIGTERM, how long running activities get to finish before they are cancelled
     (Kubernetes' terminationGracePeriodSeconds must be longer)."""
+    deployment_name: str | None = None
+    """Worker Versioning: the Temporal worker deployment this worker is a version of (e.g.
+    "mnemoflow"); unset = versioning off. Workflows default to auto-upgrade: a user workflow
+    is long-lived and continues as new, so pinning would keep old versions running for as
+    long as their users do; changes stay replay-safe through `workflow.patched`. A new
+    version gets work once it is made current (`temporal worker deployment
+    set-current-version`)."""
+    build_id: str | None = None
+    """Worker Versioning: this worker's build id in MNEMOFLOW_DEPLOYMENT_NAME (the Helm chart
+    passes the image tag); required when the deployment name is set."""
     pseudonymous_user_keys: bool = False
     """Keep raw user ids out of what operators see: workflow ids and the MnemoflowUser search
     attribute carry hashes (search attributes are not encrypted by the payload codec). Needs
@@ -329,6 +339,13 @@ class MnemoflowSettings(BaseSettings):
     user_key_secret: SecretStr | None = None
     """Secret of the keyed hash (HMAC-SHA256) behind pseudonymous user keys; with it, an
     operator computes a user's search value with `mnemoflow user-key USER`."""
+
+    @model_validator(mode="after")
+    def _versioning_complete(self) -> MnemoflowSettings:
+        # A deployment name without a build id would make every rollout the same version.
+        if self.deployment_name is not None and self.build_id is None:
+            raise ValueError("MNEMOFLOW_DEPLOYMENT_NAME needs MNEMOFLOW_BUILD_ID (the image tag)")
+        return self
 
     @field_validator("vocation", mode="before")
     @classmethod
