@@ -23,7 +23,8 @@ from mnemoflow.middleware import DurableMemoryMiddleware
 from mnemoflow.middleware.chat_usage import ChatTokenMetrics, response_usage
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import SubmitEvent, UserMemoryState
-from mnemoflow.models.usage import LLMUsage
+from mnemoflow.models.usage import CostLedger, LLMUsage
+from mnemoflow.ops.inspect import render
 from mnemoflow.workflows import state_ops
 from tests.support.memory_worker import memory_worker
 
@@ -124,3 +125,18 @@ async def test_chat_tokens_reach_the_ledger_and_prometheus(
     assert sample("mnemoflow_chat_tokens_total", {"kind": "input"}) == tokens_in
     assert sample("mnemoflow_chat_tokens_total", {"kind": "output"}) == 15
     assert sample("mnemoflow_chat_tokens_total", {"kind": "cache_hit"}) == 60
+
+
+def test_inspect_shows_the_chat_tokens() -> None:
+    ledger = CostLedger(chat=LLMUsage(calls=3, input_tokens=420, output_tokens=15))
+    report = {
+        "user_id": "ada",
+        "workflow": "mnemoflow-user-ada-0",
+        "profile": {},
+        "fragments": [],
+        "rounds": [],
+        "costs": ledger.model_dump(),
+    }
+    assert "main chat model (reported by the agent, unpriced): 3 calls, 420 in, 15 out" in (
+        render(report)
+    )
