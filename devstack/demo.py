@@ -187,6 +187,8 @@ async def _story(
         "details_in_injected_context_across_sessions": _count(across, "in_injected_context"),
         "probes": {"within_session": within, "across_sessions": across},
         "ledger": status.ledger.model_dump(),
+        # Calls the chat model made; the ledger's `chat` counts those its hand-overs carried.
+        "chat_model_calls": getattr(model, "calls", None),
         "temporal_ui": (
             f"{ui}/namespaces/{settings.temporal.namespace}/workflows/{quote(workflow_id, safe='')}"
             if ui
@@ -199,6 +201,8 @@ async def _story(
 def print_summary(summary: dict[str, Any]) -> None:
     """The human-readable end of the demo."""
     ledger = summary["ledger"]
+    chat = ledger["chat"]
+    source = "estimated offline" if summary["models"] == "heuristic" else "reported by the model"
     lines = [
         "",
         "== mnemoflow demo summary ==",
@@ -219,6 +223,8 @@ def print_summary(summary: dict[str, Any]) -> None:
             for op, u in ledger["by_operation"].items()
         )
         + f"; cost {ledger['cost']:.6f} {ledger['currency']}",
+        f"chat model tokens   : {chat['calls']} calls {chat['input_tokens']} in / "
+        f"{chat['output_tokens']} out ({source}, in the user's ledger and in Prometheus)",
         f"Temporal UI         : {summary['temporal_ui'] or '(headless)'}",
         "context injected on the last turn:",
         summary["context_injected_on_last_turn"],
