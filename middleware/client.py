@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 import redis.asyncio as aioredis
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.service import RPCError, RPCStatusCode
@@ -37,8 +37,11 @@ from mnemoflow.middleware.settle import (
     pending_work,
 )
 from mnemoflow.models import search_attributes as sa
-from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.config import MemoryConfig, Vocation
 from mnemoflow.models.contracts import (
+    ConfigUpdate,
+    ConsolidateRequest,
+    ConsolidateResult,
     ForgetFragmentRequest,
     ForgetFragmentResult,
     ForgetReceipt,
@@ -308,6 +311,39 @@ class MemoryClient:
             )
         except LookupError as err:
             raise ValueError(f"user {user_id!r} has no memory workflow") from err
+
+    async def consolidate(self, user_id: str, thread_id: str) -> ConsolidateResult:
+        """Slice the thread's pending messages now instead of at maturity (call it when a
+        session ends); hand-overs submitted before this call are included. Returns how many
+        messages were pending; `settle` then waits until they are indexed and published."""
+        uid = validate_user_id(user_id)
+        request = ConsolidateRequest(thread_id=thread_id)
+        try:
+            return await self._update(uid, UserMemoryWorkflow.consolidate, request)
+        except LookupError:
+            return ConsolidateResult(thread_id=thread_id)  # no memory yet: nothing to slice
+
+    async def update_config(
+        self,
+        user_id: str,
+        *,
+        vocation: Vocation | str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> MemoryConfig:
+        """Change a user's preset (`vocation`) and/or any MemoryConfig field (`params`); rounds
+        started from now on use the result, which is returned (and kept across continue-as-new).
+
+        Raises ValueError naming an unknown field or an invalid value; nothing is changed then.
+        """
+        uid = validate_user_id(user_id)
+        self.config.updated(vocation, params)  # the same check the workflow runs, before an RPC
+        request = ConfigUpdate(vocation=vocation, params=dict(params or {}))
+        await self._start(uid)
+        try:
+            result = await self._update(uid, UserMemoryWorkflow.update_config, request)
+        except WorkflowUpdateFailedError as err:
+            raise ValueError(str(err.cause or err)) from err
+        return result.config
 
     async def __aenter__(self) -> MemoryClient:
         return self
