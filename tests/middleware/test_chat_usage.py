@@ -4,7 +4,6 @@ in the agent process and carried to the user's ledger (dev server, real worker a
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,9 +15,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 from prometheus_client import CollectorRegistry
 from pydantic import Field
-from temporalio.testing import WorkflowEnvironment
 
-from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware import DurableMemoryMiddleware
 from mnemoflow.middleware.chat_usage import ChatTokenMetrics, response_usage
 from mnemoflow.models.config import MemoryConfig
@@ -26,7 +23,7 @@ from mnemoflow.models.contracts import SubmitEvent, UserMemoryState
 from mnemoflow.models.usage import CostLedger, LLMUsage
 from mnemoflow.ops.inspect import render
 from mnemoflow.workflows import state_ops
-from tests.support.memory_worker import memory_worker
+from tests.middleware.conftest import LiveMemory
 
 LINES = ["Hi, I'm Ada.", "My order is 7734-221.", "I prefer email."]
 
@@ -83,33 +80,25 @@ def test_the_ledger_counts_an_events_usage_once() -> None:
 
 
 @pytest.mark.integration
-async def test_chat_tokens_reach_the_ledger_and_prometheus(
-    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
-) -> None:
+async def test_chat_tokens_reach_the_ledger_and_prometheus(live_memory: LiveMemory) -> None:
     registry = CollectorRegistry()
-    async with memory_worker(
-        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
-    ) as mw:
-        async with mw.memory_client(redis_url) as client:
-            user = f"metered-{uuid.uuid4().hex[:8]}"
-            mw.track(client.workflow_id(user))
-            t0 = time.time() - 3 * 3600
-            memory = DurableMemoryMiddleware(
-                client=client, metrics=ChatTokenMetrics(registry), clock=lambda: t0
-            )
-            model = MeteredModel()
-            agent = create_agent(
-                model, [], middleware=[memory], context_schema=Ctx,
-                checkpointer=InMemorySaver(),
-            )  # fmt: skip
-            for text in LINES:
-                await agent.ainvoke(
-                    {"messages": [HumanMessage(text)]},
-                    {"configurable": {"thread_id": "t"}},
-                    context=Ctx(user),
-                )
-            await memory.flush()
-            status = await client.settle(user, 90)
+    client, user = live_memory.client, live_memory.new_user("metered")
+    t0 = time.time() - 3 * 3600
+    memory = DurableMemoryMiddleware(
+        client=client, metrics=ChatTokenMetrics(registry), clock=lambda: t0
+    )
+    model = MeteredModel()
+    agent = create_agent(
+        model, [], middleware=[memory], context_schema=Ctx, checkpointer=InMemorySaver()
+    )
+    for text in LINES:
+        await agent.ainvoke(
+            {"messages": [HumanMessage(text)]},
+            {"configurable": {"thread_id": "t"}},
+            context=Ctx(user),
+        )
+    await memory.flush()
+    status = await client.settle(user, 90)
     assert len(model.reported) == 3
     tokens_in = sum(model.reported)
     expected = LLMUsage(

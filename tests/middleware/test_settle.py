@@ -9,15 +9,14 @@ import uuid
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware import MemoryClient, MemoryNotSettledError
 from mnemoflow.middleware.settle import Published, pending_work
 from mnemoflow.models.contracts import RoundRecord, UserStatus, Watermark
 from mnemoflow.models.errors import MemoryUnavailableError
 from mnemoflow.models.usage import CostLedger
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+from tests.middleware.conftest import LiveMemory
 from tests.support.drive import conversation
-from tests.support.memory_worker import memory_worker
 
 LINES = [
     "Hi, I'm Ada Lovelace, a data engineer.",
@@ -78,55 +77,43 @@ def test_pending_work_names_each_unfinished_part() -> None:
 
 @pytest.mark.integration
 async def test_settle_returns_once_indexed_and_published(
-    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+    dev_env: WorkflowEnvironment, live_memory: LiveMemory
 ) -> None:
-    async with memory_worker(
-        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
-    ) as mw:
-        async with mw.memory_client(redis_url) as client:
-            user = f"settle-{uuid.uuid4().hex[:8]}"
-            mw.track(client.workflow_id(user))
-            assert await client.settle(user, 5) is None, "an unknown user has nothing pending"
-            # Stamped three hours ago: the round is due at once with production gates.
-            await client.submit(user, conversation("t", LINES, time.time() - 3 * 3600))
-            settled = await client.settle(user, 90, inducted=True)
-            assert settled is not None
-            assert settled.watermarks["t"] == Watermark(accepted=4, indexed=4)
-            assert settled.rounds_completed >= 1 and settled.uninducted == 0
-            published = await mw.read_model.get(user)
-            handle = dev_env.client.get_workflow_handle_for(
-                UserMemoryWorkflow.run, client.workflow_id(user)
-            )
-            latest = await handle.query(UserMemoryWorkflow.context)
-            assert published is not None and published.version == latest.version >= 1
-            assert published.watermarks["t"].indexed == 4
-            assert "Ada" in published.profile.name
-            assert published == await client.context(user), "the hot path reads it at once"
+    client, user = live_memory.client, live_memory.new_user("settle")
+    assert await client.settle(user, 5) is None, "an unknown user has nothing pending"
+    # Stamped three hours ago: the round is due at once with production gates.
+    await client.submit(user, conversation("t", LINES, time.time() - 3 * 3600))
+    settled = await client.settle(user, 90, inducted=True)
+    assert settled is not None
+    assert settled.watermarks["t"] == Watermark(accepted=4, indexed=4)
+    assert settled.rounds_completed >= 1 and settled.uninducted == 0
+    published = await live_memory.worker.read_model.get(user)
+    handle = dev_env.client.get_workflow_handle_for(
+        UserMemoryWorkflow.run, client.workflow_id(user)
+    )
+    latest = await handle.query(UserMemoryWorkflow.context)
+    assert published is not None and published.version == latest.version >= 1
+    assert published.watermarks["t"].indexed == 4
+    assert "Ada" in published.profile.name
+    assert published == await client.context(user), "the hot path reads it at once"
 
 
 @pytest.mark.integration
-async def test_settle_times_out_naming_what_is_pending(
-    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
-) -> None:
-    async with memory_worker(
-        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
-    ) as mw:
-        async with mw.memory_client(redis_url) as client:
-            user = f"fresh-{uuid.uuid4().hex[:8]}"
-            mw.track(client.workflow_id(user))
-            # Stamped now: the customer-service gate is 14.5 minutes away.
-            await client.submit(user, conversation("t", LINES, time.time()))
-            started = time.monotonic()
-            with pytest.raises(MemoryNotSettledError) as caught:
-                await client.settle(user, 1.5)
-            assert isinstance(caught.value, TimeoutError)
-            # Bounded by the timeout plus one query's worth (generous for a loaded machine).
-            assert time.monotonic() - started < 1.5 + 15
-            text = str(caught.value)
-            assert "thread 't' has 4 accepted messages not indexed" in text
-            assert "consolidate" in text
-            after = await client.status(user)
-            assert after is not None and after.watermarks["t"].accepted == 4, "nothing lost"
+async def test_settle_times_out_naming_what_is_pending(live_memory: LiveMemory) -> None:
+    client, user = live_memory.client, live_memory.new_user("fresh")
+    # Stamped now: the customer-service gate is 14.5 minutes away.
+    await client.submit(user, conversation("t", LINES, time.time()))
+    started = time.monotonic()
+    with pytest.raises(MemoryNotSettledError) as caught:
+        await client.settle(user, 1.5)
+    assert isinstance(caught.value, TimeoutError)
+    # Bounded by the timeout plus one query's worth (generous for a loaded machine).
+    assert time.monotonic() - started < 1.5 + 15
+    text = str(caught.value)
+    assert "thread 't' has 4 accepted messages not indexed" in text
+    assert "consolidate" in text
+    after = await client.status(user)
+    assert after is not None and after.watermarks["t"].accepted == 4, "nothing lost"
 
 
 @pytest.mark.integration
