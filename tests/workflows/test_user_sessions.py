@@ -16,6 +16,7 @@ from mnemoflow.models.ids import user_workflow_id
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import conversation, status, submit, wait_status
 from tests.support.memory_worker import memory_worker
+from tests.support.replay import assert_replays
 
 LINES = [
     "Hi, I'm Bea and my parcel 8812 arrived with a cracked screen.",
@@ -65,6 +66,8 @@ async def test_consolidate_slices_a_fresh_session_without_waiting_for_maturity(
         assert after.rounds_started == 1
         with pytest.raises(ValueError):
             await client.consolidate(user, "")
+        ids = [user_workflow_id(user), done.rounds[-1].workflow_id]
+        assert await assert_replays(dev_env.client, ids, name="sessions-consolidate") == 2
         await client.aclose()
 
 
@@ -79,7 +82,12 @@ async def test_a_remembered_fact_is_published_at_once(
         mw.track(user_workflow_id(user))
         await client.submit(user, conversation("t", LINES, time.time() - 7200), urgent=True)
         handle = dev_env.client.get_workflow_handle(user_workflow_id(user))
-        first = await wait_status(handle, lambda s: s.rounds_completed == 1, deadline_s=60)
+        first = await wait_status(
+            handle,
+            lambda s: s.rounds_completed == 1 and s.inductions >= 1 and s.uninducted == 0,
+            deadline_s=60,
+            what="the round and the induction of its fragments",
+        )
         before = await mw.read_model.get(user)
         assert before is not None and before.fragments
 
@@ -102,6 +110,7 @@ async def test_a_remembered_fact_is_published_at_once(
         own = await client.remember(fresh, "Ida's locker code is 4711.")
         context = await mw.read_model.get(fresh)
         assert context is not None and [f.id for f in context.fragments] == [own.fragment_id]
+        await assert_replays(dev_env.client, [user_workflow_id(user)], name="sessions-remember")
         await client.aclose()
 
 
@@ -138,4 +147,5 @@ async def test_a_config_change_survives_continue_as_new_and_bad_values_change_no
         )
         assert done.config == config
         assert done.pending_turns == len(turns) and done.rounds_started == 0
+        await assert_replays(dev_env.client, [user_workflow_id(user)], name="sessions-config")
         await client.aclose()
