@@ -280,6 +280,7 @@ BAD_VALUES = [
     ({"config": {"MNEMOFLOW_GRACEFUL_SHUTDOWN_S": "5"}}, "MNEMOFLOW_GRACEFUL_SHUTDOWN_S"),
     ({"config": {"TEMPORAL_ADDRESS": "http://temporal"}}, "TEMPORAL_ADDRESS"),
     ({"llm": {"timeoutSeconds": -1}}, "/llm/timeoutSeconds"),
+    ({"workers": {"llm": {"autoscaling": {"activitySeconds": None}}}}, "activitySeconds"),
     ({"networkPolicy": {"egress": {"temporal": {"cidrs": ["not-a-cidr"]}}}}, "cidrs"),
     ({"podSecurityContext": {"runAsNonRoot": False}}, "runAsNonRoot"),
     ({"replicas": 3}, "replicas"),
