@@ -4,7 +4,9 @@ Uses a running `mnemoflow dev` stack when one is up on the data dir (its Tempora
 up after the demo), else starts the same embedded stack for the run. Session 1 states eight
 low-salience details among filler; the agent is then asked for each in the same thread and in a
 new thread. Messages are stamped on a virtual clock (35 s per turn, starting hours ago) so the
-production gate values apply unchanged. Offline models by default, DeepSeek when its key is set.
+production gate values apply unchanged. Each session ends with `consolidate` (slice what is left
+now) and `settle` (wait until it is indexed, published and inducted), the public calls a script
+uses. Offline models by default, DeepSeek when its key is set.
 """
 
 from __future__ import annotations
@@ -160,13 +162,20 @@ async def _story(
         await _turn(agent, clock, user, session_a, line)
         print(f"  turn {i:2d}/{len(SESSION_ONE)}: {line}", flush=True)
     await memory.flush()  # the last hand-over is in Temporal: the turn never waited for it
-    print("waiting for the workers to slice, index and induct session 1 ...", flush=True)
+    # Session 1 is over: its last messages are sliced now, not when they mature.
+    ended = await client.consolidate(user, session_a)
+    print(
+        f"session 1 ended: {ended.pending_turns} messages consolidated now; waiting for the "
+        "workers to slice, index and induct it ...",
+        flush=True,
+    )
     await client.settle(user, SETTLE_DEADLINE_S, inducted=True)
     print("recall within session 1:", flush=True)
     within = await _probe(agent, model, clock, user, session_a, "same thread")
     print("recall in a new session (new thread):", flush=True)
     across = await _probe(agent, model, clock, user, session_b, "new thread")
     await memory.flush()
+    await client.consolidate(user, session_b)
     status = await client.settle(user, SETTLE_DEADLINE_S, inducted=True)
     if status is None:
         raise RuntimeError(f"user {user} has no memory workflow after handing turns over")
