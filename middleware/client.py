@@ -198,11 +198,13 @@ class MemoryClient:
             return None
         return await self.reader.context(uid)
 
-    async def profile(self, user_id: str) -> UserProfile | None:
-        """The stored profile (workflow query, else the read model); None if the user is unknown."""
+    async def profile(self, user_id: str, *, timeout_s: float | None = None) -> UserProfile | None:
+        """The stored profile (workflow query, else the read model); None if the user is unknown.
+        The query waits up to `timeout_s` (default `operator_timeout_s`)."""
         uid = validate_user_id(user_id)
+        seconds = self.operator_timeout_s if timeout_s is None else timeout_s
         try:
-            return await self._query(uid, UserMemoryWorkflow.profile)
+            return await self._query(uid, UserMemoryWorkflow.profile, seconds)
         except LookupError:
             return None
         except MemoryUnavailableError:

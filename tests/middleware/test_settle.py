@@ -120,8 +120,8 @@ async def test_settle_times_out_naming_what_is_pending(live_memory: LiveMemory) 
 async def test_operator_calls_have_their_own_timeout(
     dev_env: WorkflowEnvironment, redis_url: str
 ) -> None:
-    """With no worker polling, a query waits for its timeout: status gets the operator's
-    (3 s here), a turn's read gets the hot path's (0.5 s)."""
+    """With no worker polling, a query waits for its timeout: status and profile get the
+    operator's (3 s here), a turn's read gets the hot path's (0.5 s)."""
     client = MemoryClient(
         temporal=dev_env.client,
         task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
@@ -132,11 +132,12 @@ async def test_operator_calls_have_their_own_timeout(
     user = f"idle-{uuid.uuid4().hex[:8]}"
     try:
         await client.submit(user, conversation("t", LINES[:2], time.time()))
-        started = time.monotonic()
-        with pytest.raises(MemoryUnavailableError):
-            await client.status(user)
-        waited = time.monotonic() - started
-        assert waited >= 2.5, f"status gave up after {waited:.1f} s, before the operator timeout"
+        for call in (client.status, client.profile):
+            started = time.monotonic()
+            with pytest.raises(MemoryUnavailableError):
+                await call(user)
+            waited = time.monotonic() - started
+            assert waited >= 2.5, f"{call.__name__} gave up after {waited:.1f} s, too early"
         started = time.monotonic()
         with pytest.raises(MemoryUnavailableError):
             await client.status(user, timeout_s=client.query_timeout_s)
