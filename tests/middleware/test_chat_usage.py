@@ -4,6 +4,7 @@ in the agent process and carried to the user's ledger (dev server, real worker a
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,15 +16,21 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 from prometheus_client import CollectorRegistry
 from pydantic import Field
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
 
-from mnemoflow.middleware import DurableMemoryMiddleware
+from mnemoflow.devstack.processes import free_port
+from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from mnemoflow.middleware.chat_usage import ChatTokenMetrics, response_usage
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import SubmitEvent, UserMemoryState
+from mnemoflow.models.search_attributes import ALL_KEYS
 from mnemoflow.models.usage import CostLedger, LLMUsage
 from mnemoflow.ops.inspect import render
 from mnemoflow.workflows import state_ops
 from tests.middleware.conftest import LiveMemory
+from tests.support.temporal import binary
 
 LINES = ["Hi, I'm Ada.", "My order is 7734-221.", "I prefer email."]
 
@@ -129,3 +136,50 @@ def test_inspect_shows_the_chat_tokens() -> None:
     assert "main chat model (reported by the agent, unpriced): 3 calls, 420 in, 15 out" in (
         render(report)
     )
+
+
+@pytest.mark.integration
+async def test_usage_of_failed_hand_overs_goes_with_the_next() -> None:
+    """Temporal down for two turns, then up on the same address: the third turn's hand-over
+    carries all three calls' usage (read back from the signal in the workflow's history)."""
+    port = free_port()
+    temporal = await Client.connect(
+        f"127.0.0.1:{port}", lazy=True, data_converter=pydantic_data_converter
+    )
+    client = MemoryClient(temporal=temporal, task_queue="nobody", signal_timeout_s=2.0)
+    model = MeteredModel()
+    memory = DurableMemoryMiddleware(client=client, metrics=ChatTokenMetrics())
+    agent = create_agent(
+        model, [], middleware=[memory], context_schema=Ctx, checkpointer=InMemorySaver()
+    )
+    user, config = f"offline-{uuid.uuid4().hex[:8]}", {"configurable": {"thread_id": "t"}}
+    for text in LINES[:2]:
+        await agent.ainvoke({"messages": [HumanMessage(text)]}, config, context=Ctx(user))
+    await memory.flush()
+    assert (await agent.aget_state(config)).values.get("memory_accepted", {}) == {}
+    env = await WorkflowEnvironment.start_local(
+        port=port,
+        data_converter=pydantic_data_converter,
+        dev_server_existing_path=binary("temporal"),
+        search_attributes=list(ALL_KEYS),
+        dev_server_log_level="error",
+    )
+    try:
+        await agent.ainvoke({"messages": [HumanMessage(LINES[2])]}, config, context=Ctx(user))
+        await memory.flush()
+        handle = env.client.get_workflow_handle(client.workflow_id(user))
+        carried = []
+        async for event in handle.fetch_history_events():
+            signal = event.workflow_execution_signaled_event_attributes
+            if event.HasField("workflow_execution_signaled_event_attributes"):
+                [submitted] = await env.client.data_converter.decode(
+                    signal.input.payloads, [SubmitEvent]
+                )
+                carried.append(submitted.chat_usage)
+        assert len(model.reported) == 3 and len(carried) == 1, carried
+        assert carried[0] is not None and carried[0].calls == 3
+        assert carried[0].input_tokens == sum(model.reported)
+        await handle.terminate("test over")
+    finally:
+        await client.aclose()
+        await env.shutdown()
