@@ -165,8 +165,8 @@ async def _story(
     # Session 1 is over: its last messages are sliced now, not when they mature.
     ended = await client.consolidate(user, session_a)
     print(
-        f"session 1 ended: {ended.pending_turns} messages consolidated now; waiting for the "
-        "workers to slice, index and induct it ...",
+        f"session 1 ended: consolidate made its {ended.pending_turns} pending messages due; "
+        "waiting for the workers to slice, index and induct them ...",
         flush=True,
     )
     await client.settle(user, SETTLE_DEADLINE_S, inducted=True)
@@ -233,7 +233,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         )
         + f"; cost {ledger['cost']:.6f} {ledger['currency']}",
         f"chat model tokens   : {chat['calls']} calls {chat['input_tokens']} in / "
-        f"{chat['output_tokens']} out ({source}, in the user's ledger and in Prometheus)",
+        f"{chat['output_tokens']} out ({source}; from the user's ledger)",
         f"Temporal UI         : {summary['temporal_ui'] or '(headless)'}",
         "context injected on the last turn:",
         summary["context_injected_on_last_turn"],
