@@ -136,20 +136,8 @@ def select(
 
     rest = [ln for ln in lines if not ln.picked]
     size = max(config.published_candidates, len(picked))
-    ranked = []
-    for line in [*picked, *rest][:size]:
-        frag = by_id[line.fragment_id]
-        ranked.append(
-            ContextFragment(
-                id=frag.id,
-                theme=frag.theme,
-                types=list(frag.types),
-                content=frag.content,
-                thread_id=frag.thread_id,
-                start_pos=frag.start_pos,
-                end_pos=frag.end_pos,
-                score=line.score,
-            )
-        )
+    ranked = [
+        ContextFragment.of(by_id[line.fragment_id], line.score) for line in [*picked, *rest][:size]
+    ]
     log = SelectionLog(at=now, theme=theme, params_source=params_source, candidates=lines)
     return Selection(ranked=ranked, picked_ids=[ln.fragment_id for ln in picked], log=log)

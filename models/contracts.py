@@ -38,6 +38,20 @@ class ContextFragment(BaseModel):
     end_pos: int = 0
     score: float = 0.0
 
+    @classmethod
+    def of(cls, fragment: Fragment, score: float = 0.0) -> ContextFragment:
+        """The published form of a stored fragment, with the score that ranked it."""
+        return cls(
+            id=fragment.id,
+            theme=fragment.theme,
+            types=list(fragment.types),
+            content=fragment.content,
+            thread_id=fragment.thread_id,
+            start_pos=fragment.start_pos,
+            end_pos=fragment.end_pos,
+            score=score,
+        )
+
 
 class InjectedContext(BaseModel):
     """What the agent's next model call gets, prepared by the workflows and published to Redis."""

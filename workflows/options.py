@@ -15,24 +15,25 @@ from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttri
 from mnemoflow.models import search_attributes as sa
 from mnemoflow.models.errors import NON_RETRYABLE_TYPES
 
+
+def _backoff(first: timedelta, longest: timedelta) -> RetryPolicy:
+    """Doubling intervals; invalid input (NON_RETRYABLE_TYPES) is never retried."""
+    return RetryPolicy(
+        initial_interval=first,
+        backoff_coefficient=2.0,
+        maximum_interval=longest,
+        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+    )
+
+
 # LLM calls: a provider outage of hours is absorbed here, then the round fails visibly.
 LLM_START_TO_CLOSE = timedelta(minutes=2)
 LLM_SCHEDULE_TO_CLOSE = timedelta(hours=6)
-LLM_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=2),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=5),
-    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
-)
+LLM_RETRY = _backoff(timedelta(seconds=2), timedelta(minutes=5))
 # Store calls (Milvus, Redis): short attempts, retried for an hour of store downtime.
 STORE_START_TO_CLOSE = timedelta(seconds=60)
 STORE_SCHEDULE_TO_CLOSE = timedelta(hours=1)
-STORE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
-)
+STORE_RETRY = _backoff(timedelta(seconds=1), timedelta(seconds=60))
 # The index activity heartbeats while it embeds and upserts: a worker killed mid-index is
 # noticed after this long (not after STORE_START_TO_CLOSE) and another worker retries it.
 STORE_HEARTBEAT = timedelta(seconds=10)

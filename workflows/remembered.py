@@ -11,26 +11,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from mnemoflow.models.contracts import ContextFragment, InjectedContext
-from mnemoflow.models.fragments import Fragment
 
 #: Patch id of publishing on remember (histories recorded before it did not publish).
 REMEMBER_PUBLISHES = "remember-publishes-context"
 #: A best-effort publish: the context is already in workflow state (the query fallback serves
 #: it, and the next publish carries it), so a remember does not wait out a Redis outage.
 REMEMBER_PUBLISH_BOUND = timedelta(seconds=30)
-
-
-def context_fragment(fragment: Fragment) -> ContextFragment:
-    """The published form of a stored fragment (no thread: it is never in a model's window)."""
-    return ContextFragment(
-        id=fragment.id,
-        theme=fragment.theme,
-        types=list(fragment.types),
-        content=fragment.content,
-        thread_id=fragment.thread_id,
-        start_pos=fragment.start_pos,
-        end_pos=fragment.end_pos,
-    )
 
 
 def with_remembered(

@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
         ConfigUpdateResult,
         ConsolidateRequest,
         ConsolidateResult,
+        ContextFragment,
         DeleteFragmentsInput,
         DeleteFragmentsOutput,
         ForgetFragmentRequest,
@@ -44,7 +45,6 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.workflows.remembered import (
         REMEMBER_PUBLISH_BOUND,
         REMEMBER_PUBLISHES,
-        context_fragment,
         with_remembered,
     )
     from mnemoflow.workflows.user_state import UserRun
@@ -91,7 +91,7 @@ async def _publish_remembered(run: UserRun, fragment: Fragment) -> None:
     await workflow.wait_condition(lambda: not run.publishing)
     if run.forget_request is not None:
         return  # forgotten while it was being stored: the saga deletes it, never publish it
-    published = context_fragment(fragment)
+    published = ContextFragment.of(fragment)  # no thread: never in a model's window
     context = with_remembered(
         run.context(),
         published,

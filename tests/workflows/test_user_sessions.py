@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.models.config import Vocation
 from mnemoflow.models.contracts import ConfigUpdate
 from mnemoflow.models.ids import user_workflow_id
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import conversation, status, submit, wait_status
-from tests.support.memory_worker import memory_worker
+from tests.support.memory_worker import MemoryWorker, memory_worker
 from tests.support.replay import assert_replays
 
 LINES = [
@@ -26,19 +29,34 @@ LINES = [
 ]
 
 
-def new_user(tag: str) -> str:
-    return f"{tag}-{uuid.uuid4().hex[:8]}"
+def new_user(tag: str, mw: MemoryWorker | None = None) -> str:
+    """A fresh user id; with `mw`, its workflow is terminated when the worker stops."""
+    user = f"{tag}-{uuid.uuid4().hex[:8]}"
+    if mw is not None:
+        mw.track(user_workflow_id(user))
+    return user
+
+
+@asynccontextmanager
+async def session(
+    env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> AsyncIterator[tuple[MemoryWorker, MemoryClient]]:
+    """A memory worker with the offline models, and a MemoryClient reading its read model."""
+    async with memory_worker(
+        env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        client = mw.memory_client(redis_url)
+        try:
+            yield mw, client
+        finally:
+            await client.aclose()
 
 
 async def test_consolidate_slices_a_fresh_session_without_waiting_for_maturity(
     dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
 ) -> None:
-    async with memory_worker(
-        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
-    ) as mw:
-        client = mw.memory_client(redis_url)
-        user = new_user("bea")
-        mw.track(user_workflow_id(user))
+    async with session(dev_env, milvus_uri, redis_url) as (mw, client):
+        user = new_user("bea", mw)
         # Said just now: the customer-service slice gate is ~14.5 minutes away.
         await client.submit(user, conversation("s1", LINES, time.time(), step=1.0))
         await client.submit(user, conversation("s2", LINES[:2], time.time(), step=1.0))
@@ -68,18 +86,13 @@ async def test_consolidate_slices_a_fresh_session_without_waiting_for_maturity(
             await client.consolidate(user, "")
         ids = [user_workflow_id(user), done.rounds[-1].workflow_id]
         assert await assert_replays(dev_env.client, ids, name="sessions-consolidate") == 2
-        await client.aclose()
 
 
 async def test_a_remembered_fact_is_published_at_once(
     dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
 ) -> None:
-    async with memory_worker(
-        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
-    ) as mw:
-        client = mw.memory_client(redis_url)
-        user = new_user("gus")
-        mw.track(user_workflow_id(user))
+    async with session(dev_env, milvus_uri, redis_url) as (mw, client):
+        user = new_user("gus", mw)
         await client.submit(user, conversation("t", LINES, time.time() - 7200), urgent=True)
         handle = dev_env.client.get_workflow_handle(user_workflow_id(user))
         first = await wait_status(
@@ -105,22 +118,17 @@ async def test_a_remembered_fact_is_published_at_once(
         assert (await status(handle)).rounds_started == first.rounds_started
 
         # A user with nothing published yet gets a context holding just the fact.
-        fresh = new_user("ida")
-        mw.track(user_workflow_id(fresh))
+        fresh = new_user("ida", mw)
         own = await client.remember(fresh, "Ida's locker code is 4711.")
         context = await mw.read_model.get(fresh)
         assert context is not None and [f.id for f in context.fragments] == [own.fragment_id]
         await assert_replays(dev_env.client, [user_workflow_id(user)], name="sessions-remember")
-        await client.aclose()
 
 
 async def test_a_config_change_survives_continue_as_new_and_bad_values_change_nothing(
     dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
 ) -> None:
-    async with memory_worker(
-        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
-    ) as mw:
-        client = mw.memory_client(redis_url)
+    async with session(dev_env, milvus_uri, redis_url) as (mw, client):
         user = new_user("hal")
         turns = conversation("t", [f"detail number {i}" for i in range(60)], time.time())
         handle = await submit(dev_env.client, mw.task_queue, user, turns[:1], max_history_events=50)
@@ -148,4 +156,3 @@ async def test_a_config_change_survives_continue_as_new_and_bad_values_change_no
         assert done.config == config
         assert done.pending_turns == len(turns) and done.rounds_started == 0
         await assert_replays(dev_env.client, [user_workflow_id(user)], name="sessions-config")
-        await client.aclose()
