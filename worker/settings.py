@@ -291,8 +291,10 @@ class MnemoflowSettings(BaseSettings):
     """Memory models: "auto" = DeepSeek when DEEPSEEK_API_KEY is set, else the offline
     deterministic heuristic models; "heuristic"; "deepseek"."""
     vocation: Vocation = Vocation.CUSTOMER_SERVICE
-    """Default memory preset for new users: customer service, collaborative creation,
-    accompany."""
+    """Memory preset new users start with: customer service, collaborative creation,
+    accompany. Read by every MemoryClient built from settings (the agent application through
+    worker.memory_client, the CLI); it travels in the user workflow's input, so set it where
+    users are first seen."""
     data_dir: Path = Path(".run")
     """Directory of the embedded dev stack (SQLite, Redis and Milvus files, stack.json)."""
     health_port: int | None = None
