@@ -76,6 +76,21 @@ def worker_settings(
     )
 
 
+def fresh_settings(milvus_uri: str, redis_url: str, **mnemoflow: Any) -> Settings:
+    """`worker_settings` with a task queue, collection and prefix no other test uses;
+    `mnemoflow` overrides MnemoflowSettings fields (e.g. Worker Versioning)."""
+    tag = uuid.uuid4().hex[:10]
+    settings = worker_settings(
+        task_queue=f"tq-{tag}",
+        milvus_uri=milvus_uri,
+        collection=f"t_{tag}",
+        redis_url=redis_url,
+        key_prefix=f"test:{tag}:",
+    )
+    own = settings.mnemoflow.model_copy(update=mnemoflow)
+    return settings.model_copy(update={"mnemoflow": own})
+
+
 @asynccontextmanager
 async def memory_worker(
     client: Client,
@@ -87,14 +102,7 @@ async def memory_worker(
 ) -> AsyncIterator[MemoryWorker]:
     """Run the production wiring (worker.app.running_worker) for the duration of the block,
     with the given models and embeddings; the store clients are closed after."""
-    tag = uuid.uuid4().hex[:10]
-    settings = worker_settings(
-        task_queue=f"tq-{tag}",
-        milvus_uri=milvus_uri,
-        collection=f"t_{tag}",
-        redis_url=redis_url,
-        key_prefix=f"test:{tag}:",
-    )
+    settings = fresh_settings(milvus_uri, redis_url)
     components = Components(models=models, embeddings=embeddings or HashingEmbeddings())
     async with running_worker(client, settings, components) as res:
         task_queue = settings.temporal.task_queue

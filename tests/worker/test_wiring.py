@@ -21,7 +21,7 @@ from mnemoflow.worker.app import Components, WorkerPlan, deployment_config, runn
 from mnemoflow.worker.app import worker_plans as plans_of
 from mnemoflow.worker.settings import MnemoflowSettings, Settings, TemporalSettings
 from tests.support.drive import conversation, eventually, submit, wait_status
-from tests.support.memory_worker import terminate_started, worker_settings
+from tests.support.memory_worker import fresh_settings, terminate_started, worker_settings
 
 
 def settings(llm_queue: str | None = None, **mnemoflow: object) -> Settings:
@@ -91,15 +91,7 @@ async def test_a_versioned_worker_registers_its_version_and_runs_rounds_once_cur
     client = dev_env.client
     tag = uuid.uuid4().hex[:8]
     deployment, build = f"mnemoflow-{tag}", f"build-{tag}"
-    base = worker_settings(
-        task_queue=f"tq-{tag}",
-        milvus_uri=milvus_uri,
-        collection=f"t_{tag}",
-        redis_url=redis_url,
-        key_prefix=f"test:{tag}:",
-    )
-    versioned = base.mnemoflow.model_copy(update={"deployment_name": deployment, "build_id": build})
-    run = base.model_copy(update={"mnemoflow": versioned})
+    run = fresh_settings(milvus_uri, redis_url, deployment_name=deployment, build_id=build)
     components = Components(models=HeuristicMemoryModels())
     async with running_worker(client, run, components):
 
@@ -118,10 +110,10 @@ async def test_a_versioned_worker_registers_its_version_and_runs_rounds_once_cur
         user = f"versioned-{tag}"
         lines = ["My order 881 is late.", "Looking into order 881."]
         turns = conversation("t", lines, time.time() - 3 * 3600)
-        handle = await submit(client, base.temporal.task_queue, user, turns, urgent=True)
+        handle = await submit(client, run.temporal.task_queue, user, turns, urgent=True)
         await wait_status(handle, lambda s: s.rounds_completed == 1, deadline_s=90, what="round")
         desc = await handle.describe()
         versioning = desc.raw_description.workflow_execution_info.versioning_info
         assert versioning.deployment_version.build_id == build, versioning
         assert versioning.behavior == ApiVersioningBehavior.VERSIONING_BEHAVIOR_AUTO_UPGRADE
-        await terminate_started(client, base.temporal.task_queue)
+        await terminate_started(client, run.temporal.task_queue)
