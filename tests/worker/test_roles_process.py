@@ -35,7 +35,7 @@ LLM_ACTIVITIES = {ActivityName.SLICE, ActivityName.TUNE, ActivityName.INDUCT}
 USERS = 3
 THREAD = "t1"
 #: Seconds each heuristic model call takes: long enough to SIGTERM during one.
-LATENCY_S = 1.5
+LATENCY_S = 3.0
 GRACEFUL_S = 20.0
 
 
@@ -177,16 +177,18 @@ async def test_split_roles_complete_rounds_and_survive_sigterm_mid_llm_call(
         # More turns; SIGTERM both processes while LLM calls run.
         for user in users:
             await memory.submit(user, said(user, 6, 6, t0), urgent=True)
-        round_ids: list[str] = []
+        in_flight: set[tuple[str, str]] = set()
 
         async def llm_in_flight() -> bool:
+            round_ids = set()
             for user in users:
                 status = await memory.status(user, timeout_s=5)
-                round_ids.extend(r.workflow_id for r in status.rounds if r.round_no > 1)
-            return bool(await llm_calls_running(client, sorted(set(round_ids))))
+                rounds = status.rounds if status is not None else []
+                round_ids.update(r.workflow_id for r in rounds if r.round_no > 1)
+            in_flight.update(await llm_calls_running(client, sorted(round_ids)))
+            return bool(in_flight)
 
         await eventually(llm_in_flight, deadline_s=60, what="an LLM call of a second round")
-        in_flight = await llm_calls_running(client, sorted(set(round_ids)))
         for proc in procs:
             proc.popen.send_signal(signal.SIGTERM)
         codes = await asyncio.gather(*(p.exit_code(GRACEFUL_S + 15) for p in procs))
