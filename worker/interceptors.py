@@ -47,6 +47,9 @@ class _ActivityMetrics(ActivityInboundInterceptor):
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
+        except Exception as err:
+            self._metrics.activity_failed(name, err)
+            raise
         finally:
             self._metrics.activity_ended(name, outcome, time.perf_counter() - started)
         self._metrics.activity_result(name, result)

@@ -87,6 +87,13 @@ class MnemoflowMetrics:
             registry=r,
         )
 
+        self.activity_failures = Counter(
+            "mnemoflow_activity_failures",
+            "Failed activity attempts by activity and error type (RateLimited is an LLM 429).",
+            ["activity", "type"],
+            registry=r,
+        )
+
     def round_ended(self, outcome: str) -> None:
         """Count a round that completed, failed or was cancelled."""
         self.rounds.labels(outcome=outcome).inc()
@@ -96,6 +103,11 @@ class MnemoflowMetrics:
         self.activity_seconds.labels(activity=activity, outcome=outcome).observe(seconds)
         if activity == ActivityName.SELECT and outcome == "completed":
             self.select_seconds.observe(seconds)
+
+    def activity_failed(self, activity: str, error: BaseException) -> None:
+        """Count a failed attempt by its error type (the ApplicationError type operators search)."""
+        kind = getattr(error, "type", None) or type(error).__name__
+        self.activity_failures.labels(activity=activity, type=kind).inc()
 
     def activity_result(self, activity: str, result: Any) -> None:
         """Count what a completed activity produced (by duck typing: results are pydantic)."""

@@ -21,6 +21,7 @@ ALERTS = {
     "MnemoflowWorkflowQueueBacklog",
     "MnemoflowLLMQueueBacklog",
     "MnemoflowLLMCallsFailing",
+    "MnemoflowLLMRateLimited",
     "MnemoflowForgetsPending",
     "MnemoflowWorkerNotReady",
 }

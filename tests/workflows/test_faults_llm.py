@@ -17,6 +17,7 @@ from datetime import datetime
 import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
@@ -24,6 +25,8 @@ from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ActivityName
 from mnemoflow.models.errors import InvalidInputError
+from mnemoflow.worker.interceptors import MetricsInterceptor
+from mnemoflow.worker.metrics import MnemoflowMetrics
 from tests.support.deepseek_emulator import DeepSeekEmulator, Reply
 from tests.support.drive import conversation, status, submit, wait_status
 from tests.support.invariants import Monotonic, indexed_once
@@ -80,8 +83,11 @@ async def test_429_retry_after_is_honoured_not_hammered(
     chat = emulator.chat_model()
     models = RecordingModels(chat)
     models.attempts = []
+    # The worker records metrics as `mnemoflow worker` does: through the client's interceptor.
+    metrics = MnemoflowMetrics()
+    measured = Client(**{**env.client.config(), "interceptors": [MetricsInterceptor(metrics)]})
     async with memory_worker(
-        env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=models
+        measured, milvus_uri=milvus_uri, redis_url=redis_url, models=models
     ) as mw:
         user = new_user("ratelimited")
         t0 = (await env.get_current_time()).timestamp()
@@ -111,6 +117,15 @@ async def test_429_retry_after_is_honoured_not_hammered(
         assert len(slice_requests) == 2  # one per attempt: no client-side retries
         outcome = await indexed_once(mw.store, user, done, {"t": len(LINES)})
         assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
+    # The 429 is counted as such (the LLM-429 alert reads this counter), the retry succeeded.
+    failures = {
+        (s.labels["activity"], s.labels["type"]): s.value
+        for family in metrics.registry.collect()
+        if family.name == "mnemoflow_activity_failures"
+        for s in family.samples
+        if s.name.endswith("_total")
+    }
+    assert failures == {(SLICE_NAME, "RateLimited"): 1.0}, failures
     reliability.record(
         request,
         key="llm-429",
