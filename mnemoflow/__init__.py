@@ -2,9 +2,10 @@
 
 The public API, importable from here:
 
-- `DurableMemoryMiddleware`, `MemoryClient`, `memory_tools`: the agent side;
-- `connect` and `Settings`: connect a Temporal client with the project's data converter, from
-  settings read once at process start;
+- `DurableMemoryMiddleware`, `MemoryClient`, `memory_tools`, `MemoryNotSettledError`: the agent
+  side (and what `MemoryClient.settle` raises when memory has not caught up in time);
+- `connect`, `Settings` and `memory_client`: connect a Temporal client with the project's data
+  converter, from settings read once at process start, and build a `MemoryClient` on them;
 - `MemoryConfig`: the memory model's knobs (preset, budgets, gates).
 
 Names resolve lazily (PEP 562): the Temporal worker's sandbox imports `mnemoflow.workflows...`,
@@ -18,15 +19,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient, memory_tools
+    from mnemoflow.middleware import (
+        DurableMemoryMiddleware,
+        MemoryClient,
+        MemoryNotSettledError,
+        memory_tools,
+    )
     from mnemoflow.models.config import MemoryConfig
     from mnemoflow.worker.client import connect
+    from mnemoflow.worker.memory_client import memory_client
     from mnemoflow.worker.settings import Settings
 
 _EXPORTS = {
     "DurableMemoryMiddleware": "mnemoflow.middleware",
     "MemoryClient": "mnemoflow.middleware",
     "memory_tools": "mnemoflow.middleware",
+    "MemoryNotSettledError": "mnemoflow.middleware",
+    "memory_client": "mnemoflow.worker.memory_client",
     "MemoryConfig": "mnemoflow.models.config",
     "connect": "mnemoflow.worker.client",
     "Settings": "mnemoflow.worker.settings",
@@ -36,8 +45,10 @@ __all__ = [
     "DurableMemoryMiddleware",
     "MemoryClient",
     "MemoryConfig",
+    "MemoryNotSettledError",
     "Settings",
     "connect",
+    "memory_client",
     "memory_tools",
 ]
 

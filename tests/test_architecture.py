@@ -7,6 +7,8 @@ lazy import cannot slip a worker client into the agent process or LangChain into
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,19 @@ def test_every_room_is_mapped_into_the_namespace() -> None:
     for room in ALLOWED:
         link = ROOT / "mnemoflow" / room
         assert link.is_symlink() and link.resolve() == (ROOT / room).resolve(), room
+
+
+def test_the_public_api_resolves_and_workflows_load_no_langchain() -> None:
+    # A fresh interpreter: the package's names are lazy, so importing the workflows (as the
+    # worker's sandbox does) must not pull in LangChain, pymilvus or redis.
+    code = (
+        "import sys, mnemoflow.workflows.user_memory, mnemoflow.workflows.memory_round\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'langchain', 'langchain_core', 'langgraph', 'pymilvus', 'redis'})\n"
+        "assert not heavy, heavy\n"
+        "import mnemoflow\n"
+        "missing = [n for n in mnemoflow.__all__ if getattr(mnemoflow, n, None) is None]\n"
+        "assert not missing, missing\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
