@@ -304,3 +304,12 @@ def watermarks(s: UserMemoryState) -> dict[str, Watermark]:
     """Per-thread watermarks of the most recently active threads (bounded for the read model)."""
     recent = sorted(s.threads.items(), key=lambda kv: kv[1].last_seen)[-MAX_PUBLISHED_THREADS:]
     return {k: Watermark(accepted=t.accepted, indexed=t.indexed) for k, t in recent}
+
+
+def round_watermarks(s: UserMemoryState, thread_id: str, indexed: int) -> dict[str, Watermark]:
+    """The watermarks a round publishes: the recent threads', and always the round's own thread
+    with its new `indexed`, even when that thread is older than the most recent ones (a user
+    with many threads whose oldest one becomes due)."""
+    after = watermarks(s)
+    after[thread_id] = Watermark(accepted=s.threads[thread_id].accepted, indexed=indexed)
+    return after

@@ -50,9 +50,7 @@ async def maybe_round(run: UserRun) -> bool:
     ts = s.threads[thread_id]
     batch = state_ops.round_batch(ts, cfg.max_turns_per_round)
     start, end = batch[0].position, batch[-1].position + 1
-    after = state_ops.watermarks(s)
-    indexed = state_ops.indexed_after(ts, batch)
-    after[thread_id] = after[thread_id].model_copy(update={"indexed": indexed})
+    after = state_ops.round_watermarks(s, thread_id, state_ops.indexed_after(ts, batch))
     record = RoundRecord(
         round_no=0,
         workflow_id="",

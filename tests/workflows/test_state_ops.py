@@ -15,6 +15,7 @@ from mnemoflow.models.contracts import (
     RoundResult,
     SubmitEvent,
     UserMemoryState,
+    Watermark,
 )
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn
@@ -168,3 +169,20 @@ def test_out_of_order_turns_are_never_skipped_by_the_indexed_watermark() -> None
     assert ts.indexed == 4 and ts.indexed_ahead == []
     complete(state_ops.round_batch(ts, 64))  # [4, 5]
     assert ts.indexed == 6 and not ts.pending
+
+
+def test_a_due_thread_older_than_the_published_ones_keeps_its_round_watermark() -> None:
+    # More threads than the read model publishes: the oldest one falls out of `watermarks`, but
+    # when it becomes due its round must still carry its watermark (a KeyError here failed the
+    # user workflow's task over and over, and the thread was never sliced).
+    s = UserMemoryState()
+    state_ops.absorb_submit(s, SubmitEvent(event_id="old", turns=turns("old", 0, 2)), CFG, T0)
+    for i in range(state_ops.MAX_PUBLISHED_THREADS):
+        t = T0 + 100 + i
+        event = SubmitEvent(event_id=f"e{i}", turns=turns(f"t{i}", 0, 2, t))
+        state_ops.absorb_submit(s, event, CFG, t)
+    assert "old" not in state_ops.watermarks(s)
+    assert state_ops.due_thread(s, CFG, T0 + 10**7) == "old"
+    after = state_ops.round_watermarks(s, "old", 2)
+    assert after["old"] == Watermark(accepted=2, indexed=2)
+    assert len(after) == state_ops.MAX_PUBLISHED_THREADS + 1
