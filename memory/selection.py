@@ -155,6 +155,7 @@ def select(
                 start_pos=frag.start_pos,
                 end_pos=frag.end_pos,
                 score=line.score,
+                created_at=frag.created_at,
             )
         )
     log = SelectionLog(at=now, theme=theme, params_source=params_source, candidates=lines)
