@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 import redis.asyncio as aioredis
+from langchain_core.embeddings import Embeddings
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
@@ -28,9 +29,11 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.service import RPCError, RPCStatusCode
 
 from mnemoflow.middleware.payloads import split_event, trim_turn
+from mnemoflow.middleware.search import FragmentSearch
 from mnemoflow.models import search_attributes as sa
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
+    ContextFragment,
     ForgetFragmentRequest,
     ForgetFragmentResult,
     ForgetReceipt,
@@ -91,9 +94,12 @@ class MemoryClient:
         update_timeout_s: float = 60.0,
         search_attributes: bool = True,
         user_key_secret: str | bytes | None = None,
+        embeddings: Embeddings | None = None,
     ) -> None:
         """`user_key_secret` turns on pseudonymous user keys: workflow ids and search attributes
-        then carry hashes, never the raw user id (search attributes are not encrypted)."""
+        then carry hashes, never the raw user id (search attributes are not encrypted).
+        `embeddings` (the worker's model) embeds questions for the per-call search in this
+        process; without it that search is lexical only (middleware.search)."""
         if not isinstance(temporal, Client):
             raise TypeError("temporal must be a temporalio.client.Client")
         converter = temporal.data_converter.payload_converter_class
@@ -137,6 +143,11 @@ class MemoryClient:
                 socket_connect_timeout=redis_timeout_s,
             )
         self.redis: aioredis.Redis | None = redis
+        self.searcher = (
+            FragmentSearch(redis, key_prefix, embeddings, timeout_s=redis_timeout_s)
+            if redis is not None
+            else None
+        )
         # Answers of background queries after clean read-model misses, and those in flight.
         self._queried: OrderedDict[str, tuple[float, InjectedContext | None]] = OrderedDict()
         self._querying: dict[str, asyncio.Task[None]] = {}
@@ -207,6 +218,15 @@ class MemoryClient:
             return await self._query(uid, UserMemoryWorkflow.context)
         except (MemoryUnavailableError, LookupError):
             return None
+
+    async def search(self, user_id: str, query: str, now: float) -> list[ContextFragment] | None:
+        """All of the user's fragments ranked for `query` (middleware.search); None when there
+        is nothing to search (no Redis, or no corpus yet). Errors propagate: the caller bounds
+        this with a deadline and falls back to the published context."""
+        uid = validate_user_id(user_id)
+        if self.searcher is None:
+            return None
+        return await self.searcher.search(uid, query, self.config, now) or None
 
     async def profile(self, user_id: str) -> UserProfile | None:
         """The stored profile (workflow query, else the read model); None if the user is unknown."""

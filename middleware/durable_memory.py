@@ -8,9 +8,11 @@ Per turn (docs/ARCHITECTURE.md, "Triggers"):
 - before the agent: resolve the user id (a clear ValueError without one), stamp new messages,
   and record in state what earlier background hand-overs got accepted;
 - every model call: one read of the injected context (never raises, never waits for a round);
+  the search of all of the user's fragments for the latest human message (started before the
+  agent, awaited with a deadline; on timeout or failure the published fragments are used);
   trim the request below the thread's indexed watermark when the window reached its budget;
-  rewrite the system prompt as core -> profile -> fragments; after a call that used fragments,
-  signal their ids in the background;
+  rewrite the system prompt as core -> profile -> fragments, packed into the memory budget;
+  after a call that used fragments, signal their ids in the background;
 - after the agent: stamp what the turn added and hand the messages after the accepted watermark
   over to the user's workflow as a background task (the turn never awaits it; the next turn
   re-sends whatever was not accepted). The graph state keeps every message.
@@ -36,9 +38,12 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AnyMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from mnemoflow.memory.prompt import assemble_system_prompt, filter_in_window
+from mnemoflow.memory.prompt import assemble_system_prompt, filter_in_window, render_profile
 from mnemoflow.memory.rerank import rerank_for_query
+from mnemoflow.memory.search import pack
+from mnemoflow.memory.text import estimate_tokens
 from mnemoflow.middleware.client import MemoryClient
+from mnemoflow.middleware.search import PendingSearches
 from mnemoflow.middleware.window import (
     handover_trigger,
     message_text,
@@ -103,6 +108,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         self._accepted: dict[tuple[str, str], int] = {}
         # First position the model saw on the last call, for the ceiling check after the turn.
         self._window: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._searches = PendingSearches(MAX_TRACKED_THREADS)
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -119,6 +125,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         accepted = self._harvest(user_id, thread)
         if accepted > state.get("memory_accepted", {}).get(thread, 0):
             update["memory_accepted"] = {thread: accepted}
+        query = _latest_human_text(state["messages"])
+        if query.strip():  # as early as the turn allows: the model call awaits it
+            self._searches.start((user_id, thread), query, self._search_for(user_id, query))
         return update or None
 
     async def aafter_agent(
@@ -127,6 +136,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         """Stamp the turn's messages and hand everything not yet accepted over, not awaited."""
         user_id = resolve_user_id(state, runtime.context)
         thread = resolve_thread_id(runtime)
+        self._searches.forget((user_id, thread))
         now = self._clock()
         stamped = stamp_messages(state["messages"], now)
         by_id = {m.id: m for m in stamped}
@@ -153,14 +163,29 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         user_id = resolve_user_id(state, request.runtime.context)
         thread = resolve_thread_id(request.runtime)
         history: Sequence[AnyMessage] = state.get("messages", [])
+        query = _latest_human_text(history)
         context = await self.client.context(user_id)
+        found = None
+        if query.strip():
+            found = await self._searches.result(
+                (user_id, thread),
+                query,
+                self.config.search_deadline_s,
+                self._search_for(user_id, query),
+            )
 
         indexed = 0
         if context is not None and thread in context.watermarks:
             indexed = context.watermarks[thread].indexed
         start = window_start(history, indexed, self.config)
         self._remember_window(user_id, thread, start)
-        fragments = self._fragments(context, thread, start, _latest_human_text(history))
+        profile = context.profile if context is not None else UserProfile()
+        if found:
+            used = estimate_tokens(render_profile(profile))
+            outside = filter_in_window(found, thread, start)
+            fragments = pack(outside, self.config.memory_budget_tokens, used)
+        else:
+            fragments = self._fragments(context, thread, start, query)
 
         overrides: dict[str, Any] = {}
         if start > 0:
@@ -170,7 +195,6 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             ]
         current = message_text(request.system_message) if request.system_message else ""
         core = self.core_prompt if self.core_prompt is not None else current
-        profile = context.profile if context is not None else UserProfile()
         prompt = assemble_system_prompt(core, profile, fragments)
         if prompt != current or (prompt and request.system_message is None):
             overrides["system_message"] = SystemMessage(content=prompt) if prompt else None
@@ -241,6 +265,16 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         return task
 
     # --- helpers --------------------------------------------------------------------------
+
+    def _search_for(
+        self, user_id: str, query: str
+    ) -> Callable[[], Coroutine[Any, Any, list[ContextFragment] | None]]:
+        """The search of all of the user's fragments for `query`, to run as a task."""
+
+        async def work() -> list[ContextFragment] | None:
+            return await self.client.search(user_id, query, self._clock())
+
+        return work
 
     def _remember_window(self, user_id: str, thread: str, start: int) -> None:
         key = (user_id, thread)

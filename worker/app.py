@@ -160,6 +160,7 @@ def build_worker(
     from mnemoflow.activities.fragments import FragmentActivities
     from mnemoflow.activities.llm_activities import LLMActivities
     from mnemoflow.activities.read_model import ReadModel, ReadModelActivities
+    from mnemoflow.activities.search_corpus import SearchCorpus
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
     from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
@@ -171,7 +172,8 @@ def build_worker(
         settings.milvus.uri, embeddings, collection=settings.milvus.collection, token=token
     )
     read_model = ReadModel(settings.redis.url, settings.redis.key_prefix)
-    store_objects = [FragmentActivities(store), ReadModelActivities(read_model)]
+    corpus = SearchCorpus(read_model.redis, settings.redis.key_prefix)
+    store_objects = [FragmentActivities(store, corpus), ReadModelActivities(read_model)]
     llm_object = LLMActivities(models, fragments=store)
 
     queue = task_queue or settings.temporal.task_queue

@@ -10,7 +10,10 @@ from mnemoflow.worker.settings import Settings
 
 
 def memory_client(
-    temporal: Any, settings: Settings, config: MemoryConfig | None = None
+    temporal: Any,
+    settings: Settings,
+    config: MemoryConfig | None = None,
+    embeddings: Any = None,
 ) -> MemoryClient:
     """A MemoryClient on the settings' task queues, Redis and pseudonymity."""
     return MemoryClient(
@@ -21,4 +24,5 @@ def memory_client(
         config=config,
         llm_task_queue=settings.temporal.llm_task_queue,
         user_key_secret=settings.user_key_secret(),
+        embeddings=embeddings,
     )

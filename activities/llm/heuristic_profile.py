@@ -175,14 +175,21 @@ _BUSINESS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# A fragment line: `User: ...`, `User (Caroline): ...`, `Assistant (Mel): ...`.
+_SPEAKER = re.compile(r"^(User|Assistant)(?: \([^)\n]*\))?:")
+
+
 def _human_sentences(contents: Iterable[str]) -> list[str]:
     sentences: list[str] = []
     for content in contents:
+        human = False
         for line in content.splitlines():
-            if line.startswith("Assistant:"):
-                continue
-            line = line.removeprefix("User:").strip()
-            sentences.extend(split_sentences(line))
+            speaker = _SPEAKER.match(line)
+            if speaker is not None:  # else a continuation line of the same speaker
+                human = speaker.group(1) == "User"
+                line = line[speaker.end() :]
+            if human:
+                sentences.extend(split_sentences(line.strip()))
     return sentences
 
 

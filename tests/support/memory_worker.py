@@ -21,6 +21,7 @@ from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.fragments import FragmentActivities
 from mnemoflow.activities.llm_activities import LLMActivities
 from mnemoflow.activities.read_model import ReadModel, ReadModelActivities
+from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.worker.app import activity_methods
 from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
@@ -73,7 +74,7 @@ async def memory_worker(
     read_model = ReadModel.from_url(redis_url, prefix=f"test:{tag}:")
     objects = [
         LLMActivities(models, fragments=store),
-        FragmentActivities(store),
+        FragmentActivities(store, SearchCorpus(read_model.redis, read_model.prefix)),
         ReadModelActivities(read_model),
     ]
     task_queue = f"tq-{tag}"
