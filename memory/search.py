@@ -1,6 +1,6 @@
 """Question-aware retrieval over all of a user's fragments: lexical + dense, fused, ranked, packed.
 
-The hot path asks this on every model call with the latest human message (docs/ARCHITECTURE.md,
+The hot path asks this on every model call with the latest human message (README.md,
 "How memory is chosen for a call"). Pure and deterministic; no I/O, no model:
 
 - lexical: Okapi BM25 over `memory.text.token_list` tokens (stemmed words, CJK character
@@ -36,6 +36,8 @@ from mnemoflow.models.params import TunedParams
 RRF_K = 60
 #: How deep each ranking is read before fusion; the rest cannot reach a 1,200-token budget.
 DEPTH = 48
+#: The dense ranking's weight in the fusion, relative to the lexical one's 1.0.
+DENSE_WEIGHT = 0.3
 #: A fragment's cost beyond its content: number, theme/type/date tag, line break.
 LINE_OVERHEAD_TOKENS = 12
 
@@ -68,12 +70,15 @@ class BM25:
         return out
 
 
-def rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
-    """Reciprocal rank fusion: sum over rankings of 1 / (k + rank), rank counted from 1."""
+def rrf(
+    rankings: Sequence[Sequence[int]], k: int = RRF_K, weights: Sequence[float] | None = None
+) -> dict[int, float]:
+    """Reciprocal rank fusion: sum over rankings of weight / (k + rank), rank counted from 1."""
     fused: dict[int, float] = {}
-    for ranking in rankings:
+    for n, ranking in enumerate(rankings):
+        weight = 1.0 if weights is None else weights[n]
         for rank, doc in enumerate(ranking, start=1):
-            fused[doc] = fused.get(doc, 0.0) + 1.0 / (k + rank)
+            fused[doc] = fused.get(doc, 0.0) + weight / (k + rank)
     return fused
 
 
@@ -111,7 +116,7 @@ class SearchIndex:
             q = np.asarray(query_vector, dtype=np.float32)
             cos = self.vectors @ (q / max(float(np.linalg.norm(q)), 1e-12))
             rankings.append(_top([float(c) + 1.0 for c in cos], DEPTH))  # shifted: all > 0
-        return rrf(rankings)
+        return rrf(rankings, weights=[1.0, DENSE_WEIGHT][: len(rankings)])
 
     def search(
         self,

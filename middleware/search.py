@@ -1,4 +1,4 @@
-"""The agent process's side of the per-call memory search (docs/ARCHITECTURE.md, "How memory is
+"""The agent process's side of the per-call memory search (README.md, "How memory is
 chosen for a call").
 
 The worker keeps every fragment of a user, with its vector, in a Redis hash (models.corpus). Here

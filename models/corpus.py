@@ -1,4 +1,4 @@
-"""The search corpus: every fragment of a user as the hot path searches it (docs/ARCHITECTURE.md,
+"""The search corpus: every fragment of a user as the hot path searches it (README.md,
 "How memory is chosen for a call").
 
 The worker writes one Redis hash per user when it indexes fragments (field = fragment id, value =

@@ -19,6 +19,7 @@ from mnemoflow.activities.llm.heuristic_profile import extract_profile
 from mnemoflow.activities.llm.heuristic_rules import (
     GENERAL,
     Theme,
+    is_question,
     join_sentences,
     split_sentences,
     theme_label,
@@ -125,12 +126,14 @@ class HeuristicMemoryModels:
                 continue
             if turn.role == "human":
                 last_theme = _dominant(themes_of(split_sentences(text)))
+            # Types come from what the human states: a question is stored, never as a fact.
+            stated = " ".join(s for s in split_sentences(text) if not is_question(s))
             chain = groups.setdefault(last_theme.key, [_Group(last_theme)])
             for line in _pieces(turn, text):
                 cost = estimate_tokens(line)
                 if chain[-1].lines and chain[-1].tokens + cost > MAX_FRAGMENT_TOKENS:
                     chain.append(_Group(last_theme))
-                chain[-1].add(line, idx, text if turn.role == "human" else "")
+                chain[-1].add(line, idx, stated if turn.role == "human" else "")
         chunks = [g for chain in groups.values() for g in chain]
         drafts = [self._draft(g) for g in self._bounded(chunks, max_fragments)]
         prompt = "\n".join(f"[{i}] {t.role}: {t.content}" for i, t in enumerate(turns))

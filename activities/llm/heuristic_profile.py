@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from mnemoflow.activities.llm.heuristic_rules import split_sentences
+from mnemoflow.activities.llm.heuristic_rules import is_question, split_sentences
 from mnemoflow.models.profile import UserProfile
 
 _I = re.IGNORECASE
@@ -189,7 +189,8 @@ def _human_sentences(contents: Iterable[str]) -> list[str]:
                 human = speaker.group(1) == "User"
                 line = line[speaker.end() :]
             if human:
-                sentences.extend(split_sentences(line.strip()))
+                # Questions ("What am I allergic to?") ask about facts, they never state one.
+                sentences.extend(s for s in split_sentences(line.strip()) if not is_question(s))
     return sentences
 
 

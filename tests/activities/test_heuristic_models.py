@@ -297,3 +297,41 @@ async def test_blank_turns_are_not_sent_to_a_model() -> None:
         acts.slice, SliceInput(user_id="u", turns=_turns([("ai", "  ")]))
     )
     assert out.drafts == [] and not calls
+
+
+RECALL_ONLY = [
+    ("human", "What am I allergic to?"),
+    ("ai", "You told me you are allergic to peanuts."),
+    ("human", "Do you remember my daughter's name"),
+    ("ai", "Yes, Lily."),
+    ("human", "我对什么过敏？"),
+    ("ai", "您对花生过敏。"),
+    ("human", "我女儿叫什么名字？"),
+    ("human", "用哪家快递？"),
+    ("ai", "顺丰。"),
+]
+
+
+async def test_questions_and_recall_only_turns_never_become_profile_facts() -> None:
+    fragments = await _slice(RECALL_ONLY)
+    update = (await HeuristicMemoryModels().induct(UserProfile(), fragments)).update
+    assert update.model_dump(exclude_defaults=True) == {}
+    # Stored for context, typed as chat: never as a fact, preference or identity.
+    assert {t for f in fragments for t in f.types} == {"chat"}
+
+
+@pytest.mark.parametrize(
+    ("statement", "field", "value"),
+    [
+        ("I am allergic to peanuts.", "constraints", "allergic to peanuts"),
+        ("我对花生过敏。", "constraints", "对花生过敏"),
+        ("我女儿叫小米。", "relationships", "女儿: 小米"),
+    ],
+    ids=["en-constraint", "zh-constraint", "zh-relation"],
+)
+async def test_a_statement_among_questions_is_still_extracted(
+    statement: str, field: str, value: str
+) -> None:
+    fragments = await _slice([*RECALL_ONLY, ("human", statement)])
+    update = (await HeuristicMemoryModels().induct(UserProfile(), fragments)).update
+    assert getattr(update, field) == [value]
