@@ -37,7 +37,7 @@ RRF_K = 60
 #: How deep each ranking is read before fusion; the rest cannot reach a 1,200-token budget.
 DEPTH = 48
 #: The dense ranking's weight in the fusion, relative to the lexical one's 1.0.
-DENSE_WEIGHT = 0.3
+DENSE_WEIGHT = 0.15
 #: A fragment's cost beyond its content: number, theme/type/date tag, line break.
 LINE_OVERHEAD_TOKENS = 12
 
