@@ -12,7 +12,7 @@ Per turn (docs/ARCHITECTURE.md, "Triggers"):
   agent, awaited with a deadline; on timeout or failure the published fragments are used);
   trim the request below the thread's indexed watermark when the window reached its budget;
   rewrite the system prompt as core -> profile -> fragments, packed into the memory budget;
-  after a call that used fragments, signal their ids in the background;
+  after a call whose answer drew on injected fragments, signal those ids in the background;
 - after the agent: stamp what the turn added and hand the messages after the accepted watermark
   over to the user's workflow as a background task (the turn never awaits it; the next turn
   re-sends whatever was not accepted). The graph state keeps every message.
@@ -39,7 +39,7 @@ from langchain_core.messages import AnyMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from mnemoflow.memory.prompt import assemble_system_prompt, filter_in_window, render_profile
-from mnemoflow.memory.rerank import rerank_for_query
+from mnemoflow.memory.rerank import drawn_on, rerank_for_query
 from mnemoflow.memory.search import pack
 from mnemoflow.memory.text import estimate_tokens
 from mnemoflow.middleware.client import MemoryClient
@@ -200,9 +200,10 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             overrides["system_message"] = SystemMessage(content=prompt) if prompt else None
         response = await handler(request.override(**overrides) if overrides else request)
 
-        if fragments:
+        used = drawn_on(_response_text(response), fragments) if fragments else []
+        if used:  # evidence of use, not injection: an injected fragment must not lock itself in
             call_id = f"{thread[:200]}:{len(history)}:{uuid.uuid4().hex}"
-            ids = [f.id for f in fragments]
+            ids = [f.id for f in used]
             self._spawn(self.client.reinforce(user_id, call_id, ids), "reinforce")
         return response
 
@@ -293,6 +294,12 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         top_k = context.top_k or self.config.top_k
         outside = filter_in_window(context.fragments, thread, start)
         return rerank_for_query(outside, query)[:top_k]
+
+
+def _response_text(response: Any) -> str:
+    """The text of the model's reply (a ModelResponse holds a list of messages)."""
+    messages = getattr(response, "result", None) or []
+    return "\n".join(message_text(m) for m in messages if getattr(m, "type", "") == "ai")
 
 
 def _latest_human_text(history: Sequence[AnyMessage]) -> str:
