@@ -9,13 +9,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TYPED  := mnemoflow
 
-.PHONY: venv lint test browser demo dev bench fmt docs clean distclean deploy-check constraints
+.PHONY: venv lint test browser demo dev bench fmt docs clean distclean deploy-check requirements
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install -e '.[dev,embedded]'
 	touch $(STAMP)
 
 # Check only: nothing is reformatted before it has been checked (use `make fmt` for that).
@@ -65,15 +65,16 @@ fmt: venv
 docs: venv
 	$(BIN)/python -m mnemoflow.worker.settings_doc --write README.md
 
-# Render the Helm chart for every environment and validate each manifest (offline).
+# Render the Helm chart for default, dev and prod and validate every manifest strictly for
+# Kubernetes 1.29-1.32 (offline); lint the Dockerfile; check the image's pins match the venv.
 deploy-check: venv
 	$(BIN)/python -m deploy.manifests
 	$(BIN)/hadolint deploy/Dockerfile
+	$(BIN)/python -m deploy.requirements --check
 
-# Re-pin the image's dependencies from the current venv.
-constraints: venv
-	{ sed -n '1,2p' deploy/constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^mnemoflow'; } > deploy/constraints.txt.new
-	mv deploy/constraints.txt.new deploy/constraints.txt
+# Re-pin the image's dependencies (versions from this venv, sha256 of every file from PyPI).
+requirements: venv
+	$(BIN)/python -m deploy.requirements
 
 # Leaves .venv and the dev stack's data dir (.run) alone; `distclean` removes both.
 clean:

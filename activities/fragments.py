@@ -38,7 +38,7 @@ from mnemoflow.models.fragments import SelectionLog
 # and every picked one are what debugging the formula needs.
 MAX_LOG_CANDIDATES = 256
 #: Seconds between heartbeats of a running index activity. The round gives it a heartbeat
-#: timeout (workflows.memory_round.STORE_HEARTBEAT), so a worker that dies mid-upsert is noticed
+#: timeout (workflows.options.STORE_HEARTBEAT), so a worker that dies mid-upsert is noticed
 #: in seconds and another worker retries, instead of after the whole start-to-close timeout.
 HEARTBEAT_EVERY_S = 2.0
 

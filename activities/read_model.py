@@ -1,6 +1,7 @@
 """The read model in Redis: each user's injected context, as one JSON value the hot path GETs.
 
-Key: `{prefix}ctx:{user_key}` (a hash of the user id, never the raw id). Redis holds nothing
+Key: `models.ids.context_key` (a hash of the user id, never the raw id); value: the context's
+JSON, decoded by `models.contracts.parse_published` here and on the hot path. Redis holds nothing
 that cannot be rebuilt from the user workflow, so it is a cache with one rule: a publish never
 replaces a newer `version` with an older one (a slow, retried activity of an earlier round must
 not clobber the context a later round already published). The comparison and the write happen
@@ -15,7 +16,6 @@ from __future__ import annotations
 import logging
 
 import redis.asyncio as aioredis
-from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -26,9 +26,10 @@ from mnemoflow.models.contracts import (
     InjectedContext,
     PublishInput,
     PublishOutput,
+    parse_published,
 )
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
-from mnemoflow.models.ids import user_key, validate_user_id
+from mnemoflow.models.ids import context_key, validate_user_id
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class ReadModel:
             uid = validate_user_id(user_id)
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
-        return f"{self.prefix}ctx:{user_key(uid)}"
+        return context_key(self.prefix, uid)
 
     async def publish(self, context: InjectedContext) -> PublishOutput:
         """Store the context unless a newer version is already there."""
@@ -121,11 +122,9 @@ class ReadModel:
     async def get(self, user_id: str) -> InjectedContext | None:
         """The user's published context (one GET), or None if absent or unreadable."""
         raw = await self._redis.get(self.key(user_id))
-        if raw is None:
-            return None
         try:
-            return InjectedContext.model_validate_json(raw)
-        except ValidationError:
+            return parse_published(raw)
+        except ValueError:
             log.warning("unreadable read-model value for a user; treating it as absent")
             return None
 

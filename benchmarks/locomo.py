@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import time
@@ -34,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, meta, summary_ms, write_result
+from _common import RESULTS, ROOT, meta, summary_ms, write_result
 from _locomo_data import CATEGORIES, Baselines, Conversation, evidence_texts, judge, load
 from _locomo_report import token_counter, write_report
 
@@ -260,7 +261,13 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=1200, help="memory tokens (all sides)")
     parser.add_argument("--short", action="store_true", help="1 conversation, 30 questions")
     parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite the doc from the last results"
+    )
     args = parser.parse_args()
+    if args.report_only:
+        write_report(json.loads((RESULTS / "locomo.json").read_text()))
+        return 0
     if args.short:
         args.conversations, args.questions = 1, args.questions or 30
     if args.dry_run:

@@ -23,17 +23,21 @@ import asyncio
 import os
 import sys
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import stack, write_result
 
+if TYPE_CHECKING:
+    from mnemoflow.devstack.demo import VirtualClock
+
 CORE = "You are the support agent of a small online shop. Be brief and friendly."
+#: Bound on waiting for memory to catch up (the offline models take seconds).
+SETTLE_S = 180.0
 
 
 @dataclass
@@ -64,19 +68,9 @@ def _reader(clock: Any) -> Any:
     return Counting(embeddings=UniversalSentenceEncoderEmbeddings(), core_prompt=CORE, clock=clock)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = time.time() - 3 * 3600
-
-    def now(self) -> float:
-        return self.t
-
-    def tick(self) -> float:
-        self.t += 35.0
-        return self.t
-
-
-async def _turn(agent: Any, clock: Clock, user: str, thread: str, text: str, **extra: Any) -> str:
+async def _turn(
+    agent: Any, clock: VirtualClock, user: str, thread: str, text: str, **extra: Any
+) -> str:
     from langchain_core.messages import HumanMessage
 
     message = HumanMessage(content=text, additional_kwargs={"time": clock.tick()})
@@ -105,11 +99,11 @@ async def mnemoflow_run(client: Any) -> dict[str, Any]:
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from mnemoflow.devstack.demo import _settle
+    from mnemoflow.devstack.demo import VirtualClock
     from mnemoflow.devstack.demo_story import SESSION_ONE
     from mnemoflow.middleware import DurableMemoryMiddleware
 
-    clock = Clock()
+    clock = VirtualClock()
     model = _reader(clock.now)
     memory = DurableMemoryMiddleware(client=client, core_prompt=CORE, clock=clock.now)
     agent = create_agent(
@@ -119,7 +113,7 @@ async def mnemoflow_run(client: Any) -> dict[str, Any]:
     for line in SESSION_ONE:
         await _turn(agent, clock, user, "s1", line)
     await memory.flush()
-    await _settle(client, user, "s1")
+    await client.settle(user, SETTLE_S, inducted=True)
 
     async def same(q: str) -> str:
         return await _turn(agent, clock, user, "s1", q)
@@ -130,7 +124,8 @@ async def mnemoflow_run(client: Any) -> dict[str, Any]:
     within, w_ok, w_in = await _probes(same, model, "mnemoflow same thread")
     across, a_ok, a_in = await _probes(new, model, "mnemoflow new thread")
     await memory.flush()
-    status = await _settle(client, user, "s2")
+    status = await client.settle(user, SETTLE_S, inducted=True)
+    assert status is not None, "the run handed turns over, so the user has a workflow"
     ledger = status.ledger.model_dump()
     memory_ops = {
         op: {k: u[k] for k in ("calls", "input_tokens", "output_tokens")}
@@ -146,9 +141,10 @@ async def ancestor_run(tmp: str) -> dict[str, Any]:
     from langgraph.store.memory import InMemoryStore
 
     from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
+    from mnemoflow.devstack.demo import VirtualClock
     from mnemoflow.devstack.demo_story import SESSION_ONE
 
-    clock = Clock()
+    clock = VirtualClock()
     model = _reader(clock.now)
     memory, ledger = ancestor_middleware(
         latency_s=0.0,

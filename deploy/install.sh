@@ -5,9 +5,17 @@
 set -eu
 venv=$1
 src=$2
+pip="$venv/bin/pip"
 python3 -m venv "$venv"
-"$venv/bin/pip" install --no-input --disable-pip-version-check \
-    -c "$src/deploy/constraints.txt" "$src"
+# Every distribution by version and sha256 (deploy/requirements.txt, `make requirements`):
+# nothing is resolved here, and a file whose hash differs fails the build.
+"$pip" install --no-input --disable-pip-version-check --require-hashes --no-deps \
+    -r "$src/deploy/requirements.txt"
+# mnemoflow itself from the source tree, built by the backend just installed: no download.
+"$pip" install --no-input --disable-pip-version-check --no-deps --no-index \
+    --no-build-isolation "$src"
+# The pins above are the whole closure: a missing or conflicting dependency fails here.
+"$pip" check
 # The embedding model ships inside its wheel: load it once here, so an image that built
 # will never download anything at start.
 "$venv/bin/python" - <<'PY'

@@ -1,10 +1,12 @@
 """Render the Helm chart offline and validate every manifest (`make deploy-check`).
 
 Rendering uses the real Helm engine (the `helm-python-sdk` wheel embeds it; no helm binary, no
-cluster, no network). Built-in kinds are validated with `kubernetes-validate` in strict mode
-(unknown fields are errors) against the Kubernetes schemas it ships; the two CRDs (KEDA
-ScaledObject, Prometheus Operator ServiceMonitor) have no schema available offline here and are
-checked structurally by `check_crd`.
+cluster, no network), which checks the values against `values.schema.json` exactly as `helm
+install` does. Built-in kinds are validated with `kubernetes-validate` in strict mode (unknown
+fields are errors) against the schemas it ships for every Kubernetes version in
+`KUBE_VERSIONS`; the CRDs (KEDA ScaledObject and TriggerAuthentication, Prometheus Operator
+ServiceMonitor and PrometheusRule) have no schema available offline here and are checked
+structurally by `check_crd` (alert expressions by a real PromQL parser).
 
     python -m deploy.manifests            # validate default, dev and prod
     python -m deploy.manifests dev --print  # the rendered manifests of one environment
@@ -26,9 +28,16 @@ ENVIRONMENTS = {
     "dev": DEPLOY / "values-dev.yaml",
     "prod": DEPLOY / "values-prod.yaml",
 }
-#: Oldest Kubernetes the manifests must be valid for (policy/v1, networking/v1, autoscaling).
-KUBE_VERSION = "1.29.0"
-CRDS = {("keda.sh/v1alpha1", "ScaledObject"), ("monitoring.coreos.com/v1", "ServiceMonitor")}
+#: Every Kubernetes version the manifests must be valid for (kubernetes-validate ships them).
+KUBE_VERSIONS = ("1.29.0", "1.30.0", "1.31.0", "1.32.0")
+CRDS = {
+    ("keda.sh/v1alpha1", "ScaledObject"),
+    ("keda.sh/v1alpha1", "TriggerAuthentication"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
+#: Parameters KEDA's temporal scaler takes from a TriggerAuthentication.
+TEMPORAL_AUTH_PARAMETERS = {"apiKey", "cert", "key", "ca", "keyPassword"}
 
 
 def values(environment: str) -> dict[str, Any]:
@@ -38,15 +47,17 @@ def values(environment: str) -> dict[str, Any]:
 
 
 def render(
-    environment: str, release: str = "mf", namespace: str = "mnemoflow"
+    environment: str,
+    release: str = "mf",
+    namespace: str = "mnemoflow",
+    overrides: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every manifest of the chart for an environment, as dicts."""
+    """Every manifest of the chart for an environment (plus `overrides`, like `--set`)."""
     from helm_python import Chart
 
     with Chart.load(CHART) as chart:
-        files = chart.render(
-            values(environment), name=release, namespace=namespace, is_install=True
-        )
+        given = _deep_merge(values(environment), overrides or {})
+        files = chart.render(given, name=release, namespace=namespace, is_install=True)
     docs: list[dict[str, Any]] = []
     for name in sorted(files):
         if not name.endswith((".yaml", ".yml")):
@@ -55,11 +66,21 @@ def render(
     return docs
 
 
-def lint(environment: str) -> dict[str, Any]:
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def lint(environment: str, kube_version: str = KUBE_VERSIONS[0]) -> dict[str, Any]:
     """`helm lint --strict` of the chart with an environment's values."""
     from helm_python.chart import lint as helm_lint
 
-    return helm_lint(CHART, values(environment), strict=True, kube_version=KUBE_VERSION)
+    return helm_lint(CHART, values(environment), strict=True, kube_version=kube_version)
 
 
 def check_crd(doc: dict[str, Any]) -> None:
@@ -82,6 +103,17 @@ def check_crd(doc: dict[str, Any]) -> None:
                 raise ValueError("KEDA trigger metadata values must all be strings")
         if not spec.get("triggers"):
             raise ValueError("ScaledObject without triggers")
+    elif doc["kind"] == "TriggerAuthentication":
+        refs = spec.get("secretTargetRef") or []
+        if not refs:
+            raise ValueError("TriggerAuthentication without secretTargetRef")
+        for ref in refs:
+            if ref.get("parameter") not in TEMPORAL_AUTH_PARAMETERS:
+                raise ValueError(f"temporal scaler has no auth parameter {ref.get('parameter')}")
+            if not (ref.get("name") and ref.get("key")):
+                raise ValueError("secretTargetRef needs a Secret name and key")
+    elif doc["kind"] == "PrometheusRule":
+        check_rules(spec)
     else:
         if not (spec.get("selector") or {}).get("matchLabels") or not spec.get("endpoints"):
             raise ValueError("ServiceMonitor needs selector.matchLabels and endpoints")
@@ -90,14 +122,34 @@ def check_crd(doc: dict[str, Any]) -> None:
                 raise ValueError("ServiceMonitor endpoint without a named port")
 
 
-def validate(doc: dict[str, Any]) -> str:
+def check_rules(spec: dict[str, Any]) -> None:
+    """Every rule of a PrometheusRule is an alert with a parseable expression and a severity."""
+    import promql_parser
+
+    groups = spec.get("groups") or []
+    if not groups:
+        raise ValueError("PrometheusRule without groups")
+    for group in groups:
+        for rule in group.get("rules") or []:
+            name = rule.get("alert")
+            if not name or not rule.get("expr"):
+                raise ValueError("PrometheusRule rule without alert or expr")
+            try:
+                promql_parser.parse(rule["expr"])
+            except Exception as err:
+                raise ValueError(f"{name}: expression does not parse: {err}") from None
+            if (rule.get("labels") or {}).get("severity") not in {"warning", "critical"}:
+                raise ValueError(f"{name}: severity must be warning or critical")
+
+
+def validate(doc: dict[str, Any], kube_version: str = KUBE_VERSIONS[0]) -> str:
     """Validate one manifest; returns what it was validated against (raises on errors)."""
     import kubernetes_validate
 
     if (doc.get("apiVersion"), doc.get("kind")) in CRDS:
         check_crd(doc)
         return "CRD structure"
-    version = kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    version = kubernetes_validate.validate(doc, kube_version, strict=True)
     return f"Kubernetes {version} schema (strict)"
 
 
@@ -112,15 +164,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.print:
             print(yaml.safe_dump_all(docs, sort_keys=False))
             continue
-        result = lint(env)
-        print(f"== {env}: helm lint --strict: {result.get('messages') or 'ok'}")
-        for doc in docs:
-            name = f"{doc['kind']}/{doc['metadata']['name']}"
-            try:
-                print(f"PASS {env:7} {name:48} {validate(doc)}")
-            except Exception as err:
-                failures += 1
-                print(f"FAIL {env:7} {name:48} {err}")
+        for kube in KUBE_VERSIONS:
+            result = lint(env, kube)
+            problems = [m for m in result.get("messages") or [] if m["severity"] > 1]
+            failures += len(problems)
+            print(f"== {env} on Kubernetes {kube}: helm lint --strict: {problems or 'ok'}")
+            for doc in docs:
+                name = f"{doc['kind']}/{doc['metadata']['name']}"
+                try:
+                    print(f"PASS {env:7} {name:40} {validate(doc, kube)}")
+                except Exception as err:
+                    failures += 1
+                    print(f"FAIL {env:7} {name:40} {err}")
     print(f"{failures} failed" if failures else "all manifests valid")
     return 1 if failures else 0
 

@@ -4,7 +4,9 @@ Uses a running `mnemoflow dev` stack when one is up on the data dir (its Tempora
 up after the demo), else starts the same embedded stack for the run. Session 1 states eight
 low-salience details among filler; the agent is then asked for each in the same thread and in a
 new thread. Messages are stamped on a virtual clock (35 s per turn, starting hours ago) so the
-production gate values apply unchanged. Offline models by default, DeepSeek when its key is set.
+production gate values apply unchanged. Each session ends with `consolidate` (slice what is left
+now) and `settle` (wait until it is indexed, published and inducted), the public calls a script
+uses. Offline models by default, DeepSeek when its key is set.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from mnemoflow.devstack.embedded import DevPorts, embedded_stack
 from mnemoflow.devstack.stack import StackInfo, read_stack
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from mnemoflow.models.config import BudgetPattern, MemoryConfig
-from mnemoflow.models.contracts import UserStatus
 from mnemoflow.worker.memory_client import memory_client
 from mnemoflow.worker.settings import Settings
 
@@ -95,37 +96,20 @@ async def _turn(agent: Any, clock: VirtualClock, user: str, thread: str, text: s
     return str(result["messages"][-1].text)
 
 
-async def _settle(client: MemoryClient, user: str, thread: str) -> UserStatus:
-    """Wait (bounded) until every handed-over turn is indexed and mature fragments inducted."""
-    deadline = time.monotonic() + SETTLE_DEADLINE_S
-    while True:
-        status = await client.status(user)
-        mark = status.watermarks.get(thread) if status else None
-        if status and mark and mark.indexed >= mark.accepted and status.uninducted == 0:
-            return status
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"memory did not settle within {SETTLE_DEADLINE_S:.0f} s: {status}")
-        await asyncio.sleep(0.2)
-
-
 async def _probe(
-    agent: Any, clock: VirtualClock, user: str, thread: str, label: str
+    agent: Any, model: Any, clock: VirtualClock, user: str, thread: str, label: str
 ) -> list[dict[str, Any]]:
     results = []
     for probe in PROBES:
         answer = await _turn(agent, clock, user, thread, probe.question)
         ok = probe.expected.lower() in answer.lower()
-        # Whether memory delivered the detail at all, whatever the chat model made of it.
-        prompt = getattr(agent_model(agent), "last_system_prompt", None)
+        # Whether memory delivered the detail at all, whatever the chat model made of it
+        # (only the offline model keeps the system prompt it got).
+        prompt = getattr(model, "last_system_prompt", None)
         delivered = None if prompt is None else probe.expected.lower() in prompt.lower()
         print(f"  [{label}] {probe.question} -> {answer} {'OK' if ok else 'MISSED'}", flush=True)
         results.append(_probe_row(probe, answer, ok, delivered))
     return results
-
-
-def agent_model(agent: Any) -> Any:
-    """The chat model the demo built (kept on the agent object by `play`)."""
-    return getattr(agent, "_mnemoflow_demo_model", None)
 
 
 def _probe_row(probe: Probe, answer: str, ok: bool, delivered: bool | None) -> dict[str, Any]:
@@ -171,22 +155,30 @@ async def _story(
         checkpointer=InMemorySaver(),
         context_schema=DemoContext,
     )
-    agent._mnemoflow_demo_model = model  # type: ignore[attr-defined]
     user = f"{USER_ID}-{uuid.uuid4().hex[:6]}"
     session_a, session_b = "session-1", "session-2"
     print(f"user {user}: session 1, {len(SESSION_ONE)} turns", flush=True)
     for i, line in enumerate(SESSION_ONE, 1):
         await _turn(agent, clock, user, session_a, line)
         print(f"  turn {i:2d}/{len(SESSION_ONE)}: {line}", flush=True)
-    await memory.flush()
-    print("waiting for the workers to slice, index and induct session 1 ...", flush=True)
-    await _settle(client, user, session_a)
+    await memory.flush()  # the last hand-over is in Temporal: the turn never waited for it
+    # Session 1 is over: its last messages are sliced now, not when they mature.
+    ended = await client.consolidate(user, session_a)
+    print(
+        f"session 1 ended: consolidate made its {ended.pending_turns} pending messages due; "
+        "waiting for the workers to slice, index and induct them ...",
+        flush=True,
+    )
+    await client.settle(user, SETTLE_DEADLINE_S, inducted=True)
     print("recall within session 1:", flush=True)
-    within = await _probe(agent, clock, user, session_a, "same thread")
+    within = await _probe(agent, model, clock, user, session_a, "same thread")
     print("recall in a new session (new thread):", flush=True)
-    across = await _probe(agent, clock, user, session_b, "new thread")
+    across = await _probe(agent, model, clock, user, session_b, "new thread")
     await memory.flush()
-    status = await _settle(client, user, session_b)
+    await client.consolidate(user, session_b)
+    status = await client.settle(user, SETTLE_DEADLINE_S, inducted=True)
+    if status is None:
+        raise RuntimeError(f"user {user} has no memory workflow after handing turns over")
     profile = await client.profile(user)
     workflow_id = client.workflow_id(user)
     ui = info.ui_url if info else None
@@ -204,6 +196,8 @@ async def _story(
         "details_in_injected_context_across_sessions": _count(across, "in_injected_context"),
         "probes": {"within_session": within, "across_sessions": across},
         "ledger": status.ledger.model_dump(),
+        # Calls the chat model made; the ledger's `chat` counts those its hand-overs carried.
+        "chat_model_calls": getattr(model, "calls", None),
         "temporal_ui": (
             f"{ui}/namespaces/{settings.temporal.namespace}/workflows/{quote(workflow_id, safe='')}"
             if ui
@@ -216,6 +210,8 @@ async def _story(
 def print_summary(summary: dict[str, Any]) -> None:
     """The human-readable end of the demo."""
     ledger = summary["ledger"]
+    chat = ledger["chat"]
+    source = "estimated offline" if summary["models"] == "heuristic" else "reported by the model"
     lines = [
         "",
         "== mnemoflow demo summary ==",
@@ -236,6 +232,8 @@ def print_summary(summary: dict[str, Any]) -> None:
             for op, u in ledger["by_operation"].items()
         )
         + f"; cost {ledger['cost']:.6f} {ledger['currency']}",
+        f"chat model tokens   : {chat['calls']} calls {chat['input_tokens']} in / "
+        f"{chat['output_tokens']} out ({source}; from the user's ledger)",
         f"Temporal UI         : {summary['temporal_ui'] or '(headless)'}",
         "context injected on the last turn:",
         summary["context_injected_on_last_turn"],

@@ -22,6 +22,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
 from mnemoflow.memory.text import query_overlap
+from mnemoflow.memory.triggers import estimate_tokens
 
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _BULLET = re.compile(r"^\s*(?:(?:[-*•]|\d+[.)])\s*)?(?:\[[^\]]*\]\s*)?(?:(?:User|Assistant):\s*)?")
@@ -75,14 +76,16 @@ class RecallOnlyChatModel(BaseChatModel):
             reply = self._answer(question, system, humans[:-1])
         else:
             reply = ACKS[self.calls % len(ACKS)]
-        prompt_chars = sum(len(m.text) for m in messages)
+        # Estimated like every offline count (no provider to ask), so the ledger has numbers.
+        tokens_in = sum(estimate_tokens(m.text) for m in messages)
+        tokens_out = estimate_tokens(reply)
         message = AIMessage(
             content=reply,
             additional_kwargs={"time": self.clock()},
             usage_metadata={
-                "input_tokens": max(1, int(prompt_chars / 3.3)),
-                "output_tokens": max(1, int(len(reply) / 3.3)),
-                "total_tokens": max(1, int(prompt_chars / 3.3)) + max(1, int(len(reply) / 3.3)),
+                "input_tokens": tokens_in,
+                "output_tokens": tokens_out,
+                "total_tokens": tokens_in + tokens_out,
             },
         )
         return ChatResult(generations=[ChatGeneration(message=message)])

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import signal
 import socket
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
@@ -26,6 +26,7 @@ from temporalio.client import Client
 from mnemoflow.devstack.processes import (
     LOOPBACK,
     ManagedProcess,
+    MissingBinaryError,
     free_port,
     start_milvus_lite,
     start_redis,
@@ -38,11 +39,12 @@ from mnemoflow.devstack.stack import (
     write_stack,
 )
 from mnemoflow.devstack.temporal_dev import start_temporal_dev
-from mnemoflow.worker.client import connect
+from mnemoflow.worker.client import connect_until
 from mnemoflow.worker.search_attributes import ensure_search_attributes, wanted
 from mnemoflow.worker.settings import Settings
 
 CONNECT_DEADLINE_S = 60.0
+CONNECT_RETRY_S = 0.2
 STOP_TIMEOUT_S = 15.0
 
 
@@ -151,25 +153,6 @@ async def _start_codec_server(
     return url
 
 
-async def _connect_when_ready(settings: Settings, stop: asyncio.Event) -> Client | None:
-    """A client once the frontend serves the namespace; None if told to stop meanwhile."""
-    # The gRPC port opens before the frontend serves the namespace; retry until a deadline.
-    deadline = time.monotonic() + CONNECT_DEADLINE_S
-    while not stop.is_set():
-        try:
-            client = await connect(settings.temporal)
-            await ensure_search_attributes(client)
-            return client
-        except Exception:
-            if time.monotonic() >= deadline:
-                raise
-        try:  # retry pause that a stop request cuts short
-            await asyncio.wait_for(stop.wait(), timeout=0.2)
-        except TimeoutError:
-            pass
-    return None
-
-
 def _print_addresses(info: StackInfo, stack_file: Path) -> None:
     lines = [
         "mnemoflow dev stack is up (Ctrl-C to stop everything)",
@@ -226,7 +209,15 @@ async def embedded_stack(
         codec_url = await _start_codec_server(stack_settings, ports, stack)
         procs = await _start_services(data_dir, ports, stack, codec_url)
         info = info.model_copy(update={"service_pids": {p.name: p.pid for p in procs}})
-        client = await _connect_when_ready(stack_settings, stop)
+        # The gRPC port opens before the frontend serves the namespace: retry until a deadline.
+        client = await connect_until(
+            stack_settings.temporal,
+            stop,
+            retry_s=CONNECT_RETRY_S,
+            deadline_s=CONNECT_DEADLINE_S,
+            then=ensure_search_attributes,
+            log_level=logging.DEBUG,
+        )
         if client is None or stop.is_set():
             yield None
         else:
@@ -254,6 +245,6 @@ def main(settings: Settings, requested: DevPorts) -> int:
     """Entry point of `mnemoflow dev`."""
     try:
         return asyncio.run(run_dev(settings, requested))
-    except DevStackError as err:
+    except (DevStackError, MissingBinaryError) as err:
         print(f"mnemoflow dev: {err}", file=sys.stderr)
         return 1

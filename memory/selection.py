@@ -14,13 +14,12 @@ from pydantic import BaseModel, Field
 
 from mnemoflow.memory.formulas import importance, relevance, score, time_decay
 from mnemoflow.memory.params import renormalise
-from mnemoflow.memory.scoring_log import ScoringLog, append_bounded
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
-from mnemoflow.models.fragments import Candidate, ScoredCandidate, SelectionLog
+from mnemoflow.models.fragments import Candidate, ScoredCandidate, SelectionLog, theme_key
 from mnemoflow.models.params import TunedParams
 
-__all__ = ["ScoringLog", "Selection", "append_bounded", "select"]
+__all__ = ["Selection", "select"]
 
 REASON_FLOOR = "type floor"
 REASON_SCORE = "score"
@@ -35,11 +34,6 @@ class Selection(BaseModel):
     ranked: list[ContextFragment] = Field(default_factory=list)
     picked_ids: list[str] = Field(default_factory=list)
     log: SelectionLog
-
-
-def _theme_key(theme: str) -> str:
-    # Themes are written by an LLM: "Travel " and "travel" are the same theme for the cap.
-    return " ".join(theme.split()).casefold()
 
 
 def _dedupe(candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -94,7 +88,7 @@ def _pick(lines: list[ScoredCandidate], config: MemoryConfig) -> list[ScoredCand
     def take(line: ScoredCandidate, reason: str) -> None:
         line.picked, line.reason = True, reason
         picked.append(line)
-        key = _theme_key(line.theme)
+        key = theme_key(line.theme)
         per_theme[key] = per_theme.get(key, 0) + 1
 
     def capped_pass(pool: list[ScoredCandidate], reason: str) -> None:
@@ -103,7 +97,7 @@ def _pick(lines: list[ScoredCandidate], config: MemoryConfig) -> list[ScoredCand
                 return
             if line.picked:
                 continue
-            if cap is not None and per_theme.get(_theme_key(line.theme), 0) >= cap:
+            if cap is not None and per_theme.get(theme_key(line.theme), 0) >= cap:
                 line.reason = REASON_CAPPED
                 continue
             take(line, reason)
@@ -142,21 +136,8 @@ def select(
 
     rest = [ln for ln in lines if not ln.picked]
     size = max(config.published_candidates, len(picked))
-    ranked = []
-    for line in [*picked, *rest][:size]:
-        frag = by_id[line.fragment_id]
-        ranked.append(
-            ContextFragment(
-                id=frag.id,
-                theme=frag.theme,
-                types=list(frag.types),
-                content=frag.content,
-                thread_id=frag.thread_id,
-                start_pos=frag.start_pos,
-                end_pos=frag.end_pos,
-                score=line.score,
-                created_at=frag.created_at,
-            )
-        )
+    ranked = [
+        ContextFragment.of(by_id[line.fragment_id], line.score) for line in [*picked, *rest][:size]
+    ]
     log = SelectionLog(at=now, theme=theme, params_source=params_source, candidates=lines)
     return Selection(ranked=ranked, picked_ids=[ln.fragment_id for ln in picked], log=log)

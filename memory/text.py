@@ -51,8 +51,10 @@ def token_list(norm: str) -> list[str]:
 
 
 def estimate_tokens(text: str) -> int:
-    """A model-free token estimate for budgets: a CJK character is about one token, other text
-    about four characters per token (cl100k_base on English prose averages ~4.2)."""
+    """A model-free estimate of what text costs in the memory budget: a CJK character is about
+    one token, other text about four characters per token (cl100k_base on English prose
+    averages ~4.2). memory.triggers.estimate_tokens (chars/3.3) errs high on purpose, for the
+    window's hard ceiling; a budget filled with it would carry a fifth less memory."""
     cjk = sum(len(run) for run in _CJK_RUN.findall(text))
     return cjk + (len(text) - cjk + 3) // 4
 

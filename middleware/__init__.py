@@ -2,6 +2,13 @@
 
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.durable_memory import DurableMemoryMiddleware, DurableMemoryState
+from mnemoflow.middleware.settle import MemoryNotSettledError
 from mnemoflow.middleware.tools import memory_tools
 
-__all__ = ["DurableMemoryMiddleware", "DurableMemoryState", "MemoryClient", "memory_tools"]
+__all__ = [
+    "DurableMemoryMiddleware",
+    "DurableMemoryState",
+    "MemoryClient",
+    "MemoryNotSettledError",
+    "memory_tools",
+]

@@ -7,32 +7,43 @@ as the fallback; it never raises, because an agent turn must go on when memory i
 
 Errors: operations other than `context` raise `MemoryUnavailableError` when Temporal cannot be
 reached in time, and ValueError for an unusable user id or argument.
+
+Two timeouts: the hot path's (`query_timeout_s`, at most 2 s: a turn must not wait longer) and
+the operator's (`operator_timeout_s`, for scripts: `status`, `settle`). Use the client as
+`async with MemoryClient(...) as memory:` or call `aclose()`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 import redis.asyncio as aioredis
 from langchain_core.embeddings import Embeddings
-from pydantic import ValidationError
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.service import RPCError, RPCStatusCode
 
 from mnemoflow.middleware.payloads import split_event, trim_turn
+from mnemoflow.middleware.read_path import ContextReader
 from mnemoflow.middleware.search import FragmentSearch
+from mnemoflow.middleware.settle import (
+    SETTLE_POLL_S,
+    MemoryNotSettledError,
+    Published,
+    pending_work,
+)
 from mnemoflow.models import search_attributes as sa
-from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.config import MemoryConfig, Vocation
 from mnemoflow.models.contracts import (
+    ConfigUpdate,
+    ConsolidateRequest,
+    ConsolidateResult,
     ContextFragment,
     ForgetFragmentRequest,
     ForgetFragmentResult,
@@ -53,7 +64,6 @@ from mnemoflow.models.contracts import (
 )
 from mnemoflow.models.errors import MemoryUnavailableError
 from mnemoflow.models.ids import (
-    context_key,
     pseudonymous_workflow_id,
     search_user_value,
     turn_event_id,
@@ -62,17 +72,11 @@ from mnemoflow.models.ids import (
 )
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn
-from mnemoflow.models.usage import PriceTable
+from mnemoflow.models.usage import LLMUsage, PriceTable
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
-
-log = logging.getLogger(__name__)
 
 #: The hot path may wait at most this long for the query fallback (docs/ARCHITECTURE.md, one GET).
 MAX_QUERY_TIMEOUT_S = 2.0
-#: After a clean read-model miss, ask the workflow (in the background) at most this often.
-MISS_REQUERY_S = 5.0
-#: Users whose background query answer is kept in process.
-MAX_MISS_CACHE = 10_000
 
 
 class MemoryClient:
@@ -92,6 +96,7 @@ class MemoryClient:
         redis_timeout_s: float = 0.5,
         signal_timeout_s: float = 10.0,
         update_timeout_s: float = 60.0,
+        operator_timeout_s: float = 30.0,
         search_attributes: bool = True,
         user_key_secret: str | bytes | None = None,
         embeddings: Embeddings | None = None,
@@ -116,6 +121,7 @@ class MemoryClient:
             ("redis_timeout_s", redis_timeout_s),
             ("signal_timeout_s", signal_timeout_s),
             ("update_timeout_s", update_timeout_s),
+            ("operator_timeout_s", operator_timeout_s),
         ):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -129,28 +135,17 @@ class MemoryClient:
         self.redis_timeout_s = redis_timeout_s
         self.signal_timeout_s = signal_timeout_s
         self.update_timeout_s = update_timeout_s
+        self.operator_timeout_s = operator_timeout_s
         self.search_attributes = search_attributes
         if isinstance(user_key_secret, str):
             user_key_secret = user_key_secret.encode("utf-8")
         self._secret: bytes | None = user_key_secret or None
-        self._owns_redis = isinstance(redis, str)
-        if isinstance(redis, str):
-            # No client-side retries: the hot path prefers a fast miss to a slow hit.
-            redis = aioredis.Redis.from_url(
-                redis,
-                retry=None,
-                socket_timeout=redis_timeout_s,
-                socket_connect_timeout=redis_timeout_s,
-            )
-        self.redis: aioredis.Redis | None = redis
+        self.reader = ContextReader(redis, key_prefix, redis_timeout_s, self._query_context)
         self.searcher = (
-            FragmentSearch(redis, key_prefix, embeddings, timeout_s=redis_timeout_s)
-            if redis is not None
+            FragmentSearch(self.reader.redis, key_prefix, embeddings, timeout_s=redis_timeout_s)
+            if self.reader.redis is not None
             else None
         )
-        # Answers of background queries after clean read-model misses, and those in flight.
-        self._queried: OrderedDict[str, tuple[float, InjectedContext | None]] = OrderedDict()
-        self._querying: dict[str, asyncio.Task[None]] = {}
 
     # --- hand-over ------------------------------------------------------------------------
 
@@ -161,12 +156,14 @@ class MemoryClient:
         *,
         urgent: bool = False,
         trigger: Trigger = "handover",
+        chat_usage: LLMUsage | None = None,
     ) -> str:
         """Hand turns of one thread to the user's workflow; returns the (last) event id.
 
         The event id comes from the thread and positions, so a re-send is a no-op. Each turn is
         trimmed to `config.max_turn_chars`, and the turns are split into several events when
-        one would come near Temporal's payload limit.
+        one would come near Temporal's payload limit. `chat_usage` (the chat model's tokens
+        since the last hand-over) rides on the last event: it is in the ledger once all are in.
         """
         uid = validate_user_id(user_id)
         if not turns:
@@ -176,9 +173,16 @@ class MemoryClient:
         trimmed = [trim_turn(t, self.config.max_turn_chars) for t in turns]
         trimmed.sort(key=lambda t: t.position)
         event_id = ""
-        for chunk in split_event(trimmed):
+        chunks = list(split_event(trimmed))
+        for i, chunk in enumerate(chunks):
             event_id = turn_event_id(chunk[0].thread_id, chunk[0].position, chunk[-1].position + 1)
-            event = SubmitEvent(event_id=event_id, turns=chunk, urgent=urgent, trigger=trigger)
+            event = SubmitEvent(
+                event_id=event_id,
+                turns=chunk,
+                urgent=urgent,
+                trigger=trigger,
+                chat_usage=chat_usage if i == len(chunks) - 1 else None,
+            )
             await self._start(uid, start_signal="submit", start_signal_args=[event])
         return event_id
 
@@ -196,28 +200,14 @@ class MemoryClient:
     # --- reads ----------------------------------------------------------------------------
 
     async def context(self, user_id: str) -> InjectedContext | None:
-        """The user's injected context: one Redis GET, else the workflow query, else None.
-
-        The query is awaited only when Redis fails (or holds an unreadable value); when Redis
-        simply has nothing for the user, the query runs in the background and its answer serves
-        later calls. Never raises: a missing or unreachable memory means a turn without memory.
-        """
+        """The user's injected context: one Redis GET, else the workflow query, else None
+        (middleware/read_path.py). Never raises: a missing or unreachable memory means a turn
+        without memory."""
         try:
             uid = validate_user_id(user_id)
         except ValueError:
             return None
-        reachable, cached = await self._read_model_state(uid)
-        if cached is not None:
-            return cached
-        if reachable:
-            # Redis answered "nothing published yet": the workflow has nothing newer to say
-            # unless the read model was lost, so ask it off the turn (measured: the query
-            # waits 30-200 ms on a busy worker, every turn until the first round publishes).
-            return self._miss(uid)
-        try:
-            return await self._query(uid, UserMemoryWorkflow.context)
-        except (MemoryUnavailableError, LookupError):
-            return None
+        return await self.reader.context(uid)
 
     async def search(self, user_id: str, query: str, now: float) -> list[ContextFragment] | None:
         """All of the user's fragments ranked for `query` (middleware.search); None when there
@@ -228,26 +218,65 @@ class MemoryClient:
             return None
         return await self.searcher.search(uid, query, self.config, now) or None
 
-    async def profile(self, user_id: str) -> UserProfile | None:
-        """The stored profile (workflow query, else the read model); None if the user is unknown."""
+    async def profile(self, user_id: str, *, timeout_s: float | None = None) -> UserProfile | None:
+        """The stored profile (workflow query, else the read model); None if the user is unknown.
+        The query waits up to `timeout_s` (default `operator_timeout_s`)."""
         uid = validate_user_id(user_id)
+        seconds = self.operator_timeout_s if timeout_s is None else timeout_s
         try:
-            return await self._query(uid, UserMemoryWorkflow.profile)
+            return await self._query(uid, UserMemoryWorkflow.profile, seconds)
         except LookupError:
             return None
         except MemoryUnavailableError:
-            cached = await self._read_model(uid)
+            cached = await self.reader.cached(uid)
             if cached is None:
                 raise
             return cached.profile
 
-    async def status(self, user_id: str) -> UserStatus | None:
-        """The workflow's status query; None if the user has no memory workflow."""
+    async def status(self, user_id: str, *, timeout_s: float | None = None) -> UserStatus | None:
+        """The workflow's status query; None if the user has no memory workflow.
+
+        Waits up to `timeout_s` (default `operator_timeout_s`); inside a turn pass the hot
+        path's `query_timeout_s`."""
         uid = validate_user_id(user_id)
         try:
-            return await self._query(uid, UserMemoryWorkflow.status)
+            seconds = self.operator_timeout_s if timeout_s is None else timeout_s
+            return await self._query(uid, UserMemoryWorkflow.status, seconds)
         except LookupError:
             return None
+
+    async def settle(
+        self, user_id: str, timeout_s: float = 60.0, *, inducted: bool = False
+    ) -> UserStatus | None:
+        """Wait until the user's memory has caught up; return the status that shows it.
+
+        Caught up: every accepted message indexed, nothing queued or running, and the read
+        model holding the workflow's latest context (`middleware.settle`); with `inducted`,
+        also every fragment in the profile. None for a user without a memory workflow.
+        Raises MemoryNotSettledError (a TimeoutError naming what is still pending) after
+        `timeout_s`; messages not yet mature wait for their round unless `consolidate`d.
+        """
+        uid = validate_user_id(user_id)
+        if not timeout_s > 0:
+            raise ValueError("timeout_s must be > 0")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            # Each query gets what is left of the deadline (at least a short attempt).
+            each = min(self.operator_timeout_s, max(0.2, deadline - time.monotonic()))
+            try:
+                status = await self._query(uid, UserMemoryWorkflow.status, each)
+                pending = pending_work(status, await self._published(uid, each), inducted=inducted)
+            except LookupError:
+                return None
+            except MemoryUnavailableError as err:
+                pending = [f"memory unreachable: {err}"]
+            else:
+                if not pending:
+                    return status
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise MemoryNotSettledError(uid, timeout_s, pending)
+            await asyncio.sleep(min(SETTLE_POLL_S, left))
 
     # --- explicit operations (updates) ----------------------------------------------------
 
@@ -305,13 +334,48 @@ class MemoryClient:
         except LookupError as err:
             raise ValueError(f"user {user_id!r} has no memory workflow") from err
 
+    async def consolidate(self, user_id: str, thread_id: str) -> ConsolidateResult:
+        """Slice the thread's pending messages now instead of at maturity (call it when a
+        session ends); hand-overs submitted before this call are included. Returns how many
+        messages were pending; `settle` then waits until they are indexed and published."""
+        uid = validate_user_id(user_id)
+        request = ConsolidateRequest(thread_id=thread_id)
+        try:
+            return await self._update(uid, UserMemoryWorkflow.consolidate, request)
+        except LookupError:
+            return ConsolidateResult(thread_id=thread_id)  # no memory yet: nothing to slice
+
+    async def update_config(
+        self,
+        user_id: str,
+        *,
+        vocation: Vocation | str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> MemoryConfig:
+        """Change a user's preset (`vocation`) and/or any MemoryConfig field (`params`); rounds
+        started from now on use the result, which is returned (and kept across continue-as-new).
+
+        Raises ValueError naming an unknown field or an invalid value; nothing is changed then.
+        """
+        uid = validate_user_id(user_id)
+        self.config.updated(vocation, params)  # the same check the workflow runs, before an RPC
+        request = ConfigUpdate(vocation=vocation, params=dict(params or {}))
+        await self._start(uid)
+        try:
+            result = await self._update(uid, UserMemoryWorkflow.update_config, request)
+        except WorkflowUpdateFailedError as err:
+            raise ValueError(str(err.cause or err)) from err
+        return result.config
+
+    async def __aenter__(self) -> MemoryClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     async def aclose(self) -> None:
         """Close the Redis client if this client built it (the Temporal client is the caller's)."""
-        for task in list(self._querying.values()):
-            task.cancel()
-        await asyncio.gather(*self._querying.values(), return_exceptions=True)
-        if self.redis is not None and self._owns_redis:
-            await self.redis.aclose()
+        await self.reader.aclose()
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -364,13 +428,15 @@ class MemoryClient:
         except (RPCError, RuntimeError) as err:  # RuntimeError: the lazy connect failed
             raise MemoryUnavailableError(f"cannot reach the memory workflow: {err}") from err
 
-    async def _query(self, uid: str, query: Any) -> Any:
-        """Run a query with the hot-path timeout; LookupError when the user has no workflow."""
+    async def _query(self, uid: str, query: Any, timeout_s: float | None = None) -> Any:
+        """Run a query (default: the hot-path timeout); LookupError when the user has no
+        workflow."""
+        seconds = self.query_timeout_s if timeout_s is None else timeout_s
         try:
             return await asyncio.wait_for(
-                self._handle(uid).query(query, rpc_timeout=self._rpc(self.query_timeout_s)),
+                self._handle(uid).query(query, rpc_timeout=self._rpc(seconds)),
                 # The rpc timeout bounds each attempt; this bounds connecting and retries too.
-                timeout=self.query_timeout_s + 0.5,
+                timeout=seconds + 0.5,
             )
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
@@ -392,48 +458,16 @@ class MemoryClient:
         except RuntimeError as err:  # the lazy connect failed
             raise MemoryUnavailableError(f"memory update failed: {err}") from err
 
-    async def _read_model(self, uid: str) -> InjectedContext | None:
-        """One GET of the published context; None on a miss, a bad value or any Redis error."""
-        return (await self._read_model_state(uid))[1]
+    async def _query_context(self, uid: str) -> InjectedContext:
+        return await self._query(uid, UserMemoryWorkflow.context)  # type: ignore[no-any-return]
 
-    async def _read_model_state(self, uid: str) -> tuple[bool, InjectedContext | None]:
-        """(Redis answered with no usable value = a clean miss, the context). A Redis error or
-        an unreadable value is not a clean miss: the caller then queries the workflow."""
-        if self.redis is None:
-            return False, None
+    async def _published(self, uid: str, timeout_s: float) -> Published:
+        """The workflow's latest context version and the one the read model holds."""
+        latest = (await self._query(uid, UserMemoryWorkflow.context, timeout_s)).version
+        if self.reader.redis is None:
+            return Published(latest, checked=False)
         try:
-            async with asyncio.timeout(self.redis_timeout_s):
-                raw = await self.redis.get(context_key(self.key_prefix, uid))
-        except Exception as err:  # any Redis failure means "use the fallback"
-            log.debug("read model unavailable: %r", err)
-            return False, None
-        if raw is None:
-            self._queried.pop(uid, None)
-            return True, None
-        try:
-            return False, InjectedContext.model_validate_json(raw)
-        except ValidationError:
-            log.warning("unreadable read-model value; using the workflow query")
-            return False, None
-
-    def _miss(self, uid: str) -> InjectedContext | None:
-        """On a clean Redis miss: what an earlier background query found (or None), and a new
-        background query at most every MISS_REQUERY_S per user. Never waits."""
-        now = time.monotonic()
-        found_at, found = self._queried.get(uid, (float("-inf"), None))
-        if uid not in self._querying and now - found_at >= MISS_REQUERY_S:
-            task = asyncio.get_running_loop().create_task(self._query_later(uid))
-            self._querying[uid] = task
-        return found
-
-    async def _query_later(self, uid: str) -> None:
-        try:
-            found = await self._query(uid, UserMemoryWorkflow.context)
-        except (MemoryUnavailableError, LookupError):
-            found = None
-        finally:
-            self._querying.pop(uid, None)
-        self._queried[uid] = (time.monotonic(), found)
-        self._queried.move_to_end(uid)
-        while len(self._queried) > MAX_MISS_CACHE:
-            self._queried.popitem(last=False)
+            found = await self.reader.published(uid)
+        except Exception as err:  # reported as pending; settle asks again
+            return Published(latest, unreadable=repr(err)[:200])
+        return Published(latest, None if found is None else found.version)

@@ -13,6 +13,8 @@ Per turn (docs/ARCHITECTURE.md, "Triggers"):
   trim the request below the thread's indexed watermark when the window reached its budget;
   rewrite the system prompt as core -> profile -> fragments, packed into the memory budget;
   after a call whose answer drew on injected fragments, signal those ids in the background;
+  count the tokens the response reports (Prometheus, and the user's ledger with the next
+  hand-over: middleware/chat_usage.py);
 - after the agent: stamp what the turn added and hand the messages after the accepted watermark
   over to the user's workflow as a background task (the turn never awaits it; the next turn
   re-sends whatever was not accepted). The graph state keeps every message.
@@ -42,6 +44,7 @@ from mnemoflow.memory.prompt import assemble_system_prompt, filter_in_window, re
 from mnemoflow.memory.rerank import drawn_on, rerank_for_query
 from mnemoflow.memory.search import pack
 from mnemoflow.memory.text import estimate_tokens
+from mnemoflow.middleware.chat_usage import ChatTokenMetrics, PendingUsage, response_usage
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.search import PendingSearches
 from mnemoflow.middleware.window import (
@@ -91,8 +94,10 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         core_prompt: str | None = None,
         config: MemoryConfig | None = None,
         clock: Callable[[], float] = time.time,
+        metrics: ChatTokenMetrics | None = None,
     ) -> None:
-        """`core_prompt` None keeps the request's own system message as the core prompt."""
+        """`core_prompt` None keeps the request's own system message as the core prompt;
+        `metrics` None counts chat tokens in a registry of its own (`self.metrics.registry`)."""
         super().__init__()
         if not isinstance(client, MemoryClient):
             raise TypeError("client must be a middleware.MemoryClient")
@@ -102,6 +107,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         self.core_prompt = core_prompt
         self.config = config or client.config
         self._clock = clock
+        self.metrics = metrics or ChatTokenMetrics()
+        # Chat tokens per (user, thread) that the next hand-over carries to the ledger.
+        self._chat_usage = PendingUsage()
         self._tasks: set[asyncio.Task[Any]] = set()
         # Latest hand-over task and highest accepted position per (user, thread), in process.
         self._handovers: OrderedDict[tuple[str, str], asyncio.Task[int]] = OrderedDict()
@@ -180,10 +188,10 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         start = window_start(history, indexed, self.config)
         self._remember_window(user_id, thread, start)
         profile = context.profile if context is not None else UserProfile()
-        if found:
-            used = estimate_tokens(render_profile(profile))
+        if found:  # the search answered in time: pack its ranking into the memory budget
             outside = filter_in_window(found, thread, start)
-            fragments = pack(outside, self.config.memory_budget_tokens, used)
+            share = estimate_tokens(render_profile(profile))
+            fragments = pack(outside, self.config.memory_budget_tokens, share)
         else:
             fragments = self._fragments(context, thread, start, query)
 
@@ -199,6 +207,10 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         if prompt != current or (prompt and request.system_message is None):
             overrides["system_message"] = SystemMessage(content=prompt) if prompt else None
         response = await handler(request.override(**overrides) if overrides else request)
+        usage = response_usage(response)
+        if usage is not None:
+            self.metrics.record(usage)
+            self._chat_usage.add((user_id, thread), usage)
 
         used = drawn_on(_response_text(response), fragments) if fragments else []
         if used:  # evidence of use, not injection: an injected fragment must not lock itself in
@@ -224,15 +236,24 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         """Submit the turns after any earlier hand-over of this thread, skipping what it sent."""
         key = (user_id, thread)
         previous = self._handovers.get(key)
+        usage = self._chat_usage.take(key)
 
         async def handover() -> int:
             if previous is not None:
                 await asyncio.wait([previous])  # its failure is logged; we re-send its turns
             done = self._accepted.get(key, 0)
             todo = [t for t in turns if t.position >= done]
-            if todo:
-                await self.client.submit(user_id, todo, urgent=urgent, trigger=trigger)
-                self._accepted[key] = max(self._accepted.get(key, 0), todo[-1].position + 1)
+            if not todo:
+                self._chat_usage.add(key, usage)  # the next hand-over carries it
+                return done
+            try:
+                await self.client.submit(
+                    user_id, todo, urgent=urgent, trigger=trigger, chat_usage=usage
+                )
+            except BaseException:
+                self._chat_usage.add(key, usage)
+                raise
+            self._accepted[key] = max(self._accepted.get(key, 0), todo[-1].position + 1)
             return self._accepted.get(key, 0)
 
         self._handovers[key] = self._spawn(handover(), "hand-over")

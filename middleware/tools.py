@@ -85,7 +85,8 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
         """How much the memory holds about the user: rounds, pending messages, profile state."""
         user_id = _user(runtime)
         try:
-            status = await client.status(user_id)
+            # Inside a turn: the hot path's timeout, not the operator's.
+            status = await client.status(user_id, timeout_s=client.query_timeout_s)
         except MemoryUnavailableError:
             return UNAVAILABLE
         if status is None:

@@ -6,12 +6,10 @@ deterministic defaults (no clock, no environment).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Literal
 
-from pydantic import BaseModel, Field
-
-FragmentType = Literal["identity", "decision", "preference", "fact", "episode", "chat"]
+from pydantic import BaseModel, Field, ValidationError
 
 #: Type values of docs/ARCHITECTURE.md, "The memory model" (unknown types score 0).
 TYPE_VALUES: dict[str, float] = {
@@ -85,7 +83,6 @@ class MemoryConfig(BaseModel):
     )
     always_inject_types: tuple[str, ...] = ("identity", "preference")
     theme_cap: int | None = Field(None, ge=1, description="max fragments of one theme")
-    scoring_log_size: int = Field(200, ge=1, le=5000, description="selections kept in the log")
     published_candidates: int = Field(
         12,
         ge=1,
@@ -115,6 +112,36 @@ class MemoryConfig(BaseModel):
     failed_round_backoff_s: float = Field(
         600, ge=0, description="wait before re-slicing after a failed round"
     )
+
+    def updated(
+        self, vocation: Vocation | str | None = None, params: Mapping[str, object] | None = None
+    ) -> MemoryConfig:
+        """This config with another vocation's preset and/or some fields changed.
+
+        A vocation brings its preset's time constants and gates; `params` then override any
+        field. Changing a preset field without naming a vocation makes the config `custom`.
+        Raises ValueError naming every unknown or invalid field; nothing is half-applied.
+        """
+        params = dict(params or {})
+        unknown = sorted(set(params) - set(type(self).model_fields))
+        if unknown:
+            raise ValueError(f"unknown memory config fields: {', '.join(unknown)}")
+        values = self.model_dump()
+        if vocation is not None:
+            voc = Vocation(vocation)
+            values["vocation"] = voc
+            if voc in PRESETS:
+                values.update(PRESETS[voc].model_dump())
+        elif set(params) & set(Preset.model_fields) and "vocation" not in params:
+            values["vocation"] = Vocation.CUSTOM
+        values.update(params)
+        try:
+            return type(self).model_validate(values)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
+            )
+            raise ValueError(f"invalid memory config: {problems}") from None
 
     @classmethod
     def from_vocation(cls, vocation: Vocation | str, **overrides: object) -> MemoryConfig:

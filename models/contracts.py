@@ -3,18 +3,18 @@ update and query. Contracts change only by adding fields with defaults."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.config import MemoryConfig, Vocation
 from mnemoflow.models.fragments import Fragment, FragmentDraft, SelectionLog
 from mnemoflow.models.params import TunedParams
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn
 from mnemoflow.models.usage import CostLedger, LLMUsage, PriceTable
 
-Trigger = Literal["handover", "budget", "ceiling", "explicit", "retry"]
+Trigger = Literal["handover", "budget", "ceiling", "explicit", "consolidate", "retry"]
 
 # --- read model ------------------------------------------------------------------------------
 
@@ -39,6 +39,21 @@ class ContextFragment(BaseModel):
     score: float = 0.0
     created_at: float = Field(0.0, description="when it was said (0: unknown), shown as a date")
 
+    @classmethod
+    def of(cls, fragment: Fragment, score: float = 0.0) -> ContextFragment:
+        """The published form of a stored fragment, with the score that ranked it."""
+        return cls(
+            id=fragment.id,
+            theme=fragment.theme,
+            types=list(fragment.types),
+            content=fragment.content,
+            thread_id=fragment.thread_id,
+            start_pos=fragment.start_pos,
+            end_pos=fragment.end_pos,
+            score=score,
+            created_at=fragment.created_at,
+        )
+
 
 class InjectedContext(BaseModel):
     """What the agent's next model call gets, prepared by the workflows and published to Redis."""
@@ -52,6 +67,13 @@ class InjectedContext(BaseModel):
     top_k: int = 4
 
 
+def parse_published(raw: bytes | str | None) -> InjectedContext | None:
+    """A read-model value as Redis returned it (key: `models.ids.context_key`): None when there
+    is none, ValueError (a pydantic ValidationError) when it is unreadable. Both readers decode
+    through here: the hot path (middleware/client.py) and ReadModel.get."""
+    return None if raw is None else InjectedContext.model_validate_json(raw)
+
+
 # --- user workflow ---------------------------------------------------------------------------
 
 
@@ -62,6 +84,9 @@ class SubmitEvent(BaseModel):
     turns: list[ChatTurn] = Field(default_factory=list)
     urgent: bool = Field(False, description="window reached the hard ceiling: slice now")
     trigger: Trigger = "handover"
+    chat_usage: LLMUsage | None = Field(
+        None, description="main chat model tokens the agent used since its last hand-over"
+    )
 
 
 class ReinforceEvent(BaseModel):
@@ -174,12 +199,7 @@ class UserStatus(BaseModel):
     continued: int
     history_length: int = 0
     tuned: dict[str, TunedParams] = Field(default_factory=dict)
-
-
-class StatusQuery(BaseModel):
-    """Query input of status (how many recent rounds to include)."""
-
-    recent_rounds: int = Field(20, ge=0, le=500)
+    config: MemoryConfig | None = Field(None, description="what the next round uses")
 
 
 # --- round workflow --------------------------------------------------------------------------
@@ -366,6 +386,32 @@ class RetryRoundResult(BaseModel):
     thread_id: str = ""
     pending_turns: int = 0
     reason: str = ""
+
+
+class ConsolidateRequest(BaseModel):
+    """Update: slice a thread's pending messages now (the session ended), not at maturity."""
+
+    thread_id: str = Field(min_length=1, max_length=512)
+
+
+class ConsolidateResult(BaseModel):
+    """How many of the thread's messages were pending when the request was accepted."""
+
+    thread_id: str
+    pending_turns: int = 0
+
+
+class ConfigUpdate(BaseModel):
+    """Update: change the user's preset and/or parameters, applied from the next round."""
+
+    vocation: Vocation | None = Field(None, description="a preset: its time constants and gates")
+    params: dict[str, Any] = Field(default_factory=dict, description="MemoryConfig fields")
+
+
+class ConfigUpdateResult(BaseModel):
+    """The config the user's rounds use from now on."""
+
+    config: MemoryConfig
 
 
 class RememberResult(BaseModel):

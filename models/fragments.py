@@ -4,6 +4,17 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+MAX_THEME_KEY_CHARS = 200
+
+
+def theme_key(theme: str) -> str:
+    """What makes two themes the same: an LLM writes "Travel " and "travel" for one theme.
+
+    The one definition for the tuned-parameter cache (keyed by it in workflow state) and the
+    selection's per-theme cap: case-folded, whitespace collapsed, bounded.
+    """
+    return " ".join(theme.split()).casefold()[:MAX_THEME_KEY_CHARS]
+
 
 class FragmentDraft(BaseModel):
     """What a slicer proposes: a theme, types, the content, and the turns it came from."""

@@ -9,10 +9,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import unicodedata
 
 MAX_USER_ID_CHARS = 4096
 USER_WORKFLOW_PREFIX = "mnemoflow-user"
+#: Characters of the user id shown in its workflow id (the hash keeps long ids unique).
+SLUG_CHARS = 40
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.@-]+")
+_SLUG_PUNCT = frozenset("_.@-")
 
 
 def validate_user_id(user_id: object) -> str:
@@ -34,9 +38,33 @@ def user_key(user_id: str) -> str:
 
 
 def user_workflow_id(user_id: str) -> str:
-    """Workflow id of the user's UserMemoryWorkflow: readable slug plus the hash key."""
-    slug = _SLUG_UNSAFE.sub("_", user_id[:40]).strip("_") or "user"
-    return f"{USER_WORKFLOW_PREFIX}-{slug}-{user_key(user_id)[:20]}"
+    """Workflow id of the user's UserMemoryWorkflow: readable slug plus the hash key.
+
+    The hash of the whole id keeps workflow ids unique; the slug only lets an operator recognise
+    the user in the Temporal UI, so it may lose characters.
+    """
+    return f"{USER_WORKFLOW_PREFIX}-{workflow_slug(user_id)}-{user_key(user_id)[:20]}"
+
+
+def workflow_slug(user_id: str) -> str:
+    """The readable part of a user's workflow id: letters and digits of any script.
+
+    An id whose first SLUG_CHARS characters are ASCII gets the slug it always had (running
+    workflows keep their ids). Otherwise the head is NFKC-normalised (full-width forms become
+    plain ones) and every run of characters that is not a letter, mark or digit of some script,
+    nor one of `_.@-`, becomes one `_`: no spaces, controls, bidi overrides, quotes or slashes
+    reach the id, and names in Chinese, Cyrillic or Arabic stay readable.
+    """
+    head = user_id[:SLUG_CHARS]
+    if head.isascii():
+        return _SLUG_UNSAFE.sub("_", head).strip("_") or "user"
+    kept: list[str] = []
+    for char in unicodedata.normalize("NFKC", head)[:SLUG_CHARS]:
+        if char in _SLUG_PUNCT or unicodedata.category(char)[0] in "LMN":
+            kept.append(char)
+        elif not kept or kept[-1] != "_":
+            kept.append("_")
+    return "".join(kept).strip("_") or "user"
 
 
 def round_workflow_id(user_workflow: str, round_no: int) -> str:

@@ -18,11 +18,3 @@ class ChatTurn(BaseModel):
     content: str = ""
     time: float = Field(description="unix seconds, stamped when first seen")
     name: str | None = None
-
-
-class TurnRange(BaseModel):
-    """A contiguous range of positions [start, end) of one thread."""
-
-    thread_id: str
-    start: int = Field(ge=0)
-    end: int = Field(ge=0)

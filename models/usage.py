@@ -42,11 +42,13 @@ class PriceTable(BaseModel):
 
 
 class CostLedger(BaseModel):
-    """Usage per memory operation (slice, tune, induct) and its price."""
+    """Usage per memory operation (slice, tune, induct) and its price; and the main chat
+    model's tokens as the agent reported them, unpriced (its prices are the application's)."""
 
     by_operation: dict[str, LLMUsage] = Field(default_factory=dict)
     cost: float = 0.0
     currency: str = "CNY"
+    chat: LLMUsage = Field(default_factory=LLMUsage)
 
     def add(self, operation: str, usage: LLMUsage, prices: PriceTable) -> None:
         """Record one operation's usage."""

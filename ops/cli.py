@@ -13,6 +13,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -112,14 +113,20 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(run_demo(settings, Path(args.out), ports))
 
 
-def _inspect(args: argparse.Namespace, settings: Settings) -> int:
+def _show(report: dict[str, Any], render: Callable[[dict[str, Any]], str] | None = None) -> int:
+    """A report as JSON (always, when there is no text form) or rendered for a person."""
     import json
 
+    text = render(report) if render else json.dumps(report, indent=2, ensure_ascii=False)
+    print(text)
+    return 0
+
+
+def _inspect(args: argparse.Namespace, settings: Settings) -> int:
     from mnemoflow.ops.inspect import inspect_user, render
 
     report = asyncio.run(inspect_user(_targeted(args, settings), args.user))
-    print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else render(report))
-    return 0
+    return _show(report, None if args.json else render)
 
 
 def _forget_arguments(parser: argparse.ArgumentParser) -> None:
@@ -128,13 +135,9 @@ def _forget_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _forget(args: argparse.Namespace, settings: Settings) -> int:
-    import json
-
     from mnemoflow.ops.inspect import forget_user
 
-    receipt = asyncio.run(forget_user(_targeted(args, settings), args.user, args.reason))
-    print(json.dumps(receipt, indent=2, ensure_ascii=False))
-    return 0
+    return _show(asyncio.run(forget_user(_targeted(args, settings), args.user, args.reason)))
 
 
 def _codec_server_arguments(parser: argparse.ArgumentParser) -> None:
@@ -160,14 +163,11 @@ def _rounds_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _rounds(args: argparse.Namespace, settings: Settings) -> int:
-    import json
-
     from mnemoflow.ops.inspect import rounds_report
     from mnemoflow.ops.operations import render_rounds
 
     report = asyncio.run(rounds_report(_targeted(args, settings), args.user, args.failed))
-    print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else render_rounds(report))
-    return 0
+    return _show(report, None if args.json else render_rounds)
 
 
 def _retry_arguments(parser: argparse.ArgumentParser) -> None:

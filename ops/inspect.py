@@ -113,6 +113,12 @@ def render(report: dict[str, Any]) -> str:
                 f"  {op}: {usage['calls']} calls, {usage['input_tokens']} in, "
                 f"{usage['output_tokens']} out"
             )
+        chat = costs.get("chat") or {}
+        if chat.get("calls"):
+            lines.append(
+                f"main chat model (reported by the agent, unpriced): {chat['calls']} calls, "
+                f"{chat['input_tokens']} in, {chat['output_tokens']} out"
+            )
     return "\n".join(lines)
 
 

@@ -1,19 +1,23 @@
-"""Worker wiring: both workflows and every activity, on one task queue or two.
+"""The one worker wiring: components + settings -> the Workers of this process.
 
-`build_worker` creates the stores and activity objects from settings (or takes injected models
-and embeddings, which tests and the demo use) and returns the Worker plus the resources it
-owns. `running_worker` is the usual way in: it also ensures the Milvus collection before
-polling and closes the Redis and Milvus clients on the way out.
+Every way a worker runs goes through `running_worker`: `mnemoflow worker` (worker.serve), the dev
+stack and the demo (devstack.embedded) and the tests (tests/support). What differs between them
+is only the `Components` handed in (tests inject offline models, hashing embeddings or a slowed
+store) and the settings (queues, role, versioning); whatever is not handed in is built from the
+settings and closed on the way out.
 
-When `TEMPORAL_LLM_TASK_QUEUE` is set, the LLM activities (slice, tune, induct) get a Worker
-of their own on that queue, so LLM capacity can scale separately from store I/O.
+Queues and roles (`worker_plans`): one Worker per task queue per process, because the SDK refuses
+two Workers of one client on the same queue. Without TEMPORAL_LLM_TASK_QUEUE (or with it equal to
+the main queue) one Worker runs everything. With a separate LLM queue, MNEMOFLOW_WORKER_ROLE picks
+"workflow" (workflows + Milvus/Redis activities on the main queue), "llm" (the LLM activities on
+their queue, rate limited queue-wide) or "all" (both Workers in this process).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,7 +25,8 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from mnemoflow.worker.settings import Settings
 
@@ -29,36 +34,38 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class WorkerResources:
-    """What a worker run owns: the Workers, the store clients and the activity objects."""
+class Components:
+    """What a worker is built from; a part left None is built from the settings."""
 
-    worker: Worker
+    models: Any = None
+    embeddings: Any = None
+    store: Any = None
+    read_model: Any = None
+
+
+@dataclass
+class WorkerResources:
+    """A built worker: its Workers, the components they use and what this run must close."""
+
     store: Any
     read_model: Any
     models: Any
     embeddings: Any
-    activity_objects: list[Any] = field(default_factory=list)
-    llm_worker: Worker | None = None
+    workers: list[Worker] = field(default_factory=list)
+    owned: list[Any] = field(default_factory=list)
     executors: list[ThreadPoolExecutor] = field(default_factory=list)
-    owns_models: bool = False
-
-    @property
-    def workers(self) -> list[Worker]:
-        """Every Worker to run (the LLM one only when a separate queue is configured)."""
-        return [w for w in (self.worker, self.llm_worker) if w is not None]
 
     async def aclose(self) -> None:
-        """Close the Redis and Milvus clients, the memory models when this run built them
-        (errors logged, not raised), and any executor."""
-        owned = [self.models] if self.owns_models else []
-        for resource in (self.read_model, self.store, *owned):
+        """Close what this run built (errors logged, not raised); parts handed in are the
+        caller's to close."""
+        for resource in self.owned:
             await _close(resource)
         for executor in self.executors:
             executor.shutdown(wait=False, cancel_futures=True)
 
 
 async def _close(resource: Any) -> None:
-    # The store modules are written in parallel; accept either close spelling, sync or async.
+    # Stores close with `close`, models with `aclose`; either may be sync or async.
     for name in ("aclose", "close"):
         method = getattr(resource, name, None)
         if method is None:
@@ -116,101 +123,131 @@ def default_embeddings(settings: Settings) -> Any:
     return UniversalSentenceEncoderEmbeddings()
 
 
-def _new_worker(
-    client: Client,
-    settings: Settings,
-    task_queue: str,
-    *,
-    workflows: list[type],
-    acts: list[Any],
-    executors: list[ThreadPoolExecutor],
-) -> Worker:
-    # Async activities run on the event loop and need no executor; a thread pool is only
-    # created if some activity is a plain function (the SDK refuses those without one).
-    limit = settings.mnemoflow.max_concurrent_activities
-    executor = None
-    if any(not inspect.iscoroutinefunction(a) for a in acts):
-        executor = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="activity")
-        executors.append(executor)
-    return Worker(
-        client,
-        task_queue=task_queue,
-        workflows=workflows,
-        activities=acts,
-        activity_executor=executor,
-        max_concurrent_activities=limit,
-        graceful_shutdown_timeout=timedelta(seconds=settings.mnemoflow.graceful_shutdown_s),
+def resolve(settings: Settings, given: Components) -> WorkerResources:
+    """The components, with every missing part built from the settings (and owned)."""
+    from mnemoflow.activities.fragment_store import FragmentStore
+    from mnemoflow.activities.read_model import ReadModel
+
+    owned: list[Any] = []
+    models = given.models
+    if models is None:
+        models = default_models(settings)
+        owned.append(models)
+    embeddings = given.embeddings or default_embeddings(settings)
+    store = given.store
+    if store is None:
+        token = settings.milvus.token.get_secret_value() if settings.milvus.token else None
+        m = settings.milvus
+        store = FragmentStore(m.uri, embeddings, collection=m.collection, token=token)
+        owned.append(store)
+    read_model = given.read_model
+    if read_model is None:
+        read_model = ReadModel(settings.redis.url, settings.redis.key_prefix)
+        owned.append(read_model)
+    return WorkerResources(store, read_model, models, embeddings, owned=owned)
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """One Worker of this process: its queue and what it runs."""
+
+    task_queue: str
+    workflows: bool
+    store_activities: bool
+    llm_activities: bool
+    activities_per_second: float | None = None
+
+
+def worker_plans(settings: Settings) -> list[WorkerPlan]:
+    """The Workers this process runs, by queues and MNEMOFLOW_WORKER_ROLE (one per queue)."""
+    main = settings.temporal.task_queue
+    llm = settings.temporal.llm_task_queue
+    role = settings.mnemoflow.worker_role
+    rate = settings.mnemoflow.llm_activities_per_second
+    if llm is None or llm == main:
+        if role != "all":
+            raise ValueError(
+                f"MNEMOFLOW_WORKER_ROLE={role} needs TEMPORAL_LLM_TASK_QUEUE set to a queue other "
+                "than TEMPORAL_TASK_QUEUE"
+            )
+        if rate is not None:
+            log.warning("LLM rate limit ignored: the LLM activities share the main task queue")
+        return [WorkerPlan(main, workflows=True, store_activities=True, llm_activities=True)]
+    plans = []
+    if role in ("all", "workflow"):
+        plans.append(WorkerPlan(main, workflows=True, store_activities=True, llm_activities=False))
+    if role in ("all", "llm"):
+        plans.append(WorkerPlan(llm, False, False, llm_activities=True, activities_per_second=rate))
+    return plans
+
+
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """Worker Versioning options, or None when MNEMOFLOW_DEPLOYMENT_NAME is unset.
+
+    Default behaviour AUTO_UPGRADE: a user workflow is a long-lived entity workflow that
+    continues as new and never completes, so pinning it would keep every old version running
+    for as long as its users do; it moves to the current version at its next workflow task,
+    which is safe because workflow changes go through `workflow.patched` and the committed
+    replay histories (tests/replay). Rounds are short, but they are children of the user
+    workflow and read the same contracts, so they follow the same rule instead of pinning.
+    """
+    m = settings.mnemoflow
+    if m.deployment_name is None:
+        return None
+    assert m.build_id is not None  # MnemoflowSettings requires both
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(deployment_name=m.deployment_name, build_id=m.build_id),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
     )
 
 
-def build_worker(
-    client: Client,
-    settings: Settings,
-    *,
-    models: Any = None,
-    embeddings: Any = None,
-    task_queue: str | None = None,
-) -> tuple[Worker, WorkerResources]:
-    """The main Worker (workflows + activities) and the resources it owns.
-
-    The LLM activities join the main Worker unless `settings.temporal.llm_task_queue` is set;
-    then they run on `resources.llm_worker`.
-    """
-    from mnemoflow.activities.fragment_store import FragmentStore
+def build_workers(client: Client, settings: Settings, res: WorkerResources) -> list[Worker]:
+    """The Workers of `worker_plans`, their activities bound to the resolved components."""
     from mnemoflow.activities.fragments import FragmentActivities
     from mnemoflow.activities.llm_activities import LLMActivities
-    from mnemoflow.activities.read_model import ReadModel, ReadModelActivities
+    from mnemoflow.activities.read_model import ReadModelActivities
     from mnemoflow.activities.search_corpus import SearchCorpus
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
     from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
-    owns_models = models is None
-    models = models if models is not None else default_models(settings)
-    embeddings = embeddings if embeddings is not None else default_embeddings(settings)
-    token = settings.milvus.token.get_secret_value() if settings.milvus.token else None
-    store = FragmentStore(
-        settings.milvus.uri, embeddings, collection=settings.milvus.collection, token=token
-    )
-    read_model = ReadModel(settings.redis.url, settings.redis.key_prefix)
-    corpus = SearchCorpus(read_model.redis, settings.redis.key_prefix)
-    store_objects = [FragmentActivities(store, corpus), ReadModelActivities(read_model)]
-    llm_object = LLMActivities(models, fragments=store)
-
-    queue = task_queue or settings.temporal.task_queue
-    llm_queue = settings.temporal.llm_task_queue
-    store_acts = _flatten(activity_methods(o) for o in store_objects)
-    llm_acts = activity_methods(llm_object)
-    separate = llm_queue is not None and llm_queue != queue
-    executors: list[ThreadPoolExecutor] = []
-    main = _new_worker(
-        client,
-        settings,
-        queue,
-        workflows=[UserMemoryWorkflow, MemoryRoundWorkflow],
-        acts=store_acts if separate else store_acts + llm_acts,
-        executors=executors,
-    )
-    llm_worker = None
-    if llm_queue is not None and separate:
-        llm_worker = _new_worker(
-            client, settings, llm_queue, workflows=[], acts=llm_acts, executors=executors
+    # The hot path's search corpus shares the read model's Redis client (closed with it).
+    corpus = SearchCorpus(res.read_model.redis, res.read_model.prefix)
+    store_acts = [
+        *activity_methods(FragmentActivities(res.store, corpus)),
+        *activity_methods(ReadModelActivities(res.read_model)),
+    ]
+    llm_acts = activity_methods(LLMActivities(res.models, fragments=res.store))
+    limit = settings.mnemoflow.max_concurrent_activities
+    versioning = deployment_config(settings)
+    workers = []
+    for plan in worker_plans(settings):
+        acts = (store_acts if plan.store_activities else []) + (
+            llm_acts if plan.llm_activities else []
         )
-    resources = WorkerResources(
-        worker=main,
-        store=store,
-        read_model=read_model,
-        models=models,
-        embeddings=embeddings,
-        activity_objects=[*store_objects, llm_object],
-        llm_worker=llm_worker,
-        executors=executors,
-        owns_models=owns_models,
-    )
-    return main, resources
-
-
-def _flatten(groups: Iterable[list[Any]]) -> list[Any]:
-    return [item for group in groups for item in group]
+        # Async activities run on the event loop; a thread pool only for plain functions (the
+        # SDK refuses those without one).
+        executor = None
+        if any(not inspect.iscoroutinefunction(a) for a in acts):
+            executor = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="activity")
+            res.executors.append(executor)
+        options: dict[str, Any] = {}
+        if versioning is not None:
+            options["deployment_config"] = versioning
+        workers.append(
+            Worker(
+                client,
+                task_queue=plan.task_queue,
+                workflows=[UserMemoryWorkflow, MemoryRoundWorkflow] if plan.workflows else [],
+                activities=acts,
+                activity_executor=executor,
+                max_concurrent_activities=limit,
+                max_task_queue_activities_per_second=plan.activities_per_second,
+                graceful_shutdown_timeout=timedelta(seconds=settings.mnemoflow.graceful_shutdown_s),
+                **options,
+            )
+        )
+    return workers
 
 
 def single_threaded_blas() -> None:
@@ -228,25 +265,19 @@ def single_threaded_blas() -> None:
 
 @asynccontextmanager
 async def running_worker(
-    client: Client,
-    settings: Settings,
-    *,
-    models: Any = None,
-    embeddings: Any = None,
-    task_queue: str | None = None,
+    client: Client, settings: Settings, components: Components | None = None
 ) -> AsyncIterator[WorkerResources]:
-    """Run the worker(s) for the duration of the block, then shut down gracefully.
+    """Run this process's Workers for the duration of the block, then shut down gracefully.
 
     The Milvus collection is ensured before polling starts, so the first index activity does
-    not race schema creation; the store clients are closed after the workers have stopped.
+    not race schema creation; what this run built is closed after the Workers have stopped.
     """
     single_threaded_blas()
-    _, resources = build_worker(
-        client, settings, models=models, embeddings=embeddings, task_queue=task_queue
-    )
+    res = resolve(settings, components or Components())
     async with AsyncExitStack() as stack:
-        stack.push_async_callback(resources.aclose)
-        await resources.store.ensure()
-        for each in resources.workers:
+        stack.push_async_callback(res.aclose)
+        res.workers = build_workers(client, settings, res)
+        await res.store.ensure()
+        for each in res.workers:
             await stack.enter_async_context(each)
-        yield resources
+        yield res

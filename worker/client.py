@@ -9,14 +9,20 @@ so no client or worker can send conversation text to Temporal in the clear.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client, Interceptor, TLSConfig
 from temporalio.runtime import Runtime
 
 from mnemoflow.worker.codec import data_converter
 from mnemoflow.worker.settings import TemporalSettings
+
+log = logging.getLogger(__name__)
 
 
 def _read(path: Path | None) -> bytes | None:
@@ -56,3 +62,38 @@ async def connect(
         runtime=runtime,
         interceptors=list(interceptors),
     )
+
+
+async def connect_until(
+    settings: TemporalSettings,
+    stop: asyncio.Event,
+    *,
+    retry_s: float,
+    deadline_s: float | None = None,
+    then: Callable[[Client], Awaitable[object]] | None = None,
+    log_level: int = logging.WARNING,
+    **options: Any,
+) -> Client | None:
+    """Connect (and run `then` on the client) until it works; None if `stop` is set first.
+
+    A worker pod may start before Temporal, and the dev server opens its port before its
+    frontend serves the namespace, so both the worker and the dev stack retry here. With
+    `deadline_s` the last error is raised once it passes; without, this retries until stopped.
+    The pause between attempts is cut short by `stop`.
+    """
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
+    while not stop.is_set():
+        try:
+            client = await connect(settings, **options)
+            if then is not None:
+                await then(client)
+            return client
+        except Exception as err:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+            log.log(log_level, "cannot reach Temporal at %s yet: %s", settings.address, err)
+        try:
+            await asyncio.wait_for(stop.wait(), retry_s)
+        except TimeoutError:
+            pass
+    return None

@@ -7,8 +7,9 @@ stores ciphertext. Every POST needs `Authorization: Bearer <MNEMOFLOW_CODEC_TOKE
 401, wrong -> 403 (compared in constant time). The configured UI origins get CORS headers,
 including the OPTIONS preflight that browsers send before a POST with an Authorization header.
 
-A small HTTP/1.1 server on asyncio streams (one request per connection), because the protocol
-is two routes and the venv has no web framework; anything unexpected is answered with a 4xx.
+Served by aiohttp. A request is authorised from its headers before its body is read (a refused
+upload costs no memory), bodies are capped at MAX_BODY_BYTES (413) and at most MAX_CONCURRENT
+authorised requests run at once (503 past it); anything unexpected is answered with a 4xx.
 """
 
 from __future__ import annotations
@@ -17,22 +18,30 @@ import asyncio
 import hmac
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Any
 
+from aiohttp import web
 from google.protobuf import json_format
-from temporalio.api.common.v1 import Payloads
+from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
 from mnemoflow.worker.codec import CodecError, EncryptionCodec, Keyring
 from mnemoflow.worker.settings import TemporalSettings
+from mnemoflow.worker.web import serving
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 16 * 1024 * 1024  # a page of history payloads; Temporal caps each at 2 MB
-REQUEST_TIMEOUT_S = 30.0
+#: Largest request body: a page of history payloads (Temporal caps each payload at 2 MB).
+MAX_BODY_BYTES = 4 * 1024 * 1024
+#: Authorised requests served at once; past it 503. With the body cap this bounds the memory
+#: the server spends on bodies (refused requests never read theirs).
+MAX_CONCURRENT = 8
+#: An idle keep-alive connection is closed after this long.
+KEEPALIVE_S = 15.0
 CORS_HEADERS = {
     "Access-Control-Allow-Methods": "POST, OPTIONS",
     "Access-Control-Allow-Headers": "Authorization, Content-Type, X-Namespace",
@@ -51,16 +60,6 @@ class HTTPError(Exception):
 
 
 @dataclass
-class Request:
-    """The parts of a request the codec protocol needs (header names lower-cased)."""
-
-    method: str
-    path: str
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-
-
-@dataclass
 class CodecServer:
     """The codec protocol over a PayloadCodec; `token` None = no authentication (loopback dev)."""
 
@@ -68,50 +67,82 @@ class CodecServer:
     token: str | None
     origins: Sequence[str] = ()
     namespace: str = "default"
+    max_body: int = MAX_BODY_BYTES
+    max_concurrent: int = MAX_CONCURRENT
+    _busy: int = field(default=0, init=False)
 
-    async def respond(self, request: Request) -> tuple[HTTPStatus, dict[str, str], bytes]:
-        """Status, headers and body answering `request` (CORS headers included when allowed)."""
-        cors = self._cors(request.headers.get("origin"))
+    def app(self) -> web.Application:
+        """The aiohttp application: POST and OPTIONS on /encode and /decode."""
+        # client_max_size also bounds a chunked body, which announces no length up front.
+        app = web.Application(client_max_size=self.max_body, middlewares=[self._envelope])
+        for path, method in (("/encode", self.codec.encode), ("/decode", self.codec.decode)):
+            app.router.add_post(path, self._coding(method))
+            app.router.add_route("OPTIONS", path, _preflight)
+        return app
+
+    @web.middleware
+    async def _envelope(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Every answer, errors included, as JSON with the CORS headers the origin may have."""
+        cors = self._cors(request.headers.get("Origin"))
         try:
-            status, headers, body = await self._route(request)
+            response: web.StreamResponse = await handler(request)
         except HTTPError as err:
-            body = json.dumps({"error": str(err)}).encode()
-            status, headers = err.status, {"Content-Type": "application/json", **err.headers}
+            response = _error(err.status, str(err), err.headers)
+        except web.HTTPException as err:  # the framework's 404, 405, 413
+            status = HTTPStatus(err.status)
+            extra = {"Allow": err.headers["Allow"]} if "Allow" in err.headers else {}
+            message = {404: "the codec routes are /encode and /decode", 405: "use POST"}
+            response = _error(status, message.get(err.status, status.phrase), extra)
         except Exception:
             log.exception("codec request failed")
-            status, headers, body = HTTPStatus.INTERNAL_SERVER_ERROR, {}, b""
-        return status, {**cors, **headers}, body
+            response = web.Response(status=HTTPStatus.INTERNAL_SERVER_ERROR)
+        response.headers.update(cors)
+        return response
 
     def _cors(self, origin: str | None) -> dict[str, str]:
         if origin is None or origin.rstrip("/") not in self.origins:
             return {}  # the browser then refuses to hand the answer to the page
         return {"Access-Control-Allow-Origin": origin, "Vary": "Origin", **CORS_HEADERS}
 
-    async def _route(self, request: Request) -> tuple[HTTPStatus, dict[str, str], bytes]:
-        path = request.path.split("?", 1)[0].rstrip("/")
-        handlers = {"/encode": self.codec.encode, "/decode": self.codec.decode}
-        if path not in handlers:
-            raise HTTPError(HTTPStatus.NOT_FOUND, "the codec routes are /encode and /decode")
-        if request.method == "OPTIONS":  # preflight: carries no credentials by design
-            return HTTPStatus.NO_CONTENT, {}, b""
-        if request.method != "POST":
-            raise HTTPError(HTTPStatus.METHOD_NOT_ALLOWED, "use POST", {"Allow": "POST, OPTIONS"})
-        self._authorise(request.headers)
+    def _coding(self, method: Callable[[Sequence[Payload]], Awaitable[list[Payload]]]) -> Any:
+        async def handle(request: web.Request) -> web.Response:
+            # Headers first: a request that is refused never has its body read.
+            self._authorise(request.headers)
+            length = request.content_length
+            if length is not None and length > self.max_body:
+                raise HTTPError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {self.max_body}")
+            if self._busy >= self.max_concurrent:
+                raise HTTPError(
+                    HTTPStatus.SERVICE_UNAVAILABLE, "too many requests", {"Retry-After": "1"}
+                )
+            self._busy += 1  # held until the answer is built: the body lives that long
+            try:
+                return await self._code(await request.read(), method)
+            finally:
+                self._busy -= 1
+
+        return handle
+
+    @staticmethod
+    async def _code(
+        body: bytes, method: Callable[[Sequence[Payload]], Awaitable[list[Payload]]]
+    ) -> web.Response:
         try:
-            payloads = json_format.Parse(request.body, Payloads())
+            payloads = json_format.Parse(body, Payloads())
         except json_format.ParseError as err:
-            raise HTTPError(HTTPStatus.BAD_REQUEST, f"body is not Payloads JSON: {err}") from None
+            message = f"body is not Payloads JSON: {err}"
+            raise HTTPError(HTTPStatus.BAD_REQUEST, message) from None
         try:
-            result = await handlers[path](payloads.payloads)
+            result = await method(payloads.payloads)
         except CodecError as err:
             raise HTTPError(HTTPStatus.UNPROCESSABLE_ENTITY, str(err)) from None
         body = json_format.MessageToJson(Payloads(payloads=result)).encode()
-        return HTTPStatus.OK, {"Content-Type": "application/json"}, body
+        return web.Response(body=body, content_type="application/json")
 
-    def _authorise(self, headers: dict[str, str]) -> None:
+    def _authorise(self, headers: Mapping[str, str]) -> None:
         if self.token is not None:
-            self._check_token(headers.get("authorization"))
-        namespace = headers.get("x-namespace")
+            self._check_token(headers.get("Authorization"))
+        namespace = headers.get("X-Namespace")
         if namespace is not None and namespace != self.namespace:
             raise HTTPError(HTTPStatus.FORBIDDEN, f"this codec serves namespace {self.namespace}")
 
@@ -127,53 +158,15 @@ class CodecServer:
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
             raise HTTPError(HTTPStatus.FORBIDDEN, "invalid token")
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Serve one request on a connection, then close it."""
-        try:
-            try:
-                async with asyncio.timeout(REQUEST_TIMEOUT_S):
-                    request = await _read_request(reader)
-                status, headers, body = await self.respond(request)
-            except HTTPError as err:
-                status, headers = err.status, {"Content-Type": "application/json"}
-                body = json.dumps({"error": str(err)}).encode()
-            except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                return
-            writer.write(_response(status, headers, body))
-            await writer.drain()
-        except Exception:  # one bad connection must not take the server down
-            log.exception("codec connection failed")
-        finally:
-            writer.close()
-            with suppress(ConnectionError):
-                await writer.wait_closed()
+
+async def _preflight(request: web.Request) -> web.Response:
+    # Carries no credentials by design; the envelope adds the CORS headers for allowed origins.
+    return web.Response(status=HTTPStatus.NO_CONTENT)
 
 
-async def _read_request(reader: asyncio.StreamReader) -> Request:
-    try:
-        line = (await reader.readline()).decode("latin-1").strip()
-        method, target, _version = line.split(" ", 2)
-        headers: dict[str, str] = {}
-        while (header := (await reader.readline()).decode("latin-1").strip()) != "":
-            name, _, value = header.partition(":")
-            headers[name.strip().lower()] = value.strip()
-    except (ValueError, asyncio.LimitOverrunError):
-        raise HTTPError(HTTPStatus.BAD_REQUEST, "malformed request") from None
-    length = headers.get("content-length")
-    if method == "POST" and length is None:
-        raise HTTPError(HTTPStatus.LENGTH_REQUIRED, "Content-Length required")
-    size = int(length) if length and length.isdigit() else 0
-    if size > MAX_BODY_BYTES:
-        raise HTTPError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY_BYTES} bytes")
-    body = await reader.readexactly(size) if size else b""
-    return Request(method.upper(), target, headers, body)
-
-
-def _response(status: HTTPStatus, headers: dict[str, str], body: bytes) -> bytes:
-    lines = [f"HTTP/1.1 {status.value} {status.phrase}"]
-    head = {**headers, "Content-Length": str(len(body)), "Connection": "close"}
-    lines += [f"{name}: {value}" for name, value in head.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+def _error(status: HTTPStatus, message: str, headers: dict[str, str]) -> web.Response:
+    body = json.dumps({"error": message})
+    return web.Response(status=status, text=body, content_type="application/json", headers=headers)
 
 
 def build_codec_server(
@@ -194,16 +187,11 @@ def build_codec_server(
 
 
 @asynccontextmanager
-async def running_codec_server(
-    server: CodecServer, host: str, port: int
-) -> AsyncIterator[asyncio.Server]:
-    """Listen on host:port for the duration of the block (port 0 = any free port)."""
-    listener = await asyncio.start_server(server.handle, host, port)
-    try:
-        yield listener
-    finally:
-        listener.close()
-        await listener.wait_closed()
+async def running_codec_server(server: CodecServer, host: str, port: int) -> AsyncIterator[int]:
+    """Listen on host:port for the duration of the block (port 0 = any free port); yields the
+    bound port."""
+    async with serving(server.app(), host, port, keepalive_timeout=KEEPALIVE_S) as bound:
+        yield bound
 
 
 async def serve_codec(settings: TemporalSettings, host: str, port: int) -> int:
@@ -215,8 +203,8 @@ async def serve_codec(settings: TemporalSettings, host: str, port: int) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    async with running_codec_server(server, host, port):
+    async with running_codec_server(server, host, port) as bound:
         origins = ", ".join(server.origins) or "none"
-        print(f"codec server on http://{host}:{port} (UI origins: {origins})", flush=True)
+        print(f"codec server on http://{host}:{bound} (UI origins: {origins})", flush=True)
         await stop.wait()
     return 0

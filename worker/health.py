@@ -1,12 +1,10 @@
-"""The worker's probe and scrape endpoints: a tiny HTTP/1.1 server on asyncio streams.
+"""The worker's probe and scrape endpoints, served by aiohttp.
 
 - `/healthz` (liveness) answers 200 from the event loop itself: if it answers, the loop runs.
 - `/readyz` (readiness) answers 200 only when every registered check passes within its
   timeout (Temporal, Milvus, Redis, the Workers polling), 503 with the failing checks before
   the worker is up and from the moment a shutdown starts.
 - `/metrics` when the process exports metrics (see `mnemoflow.worker.metrics.render`).
-
-No web framework: three GET routes do not justify a dependency in the image.
 """
 
 from __future__ import annotations
@@ -15,15 +13,17 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+
+from aiohttp import web
+
+from mnemoflow.worker.web import serving
 
 log = logging.getLogger(__name__)
 
 #: A route: returns (status code, content type, body).
 Handler = Callable[[], Awaitable[tuple[int, str, bytes]]]
 Check = Callable[[], Awaitable[object]]
-
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
-_MAX_HEADER_BYTES = 16384
 
 
 class Readiness:
@@ -78,27 +78,29 @@ def probe_routes(readiness: Readiness) -> dict[str, Handler]:
 
 
 class HttpEndpoint:
-    """A GET-only HTTP server for a fixed set of routes (one request per connection)."""
+    """An aiohttp server for a fixed set of GET routes (HEAD included; other methods 405)."""
 
     def __init__(self, host: str, port: int, routes: dict[str, Handler]) -> None:
         self.host = host
         self.port = port
         self.routes = routes
-        self._server: asyncio.Server | None = None
+        self._stack: AsyncExitStack | None = None
 
     async def start(self) -> HttpEndpoint:
         """Bind and serve in the background; port 0 picks a free port (see `self.port`)."""
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
-        self.port = int(self._server.sockets[0].getsockname()[1])
-        log.info("serving %s on http://%s:%d", sorted(self.routes), self.host, self.port)
+        app = web.Application()
+        for path, handler in self.routes.items():
+            app.router.add_get(path, _respond(handler))
+        stack = AsyncExitStack()
+        self.port = await stack.enter_async_context(serving(app, self.host, self.port))
+        self._stack = stack
         return self
 
     async def stop(self) -> None:
         """Stop listening and close open connections."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        if self._stack is not None:
+            await self._stack.aclose()
+            self._stack = None
 
     async def __aenter__(self) -> HttpEndpoint:
         return await self.start()
@@ -106,34 +108,11 @@ class HttpEndpoint:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
-            if len(head) > _MAX_HEADER_BYTES:
-                return
-            method, _, rest = head.decode("latin-1").partition(" ")
-            path = rest.partition(" ")[0].partition("?")[0]
-            status, ctype, body = await self._respond(method, path)
-            reason = _REASONS.get(status, "")
-            writer.write(
-                f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                + (body if method != "HEAD" else b"")
-            )
-            await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass  # a client that sent no complete request gets no answer
-        except ConnectionError:
-            pass
-        except Exception:
-            log.exception("health endpoint failed to answer")
-        finally:
-            writer.close()
 
-    async def _respond(self, method: str, path: str) -> tuple[int, str, bytes]:
-        handler = self.routes.get(path)
-        if handler is None:
-            return 404, "text/plain", b"not found\n"
-        if method not in ("GET", "HEAD"):
-            return 405, "text/plain", b"GET only\n"
-        return await handler()
+def _respond(handler: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def respond(request: web.Request) -> web.Response:
+        status, ctype, body = await handler()
+        # The type as given, parameters included (Prometheus reads `version=0.0.4`).
+        return web.Response(status=status, body=body, headers={"Content-Type": ctype})
+
+    return respond

@@ -4,8 +4,8 @@ Order of events, as Kubernetes sees them:
 1. the health endpoint starts first, so `/healthz` answers at once while `/readyz` says 503;
 2. the worker connects to Temporal (retrying until it can or is told to stop), ensures the
    Milvus collection and starts polling; from then on `/readyz` checks Temporal, Milvus, Redis
-   and the polling Workers on every probe;
-   With MNEMOFLOW_WORKER_ROLE the process runs only the workflow Worker or only the LLM one
+   and the polling Workers on every probe. Which Workers poll is `worker.app.worker_plans`:
+   with MNEMOFLOW_WORKER_ROLE the process runs only the workflow Worker or only the LLM one
    (two Deployments on Kubernetes, each scaled on its own queue's backlog);
 3. SIGTERM (or Ctrl-C) makes `/readyz` fail at once, stops polling, lets running activities
    finish within MNEMOFLOW_GRACEFUL_SHUTDOWN_S, closes the store clients and exits 0.
@@ -16,17 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
-from datetime import timedelta
+from contextlib import AsyncExitStack
 from typing import Any
 
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
-from temporalio.worker import Worker
 
-from mnemoflow.worker.app import WorkerResources, activity_methods, build_worker
-from mnemoflow.worker.client import connect
+from mnemoflow.worker.app import WorkerResources, running_worker
+from mnemoflow.worker.client import connect_until
 from mnemoflow.worker.health import Handler, HttpEndpoint, Readiness, probe_routes
 from mnemoflow.worker.search_attributes import ensure_search_attributes
 from mnemoflow.worker.settings import Settings
@@ -47,94 +44,19 @@ async def _try_register_search_attributes(client: Client) -> None:
         log.warning("could not register the mnemoflow search attributes: %s", err)
 
 
-async def _connect_until(settings: Settings, stop: asyncio.Event, **options: Any) -> Client | None:
-    """A connected client, or None if told to stop first (a pod may start before Temporal)."""
-    while not stop.is_set():
-        try:
-            return await connect(settings.temporal, **options)
-        except Exception as err:
-            log.warning("cannot reach Temporal at %s yet: %s", settings.temporal.address, err)
-        try:  # retry pause that a stop request cuts short
-            await asyncio.wait_for(stop.wait(), settings.mnemoflow.connect_retry_s)
-        except TimeoutError:
-            pass
-    return None
-
-
-def add_readiness_checks(
-    readiness: Readiness, client: Client, res: WorkerResources, workers: list[Worker]
-) -> None:
+def add_readiness_checks(readiness: Readiness, client: Client, res: WorkerResources) -> None:
     """Temporal, Milvus and Redis answer, and every Worker of this process polls."""
 
     async def temporal() -> object:
         return await client.workflow_service.get_system_info(GetSystemInfoRequest())
 
     async def polling() -> bool:
-        return all(w.is_running for w in workers)
+        return all(w.is_running for w in res.workers)
 
     readiness.add("temporal", temporal)
     readiness.add("milvus", lambda: res.store.count(PROBE_USER))
     readiness.add("redis", lambda: res.read_model.get(PROBE_USER))
     readiness.add("polling", polling)
-
-
-def _models(settings: Settings) -> Any:
-    # Only the heuristic models have a latency knob; anything else is built by mnemoflow.worker.app.
-    latency = settings.mnemoflow.heuristic_latency_s
-    if latency and settings.resolved_models() == "heuristic":
-        from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
-
-        return HeuristicMemoryModels(latency_s=latency)
-    return None
-
-
-def _llm_worker(client: Client, settings: Settings, res: WorkerResources) -> Worker:
-    """The LLM activities' Worker on their own queue, with the queue-wide rate limit."""
-    from mnemoflow.activities.llm_activities import LLMActivities
-
-    queue = settings.temporal.llm_task_queue
-    assert queue is not None
-    llm = next(o for o in res.activity_objects if isinstance(o, LLMActivities))
-    return Worker(
-        client,
-        task_queue=queue,
-        activities=activity_methods(llm),
-        max_concurrent_activities=settings.mnemoflow.max_concurrent_activities,
-        max_task_queue_activities_per_second=settings.mnemoflow.llm_activities_per_second,
-        graceful_shutdown_timeout=timedelta(seconds=settings.mnemoflow.graceful_shutdown_s),
-    )
-
-
-def workers_for_role(client: Client, settings: Settings, res: WorkerResources) -> list[Worker]:
-    """The Workers this process runs, by `MNEMOFLOW_WORKER_ROLE`."""
-    role = settings.mnemoflow.worker_role
-    separate = res.llm_worker is not None
-    if role != "all" and not separate:
-        raise ValueError(
-            f"MNEMOFLOW_WORKER_ROLE={role} needs TEMPORAL_LLM_TASK_QUEUE set to a queue other "
-            "than TEMPORAL_TASK_QUEUE"
-        )
-    if not separate:
-        if settings.mnemoflow.llm_activities_per_second is not None:
-            log.warning("LLM rate limit ignored: the LLM activities share the main task queue")
-        return [res.worker]
-    llm = _llm_worker(client, settings, res)
-    return {"all": [res.worker, llm], "workflow": [res.worker], "llm": [llm]}[role]
-
-
-@asynccontextmanager
-async def running_role(
-    client: Client, settings: Settings
-) -> AsyncIterator[tuple[WorkerResources, list[Worker]]]:
-    """Like `app.running_worker`, but only the Workers of this process's role."""
-    _, res = build_worker(client, settings, models=_models(settings))
-    async with AsyncExitStack() as stack:
-        stack.push_async_callback(res.aclose)
-        workers = workers_for_role(client, settings, res)
-        await res.store.ensure()
-        for each in workers:
-            await stack.enter_async_context(each)
-        yield res, workers
 
 
 async def _endpoints(
@@ -178,13 +100,14 @@ async def serve(settings: Settings) -> int:
     readiness = Readiness()
     async with AsyncExitStack() as stack:
         _, _, options = await _endpoints(settings, readiness, stack)
-        client = await _connect_until(settings, stop, **options)
+        retry_s = settings.mnemoflow.connect_retry_s
+        client = await connect_until(settings.temporal, stop, retry_s=retry_s, **options)
         if client is None:
             return 0
         await _try_register_search_attributes(client)
-        async with running_role(client, settings) as (resources, workers):
-            add_readiness_checks(readiness, client, resources, workers)
-            queues = [w.task_queue for w in workers]
+        async with running_worker(client, settings) as resources:
+            add_readiness_checks(readiness, client, resources)
+            queues = [w.task_queue for w in resources.workers]
             log.info("polling %s on %s", queues, settings.temporal.address)
             await stop.wait()
             readiness.drain()

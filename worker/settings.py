@@ -22,25 +22,41 @@ from pydantic import (
     Field,
     PrivateAttr,
     SecretStr,
-    field_serializer,
+    SerializerFunctionWrapHandler,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mnemoflow.models.config import Vocation
 
+#: Parts of a query parameter's name that mark its value as a credential (`?password=`,
+#: `?access_token=`, `?api_key=`, `?sig=` ...); redis-py, for one, takes `?password=`.
+_SECRET_PARAM = re.compile(r"pass|pwd|token|secret|key|auth|sig|credential", re.IGNORECASE)
+_QUERY_ITEM = re.compile(r"([^&;=]*)=([^&;]*)")
+
 
 def mask_url(url: str) -> str:
-    """`url` with any password in its user-info replaced by `***` (for logs and repr)."""
+    """`url` with every credential in it replaced by `***`: the password of its user-info and
+    the value of any query parameter named like a secret (for logs, repr and printouts)."""
     parts = urlsplit(url)
-    if parts.password is None:
+    netloc, query = parts.netloc, parts.query
+    if parts.password is not None:
+        user = parts.username or ""
+        host = netloc.rpartition("@")[2]
+        netloc = f"{user}:***@{host}"
+    if query:
+        query = _QUERY_ITEM.sub(
+            lambda m: f"{m[1]}=***" if _SECRET_PARAM.search(m[1]) else m[0], query
+        )
+    if (netloc, query) == (parts.netloc, parts.query):
         return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _masked(value: Any) -> Any:
+    return mask_url(value) if isinstance(value, str) and "://" in value else value
 
 
 def _config(prefix: str) -> SettingsConfigDict:
@@ -53,6 +69,20 @@ def _config(prefix: str) -> SettingsConfigDict:
         env_ignore_empty=True,
         frozen=True,
     )
+
+
+class _MaskedURLs(BaseSettings):
+    """Settings whose strings may be URLs with credentials: masked in repr and in dumps
+    (dumps are printouts too; like SecretStr, a credential never leaves through them)."""
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, _masked(value)
+
+    @model_serializer(mode="wrap")
+    def _masked_dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        return {k: _masked(v) for k, v in data.items()} if isinstance(data, dict) else data
 
 
 #: A key id: short, printable, and free of the separators of the key list.
@@ -188,7 +218,7 @@ class EncryptionSettings(BaseSettings):
         }
 
 
-class TemporalSettings(BaseSettings):
+class TemporalSettings(_MaskedURLs):
     """Where the Temporal service is and how to reach it (names as in the `temporal` CLI)."""
 
     model_config = _config("TEMPORAL_")
@@ -223,7 +253,7 @@ class TemporalSettings(BaseSettings):
         return self.tls or self.api_key is not None or self.tls_client_cert_path is not None
 
 
-class MilvusSettings(BaseSettings):
+class MilvusSettings(_MaskedURLs):
     """The fragment store (Milvus Lite server, standalone or distributed: by URI only)."""
 
     model_config = _config("MILVUS_")
@@ -238,17 +268,8 @@ class MilvusSettings(BaseSettings):
     """Embedder: "use" = the offline multilingual Universal Sentence Encoder (512 dims);
     "hashing" = a deterministic hashing embedder, for tests only."""
 
-    def __repr_args__(self) -> Any:
-        for name, value in super().__repr_args__():
-            yield name, mask_url(value) if name == "uri" else value
 
-    @field_serializer("uri")
-    def _masked_uri(self, uri: str) -> str:
-        # Dumps are printouts too; like SecretStr, a password never leaves through them.
-        return mask_url(uri)
-
-
-class RedisSettings(BaseSettings):
+class RedisSettings(_MaskedURLs):
     """The read model the agent's hot path reads (rebuildable from the workflows)."""
 
     model_config = _config("REDIS_")
@@ -258,16 +279,8 @@ class RedisSettings(BaseSettings):
     key_prefix: str = "mnemoflow:"
     """Prefix of every key mnemoflow writes."""
 
-    def __repr_args__(self) -> Any:
-        for name, value in super().__repr_args__():
-            yield name, mask_url(value) if name == "url" else value
 
-    @field_serializer("url")
-    def _masked_url(self, url: str) -> str:
-        return mask_url(url)
-
-
-class DeepSeekSettings(BaseSettings):
+class DeepSeekSettings(_MaskedURLs):
     """The DeepSeek chat model used by the LLM activities."""
 
     model_config = _config("DEEPSEEK_")
@@ -282,7 +295,7 @@ class DeepSeekSettings(BaseSettings):
     """Per-request timeout in seconds (Temporal's retry policy does the retrying)."""
 
 
-class MnemoflowSettings(BaseSettings):
+class MnemoflowSettings(_MaskedURLs):
     """The process itself: which memory models, where data lives, ports, concurrency."""
 
     model_config = _config("MNEMOFLOW_")
@@ -291,8 +304,10 @@ class MnemoflowSettings(BaseSettings):
     """Memory models: "auto" = DeepSeek when DEEPSEEK_API_KEY is set, else the offline
     deterministic heuristic models; "heuristic"; "deepseek"."""
     vocation: Vocation = Vocation.CUSTOMER_SERVICE
-    """Default memory preset for new users: customer service, collaborative creation,
-    accompany."""
+    """Memory preset new users start with: customer service, collaborative creation,
+    accompany. Read by every MemoryClient built from settings (the agent application through
+    worker.memory_client, the CLI); it travels in the user workflow's input, so set it where
+    users are first seen."""
     data_dir: Path = Path(".run")
     """Directory of the embedded dev stack (SQLite, Redis and Milvus files, stack.json)."""
     health_port: int | None = None
@@ -322,6 +337,16 @@ class MnemoflowSettings(BaseSettings):
     graceful_shutdown_s: float = Field(20.0, gt=0)
     """After SIGTERM, how long running activities get to finish before they are cancelled
     (Kubernetes' terminationGracePeriodSeconds must be longer)."""
+    deployment_name: str | None = None
+    """Worker Versioning: the Temporal worker deployment this worker is a version of (e.g.
+    "mnemoflow"); unset = versioning off. Workflows default to auto-upgrade: a user workflow
+    is long-lived and continues as new, so pinning would keep old versions running for as
+    long as their users do; changes stay replay-safe through `workflow.patched`. A new
+    version gets work once it is made current (`temporal worker deployment
+    set-current-version`)."""
+    build_id: str | None = None
+    """Worker Versioning: this worker's build id in MNEMOFLOW_DEPLOYMENT_NAME (the Helm chart
+    passes the image tag); required when the deployment name is set."""
     pseudonymous_user_keys: bool = False
     """Keep raw user ids out of what operators see: workflow ids and the MnemoflowUser search
     attribute carry hashes (search attributes are not encrypted by the payload codec). Needs
@@ -329,6 +354,13 @@ class MnemoflowSettings(BaseSettings):
     user_key_secret: SecretStr | None = None
     """Secret of the keyed hash (HMAC-SHA256) behind pseudonymous user keys; with it, an
     operator computes a user's search value with `mnemoflow user-key USER`."""
+
+    @model_validator(mode="after")
+    def _versioning_complete(self) -> MnemoflowSettings:
+        # A deployment name without a build id would make every rollout the same version.
+        if self.deployment_name is not None and self.build_id is None:
+            raise ValueError("MNEMOFLOW_DEPLOYMENT_NAME needs MNEMOFLOW_BUILD_ID (the image tag)")
+        return self
 
     @field_validator("vocation", mode="before")
     @classmethod

@@ -12,10 +12,9 @@ messages stay un-indexed for a later round or an operator retry.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.contracts import (
@@ -35,34 +34,18 @@ with workflow.unsafe.imports_passed_through():
         TuneInput,
         TuneOutput,
     )
-    from mnemoflow.models.errors import NON_RETRYABLE_TYPES
-    from mnemoflow.models.fragments import Fragment, FragmentDraft
+    from mnemoflow.models.fragments import Fragment, FragmentDraft, theme_key
     from mnemoflow.models.ids import fragment_id
     from mnemoflow.models.params import TunedParams
     from mnemoflow.models.usage import LLMUsage
-    from mnemoflow.workflows.options import theme_key, upsert_round_attributes
+    from mnemoflow.workflows.options import (
+        PUBLISH_START_TO_CLOSE,
+        STORE_HEARTBEAT,
+        llm_activity,
+        store_activity,
+        upsert_round_attributes,
+    )
 
-# LLM calls: a provider outage of hours is absorbed here, then the round fails visibly.
-LLM_START_TO_CLOSE = timedelta(minutes=2)
-LLM_SCHEDULE_TO_CLOSE = timedelta(hours=6)
-LLM_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=2),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=5),
-    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
-)
-# Store calls (Milvus, Redis): short attempts, retried for an hour of store downtime.
-STORE_START_TO_CLOSE = timedelta(seconds=60)
-STORE_SCHEDULE_TO_CLOSE = timedelta(hours=1)
-STORE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
-)
-# The index activity heartbeats while it embeds and upserts: a worker killed mid-index is
-# noticed after this long (not after STORE_START_TO_CLOSE) and another worker retries it.
-STORE_HEARTBEAT = timedelta(seconds=10)
 MAX_TUNES_PER_ROUND = 4
 QUERY_TURNS = 6
 QUERY_CHARS = 2000
@@ -100,11 +83,7 @@ class MemoryRoundWorkflow:
                 ActivityName.INDEX,
                 IndexInput(fragments=fragments),
                 result_type=IndexOutput,
-                start_to_close_timeout=STORE_START_TO_CLOSE,
-                schedule_to_close_timeout=STORE_SCHEDULE_TO_CLOSE,
-                heartbeat_timeout=STORE_HEARTBEAT,
-                retry_policy=STORE_RETRY,
-                summary=f"index {len(fragments)} fragments",
+                **store_activity(f"index {len(fragments)} fragments", heartbeat=STORE_HEARTBEAT),
             )
         themes = _ordered_themes(fragments)
         if themes and inp.search_attributes:
@@ -141,11 +120,7 @@ class MemoryRoundWorkflow:
             ActivityName.SLICE,
             SliceInput(user_id=inp.user_id, turns=inp.turns),
             result_type=SliceOutput,
-            task_queue=inp.llm_task_queue,
-            start_to_close_timeout=LLM_START_TO_CLOSE,
-            schedule_to_close_timeout=LLM_SCHEDULE_TO_CLOSE,
-            retry_policy=LLM_RETRY,
-            summary=f"slice {len(inp.turns)} turns",
+            **llm_activity(f"slice {len(inp.turns)} turns", inp.llm_task_queue),
         )
 
     async def _tune_missing(
@@ -165,11 +140,7 @@ class MemoryRoundWorkflow:
                 ActivityName.TUNE,
                 TuneInput(theme=theme, samples=samples, types=types),
                 result_type=TuneOutput,
-                task_queue=inp.llm_task_queue,
-                start_to_close_timeout=LLM_START_TO_CLOSE,
-                schedule_to_close_timeout=LLM_SCHEDULE_TO_CLOSE,
-                retry_policy=LLM_RETRY,
-                summary=f"tune theme {theme[:60]}",
+                **llm_activity(f"tune theme {theme[:60]}", inp.llm_task_queue),
             )
             tuned[key] = out.params
             total = total + out.usage
@@ -193,23 +164,20 @@ class MemoryRoundWorkflow:
                 now=workflow.now().timestamp(),
             ),
             result_type=SelectOutput,
-            start_to_close_timeout=STORE_START_TO_CLOSE,
-            schedule_to_close_timeout=STORE_SCHEDULE_TO_CLOSE,
-            retry_policy=STORE_RETRY,
-            summary="select fragments",
+            **store_activity("select fragments"),
         )
 
 
-async def publish_context(context: InjectedContext) -> PublishOutput:
-    """Write the read model (shared by rounds and the user workflow)."""
+async def publish_context(context: InjectedContext, **bounds: Any) -> PublishOutput:
+    """Write the read model (shared by rounds and the user workflow); `bounds` go to
+    `store_activity` (a best-effort publish gives up sooner)."""
     return await workflow.execute_activity(
         ActivityName.PUBLISH,
         PublishInput(context=context),
         result_type=PublishOutput,
-        start_to_close_timeout=timedelta(seconds=15),
-        schedule_to_close_timeout=STORE_SCHEDULE_TO_CLOSE,
-        retry_policy=STORE_RETRY,
-        summary=f"publish context v{context.version}",
+        **store_activity(
+            f"publish context v{context.version}", start_to_close=PUBLISH_START_TO_CLOSE, **bounds
+        ),
     )
 
 

@@ -1,16 +1,72 @@
-"""Small deterministic helpers shared by the two workflows (no I/O, sandbox-safe)."""
+"""Activity options and small deterministic helpers shared by the two workflows (sandbox-safe).
+
+Every activity call of the workflows takes its timeouts and retry policy from `llm_activity` or
+`store_activity`, so the two classes of call (an LLM provider, a store) are configured here once.
+"""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
 
 from mnemoflow.models import search_attributes as sa
+from mnemoflow.models.errors import NON_RETRYABLE_TYPES
 
 
-def theme_key(theme: str) -> str:
-    """Cache key of a theme: case and surrounding space do not make a new theme."""
-    return " ".join(theme.lower().split())[:200]
+def _backoff(first: timedelta, longest: timedelta) -> RetryPolicy:
+    """Doubling intervals; invalid input (NON_RETRYABLE_TYPES) is never retried."""
+    return RetryPolicy(
+        initial_interval=first,
+        backoff_coefficient=2.0,
+        maximum_interval=longest,
+        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+    )
+
+
+# LLM calls: a provider outage of hours is absorbed here, then the round fails visibly.
+LLM_START_TO_CLOSE = timedelta(minutes=2)
+LLM_SCHEDULE_TO_CLOSE = timedelta(hours=6)
+LLM_RETRY = _backoff(timedelta(seconds=2), timedelta(minutes=5))
+# Store calls (Milvus, Redis): short attempts, retried for an hour of store downtime.
+STORE_START_TO_CLOSE = timedelta(seconds=60)
+STORE_SCHEDULE_TO_CLOSE = timedelta(hours=1)
+STORE_RETRY = _backoff(timedelta(seconds=1), timedelta(seconds=60))
+# The index activity heartbeats while it embeds and upserts: a worker killed mid-index is
+# noticed after this long (not after STORE_START_TO_CLOSE) and another worker retries it.
+STORE_HEARTBEAT = timedelta(seconds=10)
+# A publish is one small Redis write: an attempt that takes longer is stuck.
+PUBLISH_START_TO_CLOSE = timedelta(seconds=15)
+
+
+def llm_activity(summary: str, task_queue: str | None) -> dict[str, Any]:
+    """Options of an activity that calls the memory LLM (on its own task queue when split)."""
+    return {
+        "task_queue": task_queue,
+        "start_to_close_timeout": LLM_START_TO_CLOSE,
+        "schedule_to_close_timeout": LLM_SCHEDULE_TO_CLOSE,
+        "retry_policy": LLM_RETRY,
+        "summary": summary,
+    }
+
+
+def store_activity(
+    summary: str,
+    *,
+    start_to_close: timedelta = STORE_START_TO_CLOSE,
+    schedule_to_close: timedelta = STORE_SCHEDULE_TO_CLOSE,
+    heartbeat: timedelta | None = None,
+) -> dict[str, Any]:
+    """Options of an activity that reads or writes Milvus or Redis."""
+    return {
+        "start_to_close_timeout": start_to_close,
+        "schedule_to_close_timeout": schedule_to_close,
+        "heartbeat_timeout": heartbeat,
+        "retry_policy": STORE_RETRY,
+        "summary": summary,
+    }
 
 
 def round_search_attributes(

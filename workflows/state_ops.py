@@ -10,6 +10,7 @@ from __future__ import annotations
 from mnemoflow.memory.triggers import induction_due_at, slice_due_at
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
+    ForgetReceipt,
     FragmentRef,
     InductOutput,
     ReinforceEvent,
@@ -19,9 +20,9 @@ from mnemoflow.models.contracts import (
     ThreadState,
     Trigger,
     UserMemoryState,
-    UserStatus,
     Watermark,
 )
+from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn
 from mnemoflow.models.usage import PriceTable
 
@@ -32,6 +33,7 @@ MAX_ROUND_RECORDS = 50
 MAX_TUNED_THEMES = 64
 MAX_PUBLISHED_THREADS = 50
 MAX_IDLE_THREADS = 200
+MAX_FORGET_RECEIPTS = 20
 
 
 def _remember(seen: list[str], key: str, limit: int) -> bool:
@@ -47,6 +49,8 @@ def absorb_submit(s: UserMemoryState, event: SubmitEvent, cfg: MemoryConfig, now
     """Accept an event's turns once: by event id, then by (thread, position)."""
     if not _remember(s.seen_event_ids, event.event_id, MAX_SEEN_EVENTS):
         return
+    if event.chat_usage is not None:  # the agent's chat tokens, counted once per event id
+        s.ledger.chat = s.ledger.chat + event.chat_usage
     for turn in sorted(event.turns, key=lambda t: (t.thread_id, t.position)):
         ts = s.threads.setdefault(turn.thread_id, ThreadState())
         if (
@@ -68,7 +72,14 @@ def absorb_submit(s: UserMemoryState, event: SubmitEvent, cfg: MemoryConfig, now
     _prune_idle_threads(s)
 
 
-_TRIGGER_RANK = {"handover": 0, "budget": 1, "explicit": 2, "ceiling": 3, "retry": 4}
+_TRIGGER_RANK = {
+    "handover": 0,
+    "budget": 1,
+    "explicit": 2,
+    "consolidate": 3,
+    "ceiling": 4,
+    "retry": 5,
+}
 
 
 def stronger_trigger(a: Trigger, b: Trigger) -> Trigger:
@@ -85,6 +96,30 @@ def schedule_retry(s: UserMemoryState, thread_id: str) -> int:
     ts.urgent = True
     ts.trigger = "retry"
     return len(ts.pending)
+
+
+def schedule_consolidation(s: UserMemoryState, thread_id: str) -> int:
+    """Make a thread's pending turns due now (the session ended: do not wait for maturity).
+
+    Unlike a retry it does not lift a failed round's back-off. Returns how many are pending.
+    """
+    ts = s.threads.get(thread_id)
+    if ts is None or not ts.pending:
+        return 0
+    ts.urgent = True
+    ts.trigger = stronger_trigger(ts.trigger, "consolidate")
+    return len(ts.pending)
+
+
+def absorb_remembered(s: UserMemoryState, ref: FragmentRef) -> None:
+    """An explicitly remembered fragment joins the induction queue with the next seq."""
+    s.fragment_seq += 1
+    s.uninducted.append(ref.model_copy(update={"seq": s.fragment_seq}))
+
+
+def drop_uninducted(s: UserMemoryState, ids: set[str]) -> None:
+    """Deleted fragments never reach the profile."""
+    s.uninducted = [r for r in s.uninducted if r.id not in ids]
 
 
 def _prune_idle_threads(s: UserMemoryState) -> None:
@@ -238,32 +273,34 @@ def induction_stored(
     s.ledger.add("induct", out.usage, prices)
 
 
+def forget_all(s: UserMemoryState) -> int:
+    """Clear everything a later round or induction could resurrect; returns the events dropped.
+
+    Positions already seen stay seen, so a re-send of old turns brings nothing back.
+    """
+    dropped = len(s.pending_reinforce)
+    for ts in s.threads.values():
+        dropped += len(ts.pending)
+        ts.indexed = ts.accepted = max(ts.accepted, ts.indexed)
+        ts.indexed_ahead = []
+        ts.pending = []
+        ts.urgent = False
+    s.pending_reinforce = []
+    s.uninducted = []
+    s.tuned = {}
+    s.profile = UserProfile()
+    s.context = None
+    s.last_error = None
+    return dropped
+
+
+def keep_receipt(s: UserMemoryState, receipt: ForgetReceipt) -> None:
+    """Keep the newest forget receipts (bounded state)."""
+    s.forget_receipts.append(receipt)
+    del s.forget_receipts[:-MAX_FORGET_RECEIPTS]
+
+
 def watermarks(s: UserMemoryState) -> dict[str, Watermark]:
     """Per-thread watermarks of the most recently active threads (bounded for the read model)."""
     recent = sorted(s.threads.items(), key=lambda kv: kv[1].last_seen)[-MAX_PUBLISHED_THREADS:]
     return {k: Watermark(accepted=t.accepted, indexed=t.indexed) for k, t in recent}
-
-
-def status(
-    s: UserMemoryState, user_id: str, *, pending_events: int, history_length: int
-) -> UserStatus:
-    """The status query's answer."""
-    return UserStatus(
-        user_id=user_id,
-        rounds_started=s.rounds_started,
-        rounds_completed=s.rounds_completed,
-        rounds_failed=s.rounds_failed,
-        pending_turns=sum(len(t.pending) for t in s.threads.values()),
-        pending_events=pending_events + len(s.pending_reinforce),
-        watermarks=watermarks(s),
-        induction_cursor=s.induction_cursor,
-        uninducted=len(s.uninducted),
-        inductions=s.inductions,
-        tuned_themes=list(s.tuned),
-        tuned=dict(s.tuned),
-        ledger=s.ledger,
-        rounds=list(s.rounds),
-        last_error=s.last_error,
-        continued=s.continued,
-        history_length=history_length,
-    )

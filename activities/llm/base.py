@@ -68,11 +68,6 @@ class MemoryModels(Protocol):
         ...
 
 
-def estimate_tokens(text: str) -> int:
-    """The chars/3.3 estimate the in-process predecessor used when no provider count exists."""
-    return int(len(text) / 3.3) + (1 if text else 0)
-
-
 def _index(value: object, key: str, position: int) -> int:
     """An index from ints, integral floats or numeric strings; anything else is malformed."""
     if isinstance(value, bool):

@@ -2,8 +2,9 @@
 
 Used by the demo and the tests so that everything runs without a network or an API key. They are
 heuristics and say so: the model name is "heuristic-offline", and the token counts they report are
-chars/3.3 estimates of what an LLM call of the same size would have cost (so the cost ledger has
-numbers to show). `latency_s` simulates a slow LLM (the predecessor measured 800 ms per call).
+estimates (`memory.triggers.estimate_tokens`, which counts CJK characters apart) of what an LLM
+call of the same size would have cost (so the cost ledger has numbers to show). `latency_s`
+simulates a slow LLM (the predecessor measured 800 ms per call).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from mnemoflow.activities.llm.base import InductedProfile, SlicedDrafts, TunedRaw, estimate_tokens
+from mnemoflow.activities.llm.base import InductedProfile, SlicedDrafts, TunedRaw
 from mnemoflow.activities.llm.heuristic_profile import extract_profile
 from mnemoflow.activities.llm.heuristic_rules import (
     GENERAL,
@@ -26,6 +27,7 @@ from mnemoflow.activities.llm.heuristic_rules import (
     themes_of,
     types_of,
 )
+from mnemoflow.memory.triggers import estimate_tokens
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn

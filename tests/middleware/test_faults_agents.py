@@ -119,10 +119,7 @@ async def test_two_agent_processes_same_user_same_thread(
         turns = to_turns(state.values["messages"], thread, 0, t0)
         await clients[1].submit(user, turns)
         await clients[1].submit(user, turns[-2:])
-        await eventually(
-            lambda: _settled(clients[1], user), deadline_s=30, what="re-sends absorbed"
-        )
-        after = await clients[1].status(user)
+        after = await clients[1].settle(user, 30)  # the re-sends absorbed
         assert after is not None and watch.see(after)
         assert after.rounds_started == before.rounds_started and after.pending_turns == 0
         outcome = await indexed_once(mw.store, user, after, {thread: total})
@@ -142,8 +139,3 @@ async def test_two_agent_processes_same_user_same_thread(
         duplicated=outcome.duplicated,
         started=started,
     )
-
-
-async def _settled(client: MemoryClient, user: str) -> bool:
-    s = await client.status(user)
-    return bool(s and s.pending_events == 0 and s.pending_turns == 0)

@@ -1,7 +1,8 @@
-"""A real memory worker for tests: both workflows, the real activities, real Milvus and Redis.
+"""A real memory worker for tests: the production wiring, real Milvus and Redis.
 
 Each call gets its own task queue, Milvus collection and Redis key prefix, so tests never see
-each other's data. Memory models and embeddings are injected (offline ones in tests).
+each other's data. Memory models and embeddings are injected as `Components` (offline ones in
+tests), through the same `running_worker` that `mnemoflow worker` runs.
 """
 
 from __future__ import annotations
@@ -14,18 +15,20 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.service import RPCError
-from temporalio.worker import Worker
 
 from mnemoflow.activities.embeddings import HashingEmbeddings
 from mnemoflow.activities.fragment_store import FragmentStore
-from mnemoflow.activities.fragments import FragmentActivities
-from mnemoflow.activities.llm_activities import LLMActivities
-from mnemoflow.activities.read_model import ReadModel, ReadModelActivities
-from mnemoflow.activities.search_corpus import SearchCorpus
+from mnemoflow.activities.read_model import ReadModel
 from mnemoflow.middleware.client import MemoryClient
-from mnemoflow.worker.app import activity_methods
-from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
-from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+from mnemoflow.worker.app import Components, running_worker
+from mnemoflow.worker.settings import (
+    DeepSeekSettings,
+    MilvusSettings,
+    MnemoflowSettings,
+    RedisSettings,
+    Settings,
+    TemporalSettings,
+)
 from tests.support.drive import STARTED
 
 
@@ -56,6 +59,38 @@ class MemoryWorker:
         STARTED.setdefault(self.task_queue, set()).add(workflow_id)
 
 
+def worker_settings(
+    *, task_queue: str, milvus_uri: str, collection: str, redis_url: str, key_prefix: str
+) -> Settings:
+    """Settings of a test worker: its own queue, collection and prefix, offline models.
+
+    A short graceful shutdown: a test's workflows are terminated before its worker stops, so
+    nothing is left to drain and a long wait would only slow the suite down.
+    """
+    return Settings(
+        temporal=TemporalSettings(task_queue=task_queue),
+        milvus=MilvusSettings(uri=milvus_uri, collection=collection, embedding="hashing"),
+        redis=RedisSettings(url=redis_url, key_prefix=key_prefix),
+        deepseek=DeepSeekSettings(),
+        mnemoflow=MnemoflowSettings(models="heuristic", graceful_shutdown_s=1.0),
+    )
+
+
+def fresh_settings(milvus_uri: str, redis_url: str, **mnemoflow: Any) -> Settings:
+    """`worker_settings` with a task queue, collection and prefix no other test uses;
+    `mnemoflow` overrides MnemoflowSettings fields (e.g. Worker Versioning)."""
+    tag = uuid.uuid4().hex[:10]
+    settings = worker_settings(
+        task_queue=f"tq-{tag}",
+        milvus_uri=milvus_uri,
+        collection=f"t_{tag}",
+        redis_url=redis_url,
+        key_prefix=f"test:{tag}:",
+    )
+    own = settings.mnemoflow.model_copy(update=mnemoflow)
+    return settings.model_copy(update={"mnemoflow": own})
+
+
 @asynccontextmanager
 async def memory_worker(
     client: Client,
@@ -65,34 +100,16 @@ async def memory_worker(
     models: Any,
     embeddings: Any | None = None,
 ) -> AsyncIterator[MemoryWorker]:
-    """Run a worker for the duration of the block; close the store clients after."""
-    tag = uuid.uuid4().hex[:10]
-    store = FragmentStore(
-        uri=milvus_uri, embeddings=embeddings or HashingEmbeddings(), collection=f"t_{tag}"
-    )
-    await store.ensure()
-    read_model = ReadModel.from_url(redis_url, prefix=f"test:{tag}:")
-    objects = [
-        LLMActivities(models, fragments=store),
-        FragmentActivities(store, SearchCorpus(read_model.redis, read_model.prefix)),
-        ReadModelActivities(read_model),
-    ]
-    task_queue = f"tq-{tag}"
-    worker = Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[UserMemoryWorkflow, MemoryRoundWorkflow],
-        activities=[m for obj in objects for m in activity_methods(obj)],
-    )
-    try:
-        async with worker:
-            try:
-                yield MemoryWorker(client, task_queue, store, read_model, models)
-            finally:
-                await terminate_started(client, task_queue)
-    finally:
-        await read_model.close()
-        await store.close()
+    """Run the production wiring (worker.app.running_worker) for the duration of the block,
+    with the given models and embeddings; the store clients are closed after."""
+    settings = fresh_settings(milvus_uri, redis_url)
+    components = Components(models=models, embeddings=embeddings or HashingEmbeddings())
+    async with running_worker(client, settings, components) as res:
+        task_queue = settings.temporal.task_queue
+        try:
+            yield MemoryWorker(client, task_queue, res.store, res.read_model, models)
+        finally:
+            await terminate_started(client, task_queue)
 
 
 async def terminate_started(client: Client, task_queue: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,24 +39,32 @@ def _start(launch: Callable[[int, Path], ManagedProcess], data_dir: Path) -> Man
     raise error
 
 
+@contextmanager
+def _serving(
+    launch: Callable[[int, Path], ManagedProcess], data_dir: Path, url: str
+) -> Iterator[str]:
+    """`url` (a format with {port}) of a server started by `launch`, stopped on the way out."""
+    proc = _start(launch, data_dir)
+    try:
+        yield url.format(port=proc.port)
+    finally:
+        proc.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a redis-server running for the whole session."""
-    proc = _start(start_redis, tmp_path_factory.mktemp("redis"))
-    try:
-        yield f"redis://{LOOPBACK}:{proc.port}/0"
-    finally:
-        proc.stop()
+    url = f"redis://{LOOPBACK}:{{port}}/0"
+    with _serving(start_redis, tmp_path_factory.mktemp("redis"), url) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")
 def milvus_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URI of a Milvus Lite server running for the whole session."""
-    proc = _start(start_milvus_lite, tmp_path_factory.mktemp("milvus"))
-    try:
-        yield f"http://{LOOPBACK}:{proc.port}"
-    finally:
-        proc.stop()
+    url = f"http://{LOOPBACK}:{{port}}"
+    with _serving(start_milvus_lite, tmp_path_factory.mktemp("milvus"), url) as running:
+        yield running
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@
         --milvus http://127.0.0.1:19530 --redis redis://127.0.0.1:6379/0 \\
         --collection c --prefix p: --ready-file /tmp/ready [--slow-index-s 30]
 
-Both workflows and the real activities (offline heuristic models, hashing embeddings). With
+The production wiring (worker.app.running_worker) with offline heuristic models and hashing
+embeddings; the graceful shutdown is the test workers' short one. With
 `--slow-index-s N` every fragment upsert first waits N seconds (the index activity heartbeats
 meanwhile), so a test can kill the process while an index activity is running. The ready file
 is written once the worker polls; SIGTERM shuts it down gracefully.
@@ -18,20 +19,13 @@ import os
 import signal
 from pathlib import Path
 
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
-
 from mnemoflow.activities.embeddings import HashingEmbeddings
 from mnemoflow.activities.fragment_store import FragmentStore
-from mnemoflow.activities.fragments import FragmentActivities
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
-from mnemoflow.activities.llm_activities import LLMActivities
-from mnemoflow.activities.read_model import ReadModel, ReadModelActivities
 from mnemoflow.models.fragments import Fragment
-from mnemoflow.worker.app import activity_methods
-from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
-from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+from mnemoflow.worker.app import Components, running_worker
+from mnemoflow.worker.client import connect
+from tests.support.memory_worker import worker_settings
 
 
 class SlowStore(FragmentStore):
@@ -47,36 +41,34 @@ class SlowStore(FragmentStore):
 
 
 async def serve(args: argparse.Namespace) -> None:
-    client = await Client.connect(args.address, data_converter=pydantic_data_converter)
-    kwargs = {"uri": args.milvus, "embeddings": HashingEmbeddings(), "collection": args.collection}
-    store = (
-        SlowStore(delay_s=args.slow_index_s, **kwargs)
-        if args.slow_index_s > 0
-        else FragmentStore(**kwargs)  # type: ignore[arg-type]
-    )
-    await store.ensure()
-    read_model = ReadModel.from_url(args.redis, prefix=args.prefix)
-    objects = [
-        LLMActivities(HeuristicMemoryModels(), fragments=store),
-        FragmentActivities(store),
-        ReadModelActivities(read_model),
-    ]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    worker = Worker(
-        client,
+    settings = worker_settings(
         task_queue=args.task_queue,
-        workflows=[UserMemoryWorkflow, MemoryRoundWorkflow],
-        activities=[m for obj in objects for m in activity_methods(obj)],
+        milvus_uri=args.milvus,
+        collection=args.collection,
+        redis_url=args.redis,
+        key_prefix=args.prefix,
     )
+    settings = settings.model_copy(
+        update={"temporal": settings.temporal.model_copy(update={"address": args.address})}
+    )
+    components = Components(models=HeuristicMemoryModels(), embeddings=HashingEmbeddings())
+    if args.slow_index_s > 0:
+        components.store = SlowStore(
+            uri=args.milvus,
+            embeddings=components.embeddings,
+            collection=args.collection,
+            delay_s=args.slow_index_s,
+        )
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    client = await connect(settings.temporal)
     try:
-        async with worker:
+        async with running_worker(client, settings, components):
             await asyncio.to_thread(Path(args.ready_file).write_text, str(os.getpid()))
             await stop.wait()
     finally:
-        await read_model.close()
-        await store.close()
+        if components.store is not None:
+            await components.store.close()
 
 
 def main() -> None:

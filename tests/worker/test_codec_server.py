@@ -93,8 +93,8 @@ class Endpoint:
 async def endpoint() -> AsyncIterator[Endpoint]:
     """A codec server on the rotated keyring: k1 retired (decode only), k2 active."""
     server = build_codec_server(temporal_settings(keys(("k1", K1), ("k2", K2)), active="k2"))
-    async with running_codec_server(server, "127.0.0.1", 0) as listener:
-        yield Endpoint(listener.sockets[0].getsockname()[1])
+    async with running_codec_server(server, "127.0.0.1", 0) as port:
+        yield Endpoint(port)
 
 
 def plain(text: str) -> Payload:

@@ -45,3 +45,6 @@ def test_demo_runs_the_story_and_writes_its_summary(tmp_path: Path) -> None:
     assert int(summary["recall_across_sessions"].split("/")[0]) >= 6
     assert summary["temporal_ui"].startswith("http://127.0.0.1:")
     assert summary["ledger"]["by_operation"]["slice"]["calls"] >= 1
+    # Every chat call's tokens reached the user's ledger with the hand-overs, once.
+    assert summary["ledger"]["chat"]["calls"] == summary["chat_model_calls"] > 0
+    assert "chat model tokens" in done.stdout

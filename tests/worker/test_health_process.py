@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -31,9 +26,9 @@ from mnemoflow.models.contracts import ActivityName
 from mnemoflow.models.ids import round_workflow_id, user_workflow_id
 from mnemoflow.worker.search_attributes import wanted
 from tests.support.drive import conversation, eventually, submit, wait_status
+from tests.support.worker_cli import WorkerProcess, get, worker_env
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 LINES = [
     "Hello, my name is Ada and I work as a nurse in Leeds.",
     "Welcome Ada! What can I do for you today?",
@@ -42,80 +37,16 @@ LINES = [
 ]
 #: The worker's MNEMOFLOW_GRACEFUL_SHUTDOWN_S in these tests.
 GRACEFUL_S = 20.0
-_PREFIXES = ("TEMPORAL_", "MILVUS_", "REDIS_", "DEEPSEEK_", "MNEMOFLOW_")
 
 
-def _get(port: int, path: str) -> tuple[int, str]:
-    """(status, body) of GET http://127.0.0.1:port/path; status 0 when nothing answers."""
-    try:
-        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}{path}", timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-    except OSError:
-        return 0, ""
-
-
-async def get(port: int, path: str) -> tuple[int, str]:
-    return await asyncio.to_thread(_get, port, path)
-
-
-class WorkerProcess:
-    """A `mnemoflow worker` subprocess with its own ports, queue, collection and log."""
-
-    def __init__(self, tmp: Path, temporal: str, milvus_uri: str, redis_url: str, **env: str):
-        self.health_port, self.metrics_port = free_port(), free_port()
-        self.task_queue = f"deploy-{uuid.uuid4().hex[:8]}"
-        self.log_path = tmp / f"worker-{self.task_queue}.log"
-        base = {k: v for k, v in os.environ.items() if not k.startswith(_PREFIXES)}
-        base.update(
-            TEMPORAL_ADDRESS=temporal,
-            TEMPORAL_TASK_QUEUE=self.task_queue,
-            MILVUS_URI=milvus_uri,
-            MILVUS_COLLECTION=f"t_{uuid.uuid4().hex[:12]}",
-            MILVUS_EMBEDDING="hashing",
-            REDIS_URL=redis_url,
-            REDIS_KEY_PREFIX=f"{self.task_queue}:",
-            MNEMOFLOW_MODELS="heuristic",
-            MNEMOFLOW_HTTP_HOST=LOOPBACK,
-            MNEMOFLOW_HEALTH_PORT=str(self.health_port),
-            MNEMOFLOW_METRICS_PORT=str(self.metrics_port),
-            MNEMOFLOW_CONNECT_RETRY_S="0.2",
-            MNEMOFLOW_GRACEFUL_SHUTDOWN_S=str(GRACEFUL_S),
-            **env,
-        )
-        self._log = self.log_path.open("wb")
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", "mnemoflow.ops.cli", "worker"],
-            cwd=ROOT,
-            env=base,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:]
-
-    async def wait_until(self, path: str, status: int, deadline_s: float = 90.0) -> str:
-        end = time.monotonic() + deadline_s
-        while True:
-            code, body = await get(self.health_port, path)
-            if code == status:
-                return body
-            if self.popen.poll() is not None:
-                raise AssertionError(f"worker exited {self.popen.returncode}:\n{self.log()}")
-            if time.monotonic() > end:
-                raise AssertionError(
-                    f"{path} never gave {status} (last {code} {body}):\n{self.log()}"
-                )
-            await asyncio.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-            self.popen.wait(timeout=30)
-        self._log.close()
+def start_worker(
+    tmp: Path, temporal: str, milvus_uri: str, redis_url: str, **env: str
+) -> WorkerProcess:
+    """A `mnemoflow worker` process with its own queue, collection and prefix."""
+    settings = worker_env(
+        temporal, milvus_uri, redis_url, MNEMOFLOW_GRACEFUL_SHUTDOWN_S=str(GRACEFUL_S), **env
+    )
+    return WorkerProcess(tmp, settings)
 
 
 async def test_probes_follow_connection_and_metrics_are_served(
@@ -123,7 +54,7 @@ async def test_probes_follow_connection_and_metrics_are_served(
 ) -> None:
     # Temporal is not there yet: the worker must be alive but not ready until it connects.
     port = free_port()
-    proc = WorkerProcess(tmp_path, f"{LOOPBACK}:{port}", milvus_uri, redis_url)
+    proc = start_worker(tmp_path, f"{LOOPBACK}:{port}", milvus_uri, redis_url)
     temporal: ManagedProcess | None = None
     try:
         assert (await proc.wait_until("/healthz", 200, deadline_s=60)) == "ok\n"
@@ -194,7 +125,7 @@ async def test_sigterm_lets_a_slow_activity_finish_and_exits_zero(
     # Every heuristic model call: long enough that a loaded machine still sees the drain (readyz
     # 503 before exit), far below the graceful shutdown timeout.
     slow = 8.0
-    proc = WorkerProcess(
+    proc = start_worker(
         tmp_path, address, milvus_uri, redis_url, MNEMOFLOW_HEURISTIC_LATENCY_S=str(slow)
     )
     try:
@@ -220,7 +151,7 @@ async def test_sigterm_lets_a_slow_activity_finish_and_exits_zero(
         started = time.monotonic()
         proc.popen.send_signal(signal.SIGTERM)
         await proc.wait_until("/readyz", 503, deadline_s=5)  # draining: no longer ready
-        rc = await asyncio.to_thread(proc.popen.wait, GRACEFUL_S + 10)
+        rc = await proc.exit_code(GRACEFUL_S + 10)
         took = time.monotonic() - started
         assert rc == 0, proc.log()
         assert took < GRACEFUL_S, f"took {took:.1f}s"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -178,27 +179,26 @@ def test_pseudonymous_keys_need_their_secret(monkeypatch: pytest.MonkeyPatch) ->
 async def test_a_worker_closes_the_models_it_built_and_only_those(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from mnemoflow.activities.embeddings import HashingEmbeddings
     from mnemoflow.activities.llm.deepseek import close_chat_model, deepseek_chat_model
     from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
     from mnemoflow.devstack.processes import free_port
-    from mnemoflow.worker.app import WorkerResources, default_models
+    from mnemoflow.worker.app import Components, resolve
 
     base_url = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("DEEPSEEK_API_KEY", "test-key")
     monkeypatch.setenv("DEEPSEEK_BASE_URL", base_url)
-    built = default_models(Settings.load())
+    settings = Settings.load()
+    # Stores handed in (and so not closed): only the models' ownership is exercised.
+    given = Components(embeddings=HashingEmbeddings(), store=object(), read_model=object())
+    built_res = resolve(settings, given)
+    built = built_res.models
     assert isinstance(built, LangChainMemoryModels)
     mine = LangChainMemoryModels(deepseek_chat_model("test-key", base_url=base_url))
-    for models, owned in ((built, True), (mine, False)):
-        resources = WorkerResources(
-            worker=None,  # type: ignore[arg-type]  # only the closing is exercised
-            store=None,
-            read_model=None,
-            models=models,
-            embeddings=None,
-            owns_models=owned,
-        )
-        await resources.aclose()
+    mine_res = resolve(settings, replace(given, models=mine))
+    assert built_res.owned == [built] and mine_res.owned == []
+    for res in (built_res, mine_res):
+        await res.aclose()
     chat = built.chat_model
     assert chat.http_async_client.is_closed and chat.http_client.is_closed
     assert not mine.chat_model.http_async_client.is_closed, "models passed in are the caller's"

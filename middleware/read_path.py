@@ -1,0 +1,139 @@
+"""The hot path's read of a user's injected context: one Redis GET, the workflow query as the
+fallback, and nothing when both fail (a turn without memory, never a failed turn).
+
+The read model's key is `models.ids.context_key` and its value is decoded by
+`models.contracts.parse_published`, as the publishing activity writes them. The redis client is
+built without its own retries: the hot path prefers a fast miss to a slow hit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+import redis.asyncio as aioredis
+
+from mnemoflow.models.contracts import InjectedContext, parse_published
+from mnemoflow.models.errors import MemoryUnavailableError
+from mnemoflow.models.ids import context_key
+
+log = logging.getLogger(__name__)
+
+#: After a clean read-model miss, ask the workflow (in the background) at most this often.
+MISS_REQUERY_S = 5.0
+#: Users whose background query answer is kept in process.
+MAX_MISS_CACHE = 10_000
+
+#: The workflow's `context` query for a (validated) user id; raises MemoryUnavailableError or
+#: LookupError (no workflow).
+ContextQuery = Callable[[str], Awaitable[InjectedContext]]
+
+
+class ContextReader:
+    """Reads published contexts; one per MemoryClient."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis | str | None,
+        key_prefix: str,
+        timeout_s: float,
+        query: ContextQuery,
+    ) -> None:
+        """`redis`: a URL (a client is built, and closed by `aclose`), a client (the caller's),
+        or None (every read asks the workflow)."""
+        self.key_prefix = key_prefix
+        self.timeout_s = timeout_s
+        self._query = query
+        self._owns_redis = isinstance(redis, str)
+        if isinstance(redis, str):
+            redis = aioredis.Redis.from_url(
+                redis, retry=None, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+            )
+        self.redis: aioredis.Redis | None = redis
+        # Answers of background queries after clean read-model misses, and those in flight.
+        self._queried: OrderedDict[str, tuple[float, InjectedContext | None]] = OrderedDict()
+        self._querying: dict[str, asyncio.Task[None]] = {}
+
+    async def context(self, uid: str) -> InjectedContext | None:
+        """Redis, else the workflow query, else None; never raises.
+
+        The query is awaited only when Redis fails (or holds an unreadable value); when Redis
+        simply has nothing for the user, the query runs in the background and its answer serves
+        later calls.
+        """
+        reachable, cached = await self._state(uid)
+        if cached is not None:
+            return cached
+        if reachable:
+            # Redis answered "nothing published yet": the workflow has nothing newer to say
+            # unless the read model was lost, so ask it off the turn (measured: the query
+            # waits 30-200 ms on a busy worker, every turn until the first round publishes).
+            return self._miss(uid)
+        try:
+            return await self._query(uid)
+        except (MemoryUnavailableError, LookupError):
+            return None
+
+    async def cached(self, uid: str) -> InjectedContext | None:
+        """What Redis holds; None on a miss, a bad value or any Redis error."""
+        return (await self._state(uid))[1]
+
+    async def published(self, uid: str) -> InjectedContext | None:
+        """The one GET of the read model: None when absent, ValueError when unreadable, and
+        Redis errors (or TimeoutError after `timeout_s`) as they come."""
+        if self.redis is None:
+            raise LookupError("this client reads no read model (no Redis configured)")
+        async with asyncio.timeout(self.timeout_s):
+            raw = await self.redis.get(context_key(self.key_prefix, uid))
+        return parse_published(raw)
+
+    async def aclose(self) -> None:
+        """Stop background queries; close the Redis client if this reader built it."""
+        for task in list(self._querying.values()):
+            task.cancel()
+        await asyncio.gather(*self._querying.values(), return_exceptions=True)
+        if self.redis is not None and self._owns_redis:
+            await self.redis.aclose()
+
+    async def _state(self, uid: str) -> tuple[bool, InjectedContext | None]:
+        """(Redis answered with no usable value = a clean miss, the context). A Redis error or
+        an unreadable value is not a clean miss: the caller then queries the workflow."""
+        if self.redis is None:
+            return False, None
+        try:
+            context = await self.published(uid)
+        except ValueError:
+            log.warning("unreadable read-model value; using the workflow query")
+            return False, None
+        except Exception as err:  # any Redis failure means "use the fallback"
+            log.debug("read model unavailable: %r", err)
+            return False, None
+        if context is None:
+            self._queried.pop(uid, None)
+            return True, None
+        return False, context
+
+    def _miss(self, uid: str) -> InjectedContext | None:
+        """On a clean Redis miss: what an earlier background query found (or None), and a new
+        background query at most every MISS_REQUERY_S per user. Never waits."""
+        now = time.monotonic()
+        found_at, found = self._queried.get(uid, (float("-inf"), None))
+        if uid not in self._querying and now - found_at >= MISS_REQUERY_S:
+            task = asyncio.get_running_loop().create_task(self._query_later(uid))
+            self._querying[uid] = task
+        return found
+
+    async def _query_later(self, uid: str) -> None:
+        try:
+            found = await self._query(uid)
+        except (MemoryUnavailableError, LookupError):
+            found = None
+        finally:
+            self._querying.pop(uid, None)
+        self._queried[uid] = (time.monotonic(), found)
+        self._queried.move_to_end(uid)
+        while len(self._queried) > MAX_MISS_CACHE:
+            self._queried.popitem(last=False)

@@ -1,0 +1,181 @@
+"""The round step of UserMemoryWorkflow's loop: run the due thread's round as a child workflow.
+
+The user workflow owns every piece of state; a round gets its turns, the config and the caches
+as input and hands back fragments, tuned parameters and the published context. A failed round
+keeps its turns pending (with a back-off); a round cancelled by forget is counted for the receipt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.workflow import ChildWorkflowHandle
+
+with workflow.unsafe.imports_passed_through():
+    from mnemoflow.models.contracts import (
+        RoundInput,
+        RoundRecord,
+        RoundResult,
+        Watermark,
+    )
+    from mnemoflow.models.ids import round_workflow_id
+    from mnemoflow.models.turns import ChatTurn
+    from mnemoflow.workflows import state_ops
+    from mnemoflow.workflows.memory_round import MemoryRoundWorkflow, publish_context
+    from mnemoflow.workflows.options import (
+        failure_text,
+        round_search_attributes,
+    )
+    from mnemoflow.workflows.remembered import REMEMBER_PUBLISH_BOUND, with_remembered
+    from mnemoflow.workflows.user_state import UserRun
+
+MAX_ROUND_ID_PROBES = 24
+
+
+async def maybe_round(run: UserRun) -> bool:
+    """Run the round of the thread that is due first, if any; True when something ran."""
+    s, cfg = run.state, run.config
+    now = workflow.now().timestamp()
+    thread_id = state_ops.due_thread(s, cfg, now)
+    if thread_id is None:
+        return False
+    ts = s.threads[thread_id]
+    batch = state_ops.round_batch(ts, cfg.max_turns_per_round)
+    start, end = batch[0].position, batch[-1].position + 1
+    after = state_ops.watermarks(s)
+    indexed = state_ops.indexed_after(ts, batch)
+    after[thread_id] = after[thread_id].model_copy(update={"indexed": indexed})
+    record = RoundRecord(
+        round_no=0,
+        workflow_id="",
+        event_id=f"{thread_id}:{start}-{end}",
+        thread_id=thread_id,
+        start=start,
+        end=end,
+        trigger=ts.trigger,
+        started_at=now,
+    )
+    try:
+        handle = await _start_round(run, record, batch, after)
+        run.round_task = handle
+        result = await handle
+    except (ChildWorkflowError, ApplicationError) as err:
+        state_ops.round_failed(s, record, failure_text(err), now, cfg)
+        return True
+    except asyncio.CancelledError:
+        if run.forget_request is None:
+            raise  # the user workflow itself is being cancelled
+        state_ops.round_failed(s, record, "cancelled by forget", now, cfg)
+        run.rounds_cancelled += 1
+        return True
+    finally:
+        run.round_task = None
+    floor = run.context().version
+    state_ops.round_completed(s, record, result, batch, workflow.now().timestamp(), run.inp.prices)
+    await _keep_remembered(run, floor)
+    return True
+
+
+async def _keep_remembered(run: UserRun, floor: int) -> None:
+    """Re-publish facts remembered while the round ran: its selection could not see them."""
+    if not run.remembered_during_round:
+        return
+    context = run.context()
+    for fragment in run.remembered_during_round:
+        context = with_remembered(context, fragment, workflow.now().timestamp())
+    run.remembered_during_round.clear()
+    run.state.context = context.model_copy(update={"version": max(context.version, floor + 1)})
+    try:
+        await publish_context(run.state.context, schedule_to_close=REMEMBER_PUBLISH_BOUND)
+    except ActivityError as err:
+        run.state.last_error = f"publish failed: {failure_text(err)}"
+
+
+async def _start_round(
+    run: UserRun, record: RoundRecord, batch: list[ChatTurn], after: dict[str, Watermark]
+) -> ChildWorkflowHandle[MemoryRoundWorkflow, RoundResult]:
+    """Start the round child; a number already used (fresh history) is skipped, not reused."""
+    s = run.state
+    parent_id = workflow.info().workflow_id
+    step = 1
+    for _ in range(MAX_ROUND_ID_PROBES):
+        s.rounds_started += 1
+        round_no = s.rounds_started
+        record.round_no = round_no
+        record.workflow_id = round_workflow_id(parent_id, round_no)
+        try:
+            handle = await workflow.start_child_workflow(
+                MemoryRoundWorkflow.run,
+                _round_input(run, record, batch, after),
+                id=record.workflow_id,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=_round_attributes(run, record),
+                static_summary=(
+                    f"user {run.display_user()}, round {round_no}, "
+                    f"{len(batch)} messages, trigger {record.trigger}"
+                ),
+            )
+        except WorkflowAlreadyStartedError:
+            s.rounds_started += step - 1
+            step *= 2
+            continue
+        state_ops.round_started(s, record)
+        describe(run)
+        return handle
+    raise ApplicationError("no free round id", type="InvalidInput", non_retryable=True)
+
+
+def _round_input(
+    run: UserRun, record: RoundRecord, batch: list[ChatTurn], after: dict[str, Watermark]
+) -> RoundInput:
+    s, inp = run.state, run.inp
+    return RoundInput(
+        user_id=inp.user_id,
+        round_no=record.round_no,
+        event_id=record.event_id,
+        thread_id=record.thread_id,
+        turns=batch,
+        trigger=record.trigger,
+        first_seq=s.fragment_seq + 1,
+        config=run.config,
+        tuned=s.tuned,
+        profile=s.profile,
+        watermarks_after=after,
+        context_version=run.context().version,
+        llm_task_queue=inp.llm_task_queue,
+        search_attributes=inp.search_attributes,
+    )
+
+
+def _round_attributes(run: UserRun, record: RoundRecord) -> TypedSearchAttributes | None:
+    if not run.inp.search_attributes:
+        return None
+    return round_search_attributes(
+        user=run.search_user(),
+        round_no=record.round_no,
+        trigger=record.trigger,
+        outcome="running",
+    )
+
+
+def describe(run: UserRun) -> None:
+    """The workflow's current details in the Temporal UI: what an operator looks at first."""
+    s = run.state
+    pending = sum(len(t.pending) for t in s.threads.values())
+    marks = ", ".join(
+        f"{k[:40]} {v.indexed}/{v.accepted}" for k, v in state_ops.watermarks(s).items()
+    )
+    workflow.set_current_details(
+        f"rounds {s.rounds_completed} done, {s.rounds_failed} failed; "
+        f"pending turns {pending}, pending events {len(run.submits)}; "
+        f"indexed/accepted: {marks or '-'}; induction cursor {s.induction_cursor}; "
+        f"last error: {s.last_error or '-'}"
+    )

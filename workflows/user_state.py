@@ -1,0 +1,151 @@
+"""Everything UserMemoryWorkflow holds while it runs, in one object: the durable state and inboxes.
+
+`UserRun` is owned by the workflow class; the loop's steps (workflows/user_rounds.py,
+user_upkeep.py) and the update bodies (user_requests.py, user_forget.py) are functions that take
+it explicitly. Handlers only append to its inboxes; `absorb` is the one place the loop folds
+them into the durable state (`UserMemoryState`, carried across continue-as-new). The fields
+below `state` live for one run only: whatever they hold is absorbed before continuing as new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import (
+    ContextFragment,
+    ForgetReceipt,
+    ForgetRequest,
+    FragmentRef,
+    InjectedContext,
+    ReinforceEvent,
+    SubmitEvent,
+    UserMemoryInput,
+    UserMemoryState,
+    UserStatus,
+)
+from mnemoflow.models.ids import search_user_value
+from mnemoflow.workflows import state_ops
+
+
+@dataclass
+class UserRun:
+    """One run of a user's workflow: its input, durable state, inboxes and the forget saga."""
+
+    inp: UserMemoryInput
+    state: UserMemoryState
+    config: MemoryConfig
+    # Inboxes: filled by handlers, emptied by `absorb` in the main loop only.
+    submits: list[SubmitEvent] = field(default_factory=list)
+    reinforcements: list[ReinforceEvent] = field(default_factory=list)
+    remembered: list[FragmentRef] = field(default_factory=list)
+    dropped_ids: list[str] = field(default_factory=list)
+    retries: list[str] = field(default_factory=list)
+    consolidations: list[str] = field(default_factory=list)
+    config_change: MemoryConfig | None = None
+    # Explicit fragments published while a round ran: the round's context must keep them.
+    remembered_during_round: list[ContextFragment] = field(default_factory=list)
+    publishing: bool = False  # the loop is publishing a context it built from the current one
+    # The forget saga and what it must wait for or cancel.
+    writes_in_flight: int = 0
+    forget_request: ForgetRequest | None = None
+    forget_receipt: ForgetReceipt | None = None
+    round_task: asyncio.Task | None = None
+    rounds_cancelled: int = 0
+
+    @classmethod
+    def start(cls, inp: UserMemoryInput) -> UserRun:
+        """The run of a fresh start or of a continue-as-new (which carries state and config)."""
+        return cls(inp=inp, state=inp.state or UserMemoryState(), config=inp.config)
+
+    def has_input(self) -> bool:
+        """Something for the loop to do besides waiting for a deadline."""
+        return bool(
+            self.submits
+            or self.reinforcements
+            or self.remembered
+            or self.dropped_ids
+            or self.retries
+            or self.consolidations
+            or self.config_change is not None
+            or self.forget_request is not None
+        )
+
+    def pending_events(self) -> int:
+        """Signals received but not yet absorbed."""
+        return len(self.submits) + len(self.reinforcements)
+
+    def context(self) -> InjectedContext:
+        """The latest injected context, or an empty one before the first publish."""
+        return self.state.context or InjectedContext(
+            user_id=self.inp.user_id, top_k=self.config.top_k, profile=self.state.profile
+        )
+
+    def search_user(self) -> str:
+        """The MnemoflowUser search-attribute value (a keyed hash when pseudonymous)."""
+        return self.inp.search_user or search_user_value(self.inp.user_id)
+
+    def display_user(self) -> str:
+        """How the user is named in summaries an operator reads."""
+        return self.search_user() if self.inp.pseudonymous else self.inp.user_id[:80]
+
+    def continued_input(self) -> UserMemoryInput:
+        """The input of the next run: the durable state and the current config."""
+        return self.inp.model_copy(update={"state": self.state, "config": self.config})
+
+
+def absorb(run: UserRun, now: float) -> None:
+    """Fold every inbox into the durable state, in a fixed order (submits before the requests
+    that act on their turns: a consolidate right after a hand-over must see its turns)."""
+    for event in run.submits:
+        state_ops.absorb_submit(run.state, event, run.config, now)
+    for used in run.reinforcements:
+        state_ops.absorb_reinforce(run.state, used)
+    run.submits.clear()
+    run.reinforcements.clear()
+    absorb_requests(run)
+
+
+def absorb_requests(run: UserRun) -> None:
+    """Fold what the update handlers enqueued (fragment seq numbers are only given out here)."""
+    s = run.state
+    for ref in run.remembered:
+        state_ops.absorb_remembered(s, ref)
+    run.remembered.clear()
+    for thread_id in run.retries:
+        state_ops.schedule_retry(s, thread_id)
+    run.retries.clear()
+    for thread_id in run.consolidations:
+        state_ops.schedule_consolidation(s, thread_id)
+    run.consolidations.clear()
+    if run.dropped_ids:
+        state_ops.drop_uninducted(s, set(run.dropped_ids))
+        run.dropped_ids.clear()
+    if run.config_change is not None:
+        run.config, run.config_change = run.config_change, None
+
+
+def status_of(run: UserRun, history_length: int) -> UserStatus:
+    """The status query's answer."""
+    s = run.state
+    return UserStatus(
+        user_id=run.inp.user_id,
+        rounds_started=s.rounds_started,
+        rounds_completed=s.rounds_completed,
+        rounds_failed=s.rounds_failed,
+        pending_turns=sum(len(t.pending) for t in s.threads.values()),
+        pending_events=run.pending_events() + len(s.pending_reinforce),
+        watermarks=state_ops.watermarks(s),
+        induction_cursor=s.induction_cursor,
+        uninducted=len(s.uninducted),
+        inductions=s.inductions,
+        tuned_themes=list(s.tuned),
+        tuned=dict(s.tuned),
+        ledger=s.ledger,
+        rounds=list(s.rounds),
+        last_error=s.last_error,
+        continued=s.continued,
+        history_length=history_length,
+        config=run.config_change or run.config,
+    )
