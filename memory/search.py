@@ -38,6 +38,8 @@ RRF_K = 60
 DEPTH = 48
 #: The dense ranking's weight in the fusion, relative to the lexical one's 1.0.
 DENSE_WEIGHT = 0.15
+#: Content-token Jaccard similarity from which two fragments say the same thing.
+NEAR_DUPLICATE = 0.8
 #: A fragment's cost beyond its content: number, theme/type/date tag, line break.
 LINE_OVERHEAD_TOKENS = 12
 
@@ -167,12 +169,24 @@ def pack(
     """The fragments, in order, that fit `budget` tokens after `used` (the profile's share).
 
     One that does not fit is skipped and smaller later ones may still go in: a long fragment
-    must not leave the rest of the budget empty.
+    must not leave the rest of the budget empty. A near-duplicate of one already packed (the
+    same content tokens, up to NEAR_DUPLICATE Jaccard similarity, e.g. a fact repeated when it
+    was recalled) is skipped too: the first one in rank order stands for both.
     """
     out: list[ContextFragment] = []
+    seen: list[set[str]] = []
     for fragment in fragments:
         cost = fragment_cost(fragment, count)
-        if used + cost <= budget:
-            out.append(fragment)
-            used += cost
+        if used + cost > budget:
+            continue
+        tokens = set(token_list(normalise(fragment.content)))
+        if any(_jaccard(tokens, other) >= NEAR_DUPLICATE for other in seen):
+            continue
+        out.append(fragment)
+        seen.append(tokens)
+        used += cost
     return out
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 1.0

@@ -112,7 +112,7 @@ def test_reinforcement_is_bounded_so_relevance_wins() -> None:
 def test_pack_respects_the_budget_and_skips_what_does_not_fit() -> None:
     big = ContextFragment(id="big", theme="t", types=["fact"], content="word " * 400)
     small = [
-        ContextFragment(id=f"s{i}", theme="t", types=["fact"], content="a short line of text")
+        ContextFragment(id=f"s{i}", theme="t", types=["fact"], content=f"short line number {i}")
         for i in range(10)
     ]
     packed = pack([small[0], big, *small[1:]], budget=100, used=20)
@@ -136,3 +136,16 @@ def test_rendered_fragments_carry_their_date() -> None:
         id="x", theme="pets", types=["fact"], content="Dog is Biscuit", created_at=1683554160.0
     )
     assert render_fragments([frag]) == "1. [pets | fact | 8 May 2023] Dog is Biscuit"
+
+
+def test_pack_skips_near_duplicates_of_what_it_already_took() -> None:
+    fact = ContextFragment(
+        id="a", theme="t", types=["fact"], content="User: My daughter Lily plays the violin."
+    )
+    echo = ContextFragment(
+        id="b", theme="t", types=["chat"], content="user: my daughter Lily plays the violin!"
+    )
+    other = ContextFragment(
+        id="c", theme="t", types=["fact"], content="User: Lily's violin teacher is Mr Park."
+    )
+    assert [f.id for f in pack([fact, echo, other], budget=1000)] == ["a", "c"]
