@@ -25,10 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mnemoflow.memory.prompt import filter_in_window, render_profile
+from mnemoflow.memory.rerank import rerank_for_query
 from mnemoflow.memory.selection import select
 from mnemoflow.memory.text import estimate_tokens, normalise, token_list
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.contracts import ContextFragment
+from mnemoflow.models.contracts import ContextFragment, InjectedContext
 from mnemoflow.models.fragments import Candidate, Fragment
 from mnemoflow.models.params import TunedParams
 
@@ -190,3 +192,26 @@ def pack(
 
 def _jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if a or b else 1.0
+
+
+def choose_fragments(
+    found: Sequence[ContextFragment] | None,
+    context: InjectedContext | None,
+    thread: str,
+    start: int,
+    query: str,
+    config: MemoryConfig,
+) -> list[ContextFragment]:
+    """What a model call injects. With the search's ranking (`found`): the fragments out of the
+    window, packed with the profile into `config.memory_budget_tokens`. Without it (timeout,
+    failure, nothing stored yet): the published context, out of the window, re-ranked for the
+    query, up to its top_k, as before the search existed."""
+    if found:
+        profile = context.profile if context is not None else None
+        share = estimate_tokens(render_profile(profile)) if profile is not None else 0
+        outside = filter_in_window(found, thread, start)
+        return pack(outside, config.memory_budget_tokens, share)
+    if context is None:
+        return []
+    outside = filter_in_window(context.fragments, thread, start)
+    return rerank_for_query(outside, query)[: context.top_k or config.top_k]

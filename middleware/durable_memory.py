@@ -40,10 +40,9 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AnyMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from mnemoflow.memory.prompt import assemble_system_prompt, filter_in_window, render_profile
-from mnemoflow.memory.rerank import drawn_on, rerank_for_query
-from mnemoflow.memory.search import pack
-from mnemoflow.memory.text import estimate_tokens
+from mnemoflow.memory.prompt import assemble_system_prompt
+from mnemoflow.memory.rerank import drawn_on
+from mnemoflow.memory.search import choose_fragments
 from mnemoflow.middleware.chat_usage import ChatTokenMetrics, PendingUsage, response_usage
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.search import PendingSearches
@@ -57,7 +56,7 @@ from mnemoflow.middleware.window import (
     window_start,
 )
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.contracts import ContextFragment, InjectedContext, Trigger
+from mnemoflow.models.contracts import ContextFragment, Trigger
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn
 
@@ -188,12 +187,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         start = window_start(history, indexed, self.config)
         self._remember_window(user_id, thread, start)
         profile = context.profile if context is not None else UserProfile()
-        if found:  # the search answered in time: pack its ranking into the memory budget
-            outside = filter_in_window(found, thread, start)
-            share = estimate_tokens(render_profile(profile))
-            fragments = pack(outside, self.config.memory_budget_tokens, share)
-        else:
-            fragments = self._fragments(context, thread, start, query)
+        fragments = choose_fragments(found, context, thread, start, query, self.config)
 
         overrides: dict[str, Any] = {}
         if start > 0:
@@ -304,17 +298,6 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         self._window.move_to_end(key)
         while len(self._window) > MAX_TRACKED_THREADS:
             self._window.popitem(last=False)
-
-    def _fragments(
-        self, context: InjectedContext | None, thread: str, start: int, query: str
-    ) -> list[ContextFragment]:
-        """Injected fragments whose sources are out of the window, re-ranked for the latest
-        human message (no I/O), up to top_k."""
-        if context is None:
-            return []
-        top_k = context.top_k or self.config.top_k
-        outside = filter_in_window(context.fragments, thread, start)
-        return rerank_for_query(outside, query)[:top_k]
 
 
 def _response_text(response: Any) -> str:
