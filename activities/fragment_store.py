@@ -221,6 +221,11 @@ class FragmentStore:
         rows = await self._user_rows(checked_user(user_id), SCALAR_FIELDS)
         return sorted((to_fragment(r) for r in rows), key=lambda f: (f.created_at, f.id))
 
+    async def all_with_vectors(self, user_id: str) -> list[tuple[Fragment, list[float]]]:
+        """Every fragment of the user with its stored vector (to rebuild the search corpus)."""
+        rows = await self._user_rows(checked_user(user_id), [*SCALAR_FIELDS, "vector"])
+        return [(to_fragment(r), [float(x) for x in r["vector"]]) for r in rows]
+
     async def candidates(self, user_id: str, query: str, limit: int | None) -> list[Candidate]:
         """The user's fragments with their cosine to `query`, best first.
 

@@ -55,6 +55,10 @@ class SearchCorpus:
                 pipe.incr(corpus_version_key(self.prefix, user_id))
             await pipe.execute()
 
+    async def exists(self, user_id: str) -> bool:
+        """Whether the user's corpus is there (its version key survives any write)."""
+        return bool(await self._redis.exists(corpus_version_key(self.prefix, user_id)))
+
     async def remove(self, user_id: str, ids: Sequence[str]) -> None:
         """Drop some of the user's entries (absent ids are fine)."""
         if not ids:
