@@ -95,7 +95,7 @@ class FragmentActivities:
         async with _permanent_errors(), _heartbeating():
             written = await self.store.upsert_vectors(inp.fragments)
             if self.corpus is not None:
-                await self.corpus.add([f for f, _ in written], [v for _, v in written])
+                await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
         return IndexOutput(ids=[f.id for f, _ in written])
 
     @activity.defn(name=ActivityName.SELECT)
@@ -113,17 +113,8 @@ class FragmentActivities:
             params_source=inp.params_source,
         )
         size = inp.limit or config.published_candidates
-        if candidates and self.corpus is not None and not await self.corpus.exists(inp.user_id):
-            # Redis lost the corpus (a restart without persistence): every round's selection
-            # rebuilds it from the store, as the read model is rebuilt by its next publish.
-            async with _permanent_errors():
-                written = await self.store.all_with_vectors(inp.user_id)
-            await self.corpus.add([f for f, _ in written], [v for _, v in written])
-            # A fragment deleted while this ran must not come back: read the store again and
-            # drop what it no longer holds (a later deletion removes its entry itself).
-            async with _permanent_errors():
-                kept = {f.id for f in await self.store.all_for_user(inp.user_id)}
-            await self.corpus.remove(inp.user_id, [f.id for f, _ in written if f.id not in kept])
+        if self.corpus is not None:
+            await self.corpus.reconcile(self.store, inp.user_id)
         return SelectOutput(fragments=selection.ranked[:size], log=bounded_log(selection.log))
 
     @activity.defn(name=ActivityName.REINFORCE)
