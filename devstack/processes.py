@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+# One definition of "a free port", shared with the worker (its SDK metrics exporter); the
+# dev stack and the tests import it from here.
+from mnemoflow.worker.web import free_port as free_port
+
 LOOPBACK = "127.0.0.1"
 STARTUP_DEADLINE_S = 60.0
 _POLL_INTERVAL_S = 0.05
@@ -71,13 +75,6 @@ class ManagedProcess:
             return self.log_path.read_text(errors="replace")[-max_chars:]
         except OSError:
             return ""
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port that is free right now (the OS picks it; a race with others is possible)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

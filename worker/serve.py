@@ -27,6 +27,7 @@ from mnemoflow.worker.client import connect_until
 from mnemoflow.worker.health import Handler, HttpEndpoint, Readiness, probe_routes
 from mnemoflow.worker.search_attributes import ensure_search_attributes
 from mnemoflow.worker.settings import Settings
+from mnemoflow.worker.web import free_port
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,6 @@ async def _endpoints(
     settings: Settings, readiness: Readiness, stack: AsyncExitStack
 ) -> tuple[Any, Any, dict[str, Any]]:
     """Start the health and metrics endpoints; returns (metrics, runtime, connect options)."""
-    from mnemoflow.devstack.processes import free_port
-
     cfg = settings.mnemoflow
     routes: dict[int, dict[str, Handler]] = {}
     if cfg.health_port is not None:

@@ -1,8 +1,9 @@
 """Process settings: one typed class per concern, read once at process start and passed down.
 
 Nothing here touches the environment at import time; `Settings.load()` does, once, in the
-entry point. Secrets are `SecretStr` (their repr is masked) and URLs that may carry a password
-are masked in `repr()` and in `Settings.redacted()`, the only summary meant for printing.
+entry point. Secrets are `SecretStr` (their repr is masked) and the credentials a URL may carry
+(user-info password, `?password=`/`?token=`-like parameters; `worker.redact`) are masked in
+`repr()`, in dumps and in `Settings.redacted()`, the only summary meant for printing.
 Field docstrings become the descriptions the README configuration table is generated from
 (`python -m mnemoflow.worker.settings_doc`).
 """
@@ -15,7 +16,6 @@ import json
 import re
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     BaseModel,
@@ -30,33 +30,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mnemoflow.models.config import Vocation
-
-#: Parts of a query parameter's name that mark its value as a credential (`?password=`,
-#: `?access_token=`, `?api_key=`, `?sig=` ...); redis-py, for one, takes `?password=`.
-_SECRET_PARAM = re.compile(r"pass|pwd|token|secret|key|auth|sig|credential", re.IGNORECASE)
-_QUERY_ITEM = re.compile(r"([^&;=]*)=([^&;]*)")
-
-
-def mask_url(url: str) -> str:
-    """`url` with every credential in it replaced by `***`: the password of its user-info and
-    the value of any query parameter named like a secret (for logs, repr and printouts)."""
-    parts = urlsplit(url)
-    netloc, query = parts.netloc, parts.query
-    if parts.password is not None:
-        user = parts.username or ""
-        host = netloc.rpartition("@")[2]
-        netloc = f"{user}:***@{host}"
-    if query:
-        query = _QUERY_ITEM.sub(
-            lambda m: f"{m[1]}=***" if _SECRET_PARAM.search(m[1]) else m[0], query
-        )
-    if (netloc, query) == (parts.netloc, parts.query):
-        return url
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
-
-
-def _masked(value: Any) -> Any:
-    return mask_url(value) if isinstance(value, str) and "://" in value else value
+from mnemoflow.worker.redact import masked
 
 
 def _config(prefix: str) -> SettingsConfigDict:
@@ -77,12 +51,12 @@ class _MaskedURLs(BaseSettings):
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
-            yield name, _masked(value)
+            yield name, masked(value)
 
     @model_serializer(mode="wrap")
     def _masked_dump(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        return {k: _masked(v) for k, v in data.items()} if isinstance(data, dict) else data
+        return {k: masked(v) for k, v in data.items()} if isinstance(data, dict) else data
 
 
 #: A key id: short, printable, and free of the separators of the key list.
@@ -416,7 +390,7 @@ class Settings(BaseModel):
         return choice
 
     def redacted(self) -> dict[str, dict[str, Any]]:
-        """A printable summary: secrets only as "set"/"unset", URL passwords masked."""
+        """A printable summary: secrets only as "set"/"unset", URL credentials masked."""
         out: dict[str, dict[str, Any]] = {}
         for section in type(self).model_fields:
             values: dict[str, Any] = {}
@@ -428,7 +402,7 @@ class Settings(BaseModel):
                 elif value is None and name in _SECRET_FIELDS:
                     values[name] = "unset"
                 elif isinstance(value, str):  # StrEnum included: print its plain value
-                    values[name] = mask_url(str(value)) if "://" in value else str(value)
+                    values[name] = masked(str(value))
                 elif isinstance(value, Path):
                     values[name] = str(value)
                 else:

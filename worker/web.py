@@ -4,6 +4,7 @@ endpoints all run this way (parsing, limits and keep-alive are the framework's, 
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -34,6 +35,13 @@ async def serving(app: web.Application, host: str, port: int, **options: Any) ->
         yield bound
     finally:
         await runner.cleanup()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now (the OS picks it; a race with others is possible)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def _paths(app: web.Application) -> set[str]:

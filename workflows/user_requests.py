@@ -99,8 +99,7 @@ async def _publish_remembered(run: UserRun, fragment: Fragment) -> None:
         limit=run.config.published_candidates,
     )
     run.state.context = context.model_copy(update={"watermarks": state_ops.watermarks(run.state)})
-    if run.round_task is not None:
-        run.remembered_during_round.append(published)
+    run.remembered_during_round.append(published)  # the loop clears it when a round starts
     try:
         await publish_context(run.state.context, schedule_to_close=REMEMBER_PUBLISH_BOUND)
     except ActivityError as err:

@@ -63,6 +63,8 @@ async def maybe_round(run: UserRun) -> bool:
         trigger=ts.trigger,
         started_at=now,
     )
+    # Facts remembered from here on may be missing from this round's selection.
+    run.remembered_during_round.clear()
     try:
         handle = await _start_round(run, record, batch, after)
         run.round_task = handle
@@ -90,7 +92,12 @@ async def _keep_remembered(run: UserRun, floor: int) -> None:
         return
     context = run.context()
     for fragment in run.remembered_during_round:
-        context = with_remembered(context, fragment, workflow.now().timestamp())
+        context = with_remembered(
+            context,
+            fragment,
+            workflow.now().timestamp(),
+            limit=run.config.published_candidates,
+        )
     run.remembered_during_round.clear()
     run.state.context = context.model_copy(update={"version": max(context.version, floor + 1)})
     try:

@@ -44,7 +44,7 @@ class UserRun:
     retries: list[str] = field(default_factory=list)
     consolidations: list[str] = field(default_factory=list)
     config_change: MemoryConfig | None = None
-    # Explicit fragments published while a round ran: the round's context must keep them.
+    # Explicit fragments published since the last round started: its context must keep them.
     remembered_during_round: list[ContextFragment] = field(default_factory=list)
     publishing: bool = False  # the loop is publishing a context it built from the current one
     # The forget saga and what it must wait for or cancel.

@@ -21,6 +21,7 @@ from pydantic import SecretStr
 from mnemoflow.devstack.processes import LOOPBACK, free_port, port_open
 from mnemoflow.worker.codec_server import build_codec_server, running_codec_server
 from mnemoflow.worker.settings import EncryptionSettings, TemporalSettings
+from tests.support.reliability import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "limits-test-token"
@@ -115,8 +116,9 @@ def rss_kib(pid: int) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc")
 async def test_thirty_unauthenticated_large_uploads_get_401_and_cost_no_memory(
-    tmp_path: Path,
+    tmp_path: Path, reliability: Ledger, request: pytest.FixtureRequest
 ) -> None:
+    started = time.monotonic()
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MNEMOFLOW_", "TEMPORAL_"))}
     env.update(MNEMOFLOW_ENCRYPTION_KEYS=KEYS, MNEMOFLOW_CODEC_TOKEN=TOKEN)
@@ -142,6 +144,17 @@ async def test_thirty_unauthenticated_large_uploads_get_401_and_cost_no_memory(
         # Reading the bodies would take 90 MB (the hand-written server grew by ~450 MB).
         print(f"codec server RSS grew by {grown_mib:.1f} MiB")
         assert grown_mib < 20, f"RSS grew by {grown_mib:.1f} MiB"
+        reliability.record(
+            request,
+            key="codec-unauthenticated-flood",
+            kind="bad input",
+            what="30 connections to the codec server at once, no token, each announcing a "
+            "3 MB body and sending 64 KB of it",
+            happened=f"all 30 got 401 before their bodies were read; RSS grew {grown_mib:.1f} MiB",
+            lost=0,
+            duplicated=0,
+            started=started,
+        )
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), 15) == 0

@@ -27,6 +27,7 @@ from mnemoflow.models.contracts import ActivityName, UserStatus
 from mnemoflow.models.turns import ChatTurn
 from tests.support.drive import eventually
 from tests.support.invariants import indexed_once
+from tests.support.reliability import Ledger
 from tests.support.worker_cli import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration
@@ -35,7 +36,7 @@ LLM_ACTIVITIES = {ActivityName.SLICE, ActivityName.TUNE, ActivityName.INDUCT}
 USERS = 3
 THREAD = "t1"
 #: Seconds each heuristic model call takes: long enough to SIGTERM during one.
-LATENCY_S = 1.5
+LATENCY_S = 3.0
 GRACEFUL_S = 20.0
 
 
@@ -84,7 +85,11 @@ async def all_indexed(memory: MemoryClient, users: list[str], end: int) -> dict[
     return found
 
 
-async def assert_stored_once(store: FragmentStore, statuses: dict[str, UserStatus], end: int):
+async def assert_stored_once(
+    store: FragmentStore, statuses: dict[str, UserStatus], end: int
+) -> int:
+    """Every message of every user in exactly one fragment; returns the fragments counted."""
+    total = 0
     for user, status in statuses.items():
         outcome = await indexed_once(store, user, status, {THREAD: end})
         assert (outcome.lost, outcome.duplicated) == (0, 0), (user, outcome)
@@ -93,6 +98,8 @@ async def assert_stored_once(store: FragmentStore, statuses: dict[str, UserStatu
         for pos in range(0, end, 2):
             line = f"order number is {user}-{pos} "
             assert sum(c.count(line) for c in contents) == 1, (user, pos, contents)
+        total += outcome.fragments
+    return total
 
 
 async def llm_calls_running(client: Client, round_ids: list[str]) -> set[tuple[str, str]]:
@@ -131,8 +138,14 @@ async def llm_attempts(client: Client, workflow_ids: list[str]) -> dict[tuple[st
 
 
 async def test_split_roles_complete_rounds_and_survive_sigterm_mid_llm_call(
-    tmp_path: Path, dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+    tmp_path: Path,
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
 ) -> None:
+    started = time.monotonic()
     client = dev_env.client
     address = client.service_client.config.target_host
     env = worker_env(
@@ -177,16 +190,18 @@ async def test_split_roles_complete_rounds_and_survive_sigterm_mid_llm_call(
         # More turns; SIGTERM both processes while LLM calls run.
         for user in users:
             await memory.submit(user, said(user, 6, 6, t0), urgent=True)
-        round_ids: list[str] = []
+        in_flight: set[tuple[str, str]] = set()
 
         async def llm_in_flight() -> bool:
+            round_ids = set()
             for user in users:
                 status = await memory.status(user, timeout_s=5)
-                round_ids.extend(r.workflow_id for r in status.rounds if r.round_no > 1)
-            return bool(await llm_calls_running(client, sorted(set(round_ids))))
+                rounds = status.rounds if status is not None else []
+                round_ids.update(r.workflow_id for r in rounds if r.round_no > 1)
+            in_flight.update(await llm_calls_running(client, sorted(round_ids)))
+            return bool(in_flight)
 
         await eventually(llm_in_flight, deadline_s=60, what="an LLM call of a second round")
-        in_flight = await llm_calls_running(client, sorted(set(round_ids)))
         for proc in procs:
             proc.popen.send_signal(signal.SIGTERM)
         codes = await asyncio.gather(*(p.exit_code(GRACEFUL_S + 15) for p in procs))
@@ -198,12 +213,25 @@ async def test_split_roles_complete_rounds_and_survive_sigterm_mid_llm_call(
             proc.stop()
         procs = start_roles()
         statuses = await all_indexed(memory, users, 12)
-        await assert_stored_once(store, statuses, 12)
+        fragments = await assert_stored_once(store, statuses, 12)
         workflow_ids = [r.workflow_id for s in statuses.values() for r in s.rounds]
         workflow_ids += [memory.workflow_id(u) for u in users]
         attempts = await llm_attempts(client, workflow_ids)
         assert in_flight <= attempts.keys(), "an in-flight LLM call never finished"
         assert max(attempts.values()) <= 2, {k: v for k, v in attempts.items() if v > 1}
+        retried = sum(1 for v in attempts.values() if v > 1)
+        reliability.record(
+            request,
+            key="split-roles-sigterm",
+            kind="fault",
+            what="mnemoflow worker as two processes (role=workflow, role=llm, split queues, "
+            f"rate limit) sent SIGTERM while {len(in_flight)} LLM call(s) ran; then restarted",
+            happened=f"both exited 0; in-flight calls finished; {len(attempts)} LLM calls, "
+            f"{retried} retried once; {USERS * 12} messages in {fragments} fragments",
+            lost=0,
+            duplicated=0,
+            started=started,
+        )
     finally:
         for proc in procs:
             proc.stop()

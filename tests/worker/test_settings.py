@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from mnemoflow.models.config import Vocation
 from mnemoflow.worker import settings_doc
 from mnemoflow.worker.client import tls_config
-from mnemoflow.worker.settings import SECTIONS, Settings, TemporalSettings, mask_url
+from mnemoflow.worker.redact import mask_url
+from mnemoflow.worker.settings import SECTIONS, Settings, TemporalSettings
 
 PREFIXES = ("TEMPORAL_", "MILVUS_", "REDIS_", "DEEPSEEK_", "MNEMOFLOW_")
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -143,6 +144,14 @@ def test_unset_secrets_are_reported_as_unset() -> None:
 def test_mask_url_leaves_plain_urls_alone() -> None:
     assert mask_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
     assert mask_url("redis://:pw@h:1/0") == "redis://:***@h:1/0"
+
+
+def test_mask_url_masks_credential_query_parameters_and_keeps_the_rest() -> None:
+    url = "redis://u:p@ss@h:1/0?db=2&password=x&Access_Token=y;api_key=z&sig=s&timeout=5"
+    expected = (
+        "redis://u:***@h:1/0?db=2&password=***&Access_Token=***;api_key=***&sig=***&timeout=5"
+    )
+    assert mask_url(url) == expected
 
 
 def test_api_key_implies_tls(monkeypatch: pytest.MonkeyPatch) -> None:

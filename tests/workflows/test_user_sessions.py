@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
@@ -17,7 +19,7 @@ from mnemoflow.models.config import Vocation
 from mnemoflow.models.contracts import ConfigUpdate
 from mnemoflow.models.ids import user_workflow_id
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
-from tests.support.drive import conversation, status, submit, wait_status
+from tests.support.drive import conversation, eventually, status, submit, wait_status
 from tests.support.memory_worker import MemoryWorker, memory_worker
 from tests.support.replay import assert_replays
 
@@ -39,11 +41,14 @@ def new_user(tag: str, mw: MemoryWorker | None = None) -> str:
 
 @asynccontextmanager
 async def session(
-    env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+    env: WorkflowEnvironment, milvus_uri: str, redis_url: str, models: Any = None
 ) -> AsyncIterator[tuple[MemoryWorker, MemoryClient]]:
-    """A memory worker with the offline models, and a MemoryClient reading its read model."""
+    """A memory worker (offline models by default) and a MemoryClient reading its read model."""
     async with memory_worker(
-        env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+        env.client,
+        milvus_uri=milvus_uri,
+        redis_url=redis_url,
+        models=models or HeuristicMemoryModels(),
     ) as mw:
         client = mw.memory_client(redis_url)
         try:
@@ -125,6 +130,49 @@ async def test_a_remembered_fact_is_published_at_once(
         await assert_replays(dev_env.client, [user_workflow_id(user)], name="sessions-remember")
 
 
+class GatedModels(HeuristicMemoryModels):
+    """The offline models, with slicing held until the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slicing = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def slice(self, turns, max_fragments):  # type: ignore[no-untyped-def]
+        self.slicing.set()
+        await self.gate.wait()
+        return await super().slice(turns, max_fragments)
+
+
+async def test_a_fact_remembered_while_a_round_runs_stays_in_front_after_it(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    models = GatedModels()
+    async with session(dev_env, milvus_uri, redis_url, models) as (mw, client):
+        user = new_user("joy", mw)
+        await client.submit(user, conversation("t", LINES, time.time() - 7200), urgent=True)
+        await asyncio.wait_for(models.slicing.wait(), timeout=60)
+        saved = await client.remember(user, "Joy is allergic to peanuts.", event_id="m-1")
+        during = await mw.read_model.get(user)
+        assert during is not None and [f.id for f in during.fragments] == [saved.fragment_id]
+
+        models.gate.set()
+        handle = dev_env.client.get_workflow_handle(user_workflow_id(user))
+        done = await wait_status(handle, lambda s: s.rounds_completed == 1, deadline_s=60)
+
+        # The round publishes the version the fact already has; the user workflow then
+        # publishes the next one with the fact back in front.
+        async def republished() -> bool:
+            latest = await mw.read_model.get(user)
+            return latest is not None and latest.version > during.version
+
+        await eventually(republished, deadline_s=30, what="the context after the round")
+        published = await mw.read_model.get(user)
+        assert published is not None and published.fragments[0].id == saved.fragment_id
+        assert len(published.fragments) == done.rounds[-1].fragments + 1
+        await assert_replays(dev_env.client, [user_workflow_id(user)], name="sessions-racing")
+
+
 async def test_a_config_change_survives_continue_as_new_and_bad_values_change_nothing(
     dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
 ) -> None:
@@ -150,8 +198,8 @@ async def test_a_config_change_survives_continue_as_new_and_bad_values_change_no
             await submit(dev_env.client, mw.task_queue, user, [turn], max_history_events=50)
         done = await wait_status(
             handle,
-            lambda s: s.continued >= 1 and s.pending_events == 0,
-            what="continue-as-new",
+            lambda s: s.continued >= 1 and s.pending_turns == len(turns),
+            what="continue-as-new with every turn queued",
         )
         assert done.config == config
         assert done.pending_turns == len(turns) and done.rounds_started == 0
