@@ -35,10 +35,11 @@ NOTES = [
     "- The dense ranking is weighted 0.15 in the fusion: with USE multilingual, dense retrieval",
     "  over these English conversations is much weaker than BM25 (see the dense baseline), and",
     "  a full-weight fusion lost 3-5 points of recall on conversations 26 and 30.",
-    "- Seen while running it (a workflow bug, not in this benchmark's code): after the",
-    "  sessions were settled, a user workflow failed its workflow task with KeyError: the due",
-    "  question thread was missing from state_ops.watermarks() at round start; question threads",
-    "  were then not sliced. Recall here does not depend on it: the corpus held every session.",
+    "- Seen while running it (a workflow bug, not in this benchmark's code): once questions",
+    "  were asked, each user workflow failed its workflow task with KeyError (the due question",
+    "  thread missing from state_ops.watermarks() in workflows/user_rounds.py maybe_round), so",
+    "  question threads were not sliced. Recall here does not depend on it: the corpus held",
+    "  every session before the first question.",
 ]
 
 
