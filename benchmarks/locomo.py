@@ -17,7 +17,8 @@ memory part of that prompt is what is judged:
 
     python benchmarks/locomo.py [--data DIR] [--conversations N] [--short] [--questions N]
 
---short: one conversation, its first 30 questions. Results: benchmarks/results/locomo.json and
+--short: one conversation, its first 30 questions. Results: benchmarks/results/locomo.json (per
+question: locomo_questions.jsonl) and
 docs/MEMORY_QUALITY.md (table, plus docs/img/locomo_recall.svg).
 """
 
@@ -245,6 +246,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def write_questions(result: dict[str, Any]) -> None:
+    """Per-question rows, one JSON line each, to benchmarks/results/locomo_questions.jsonl;
+    the results JSON keeps the summaries (the rows would make it 24,000 lines)."""
+    lines = []
+    for name, conv in result["conversations"].items():
+        for row in conv.pop("rows"):
+            lines.append(json.dumps({"conversation": name, **row}, separators=(",", ":")))
+    (RESULTS / "locomo_questions.jsonl").write_text("\n".join(lines) + "\n")
+
+
 def _line(s: dict[str, Any]) -> str:
     return "  ".join(
         f"{side} {s[side]['evidence_recall_all']:.2f}/{s[side]['evidence_recall_any']:.2f}"
@@ -274,6 +285,7 @@ def main() -> int:
         return 0
     result = asyncio.run(run(args))
     print("overall (all/any evidence recall, median tokens):", _line(result["overall"]))
+    write_questions(result)
     write_result("locomo", result, args)
     write_report({"_meta": meta(args), **result})
     return 0
