@@ -182,14 +182,19 @@ class FragmentStore:
 
     async def upsert(self, fragments: list[Fragment]) -> list[str]:
         """Embed and upsert fragments (same ids -> same rows); returns the ids written."""
+        return [f.id for f, _ in await self.upsert_vectors(fragments)]
+
+    async def upsert_vectors(self, fragments: list[Fragment]) -> list[tuple[Fragment, list[float]]]:
+        """As `upsert`, returning each written fragment with its vector (for the search corpus)."""
         if not fragments:
             return []
         texts = [clip(f.content, CONTENT_MAX_BYTES) for f in fragments]
         vectors = await asyncio.to_thread(self._embeddings.embed_documents, texts)
         # The last of a repeated id wins, within a batch as across batches.
-        rows = list({f.id: to_row(f, v) for f, v in zip(fragments, vectors, strict=True)}.values())
+        written = {f.id: (f, v) for f, v in zip(fragments, vectors, strict=True)}
+        rows = [to_row(f, v) for f, v in written.values()]
         await self._run(lambda c: self._write(c, rows))
-        return [row["pk"] for row in rows]
+        return list(written.values())
 
     async def _rows(self, key: str, ids: list[str], fields: list[str]) -> Rows:
         if not ids:
@@ -215,6 +220,11 @@ class FragmentStore:
         """Every fragment of the user, oldest first."""
         rows = await self._user_rows(checked_user(user_id), SCALAR_FIELDS)
         return sorted((to_fragment(r) for r in rows), key=lambda f: (f.created_at, f.id))
+
+    async def all_with_vectors(self, user_id: str) -> list[tuple[Fragment, list[float]]]:
+        """Every fragment of the user with its stored vector (to rebuild the search corpus)."""
+        rows = await self._user_rows(checked_user(user_id), [*SCALAR_FIELDS, "vector"])
+        return [(to_fragment(r), [float(x) for x in r["vector"]]) for r in rows]
 
     async def candidates(self, user_id: str, query: str, limit: int | None) -> list[Candidate]:
         """The user's fragments with their cosine to `query`, best first.

@@ -17,6 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.memory.selection import select as select_fragments
 from mnemoflow.models.contracts import (
     ActivityName,
@@ -83,15 +84,19 @@ def bounded_log(log: SelectionLog, limit: int = MAX_LOG_CANDIDATES) -> Selection
 class FragmentActivities:
     """Activities over one FragmentStore (shared by every activity task of the worker)."""
 
-    def __init__(self, store: FragmentStore) -> None:
+    def __init__(self, store: FragmentStore, corpus: SearchCorpus | None = None) -> None:
+        """`corpus`: the Redis search corpus the hot path searches, kept in step with the store."""
         self.store = store
+        self.corpus = corpus
 
     @activity.defn(name=ActivityName.INDEX)
     async def index(self, inp: IndexInput) -> IndexOutput:
         """Embed and upsert the fragments; a retry rewrites the same rows (business-id keys)."""
         async with _permanent_errors(), _heartbeating():
-            ids = await self.store.upsert(inp.fragments)
-        return IndexOutput(ids=ids)
+            written = await self.store.upsert_vectors(inp.fragments)
+            if self.corpus is not None:
+                await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
+        return IndexOutput(ids=[f.id for f, _ in written])
 
     @activity.defn(name=ActivityName.SELECT)
     async def select(self, inp: SelectInput) -> SelectOutput:
@@ -108,6 +113,8 @@ class FragmentActivities:
             params_source=inp.params_source,
         )
         size = inp.limit or config.published_candidates
+        if self.corpus is not None:
+            await self.corpus.reconcile(self.store, inp.user_id)
         return SelectOutput(fragments=selection.ranked[:size], log=bounded_log(selection.log))
 
     @activity.defn(name=ActivityName.REINFORCE)
@@ -125,6 +132,10 @@ class FragmentActivities:
         async with _permanent_errors():
             if inp.ids is None:
                 deleted = await self.store.delete_user(inp.user_id)
+                if self.corpus is not None:
+                    await self.corpus.delete_user(inp.user_id)
             else:
                 deleted = await self.store.delete(inp.user_id, inp.ids)
+                if self.corpus is not None:
+                    await self.corpus.remove(inp.user_id, inp.ids)
         return DeleteFragmentsOutput(deleted=deleted)

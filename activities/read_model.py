@@ -89,6 +89,11 @@ class ReadModel:
         """A read model on a new client for `url` (same as passing the URL to the constructor)."""
         return cls(url, prefix, timeout_s=timeout_s, max_bytes=max_bytes)
 
+    @property
+    def redis(self) -> aioredis.Redis:
+        """The client, shared with the search corpus (closed by `close`)."""
+        return self._redis
+
     async def close(self) -> None:
         """Close the client's connections."""
         await self._redis.aclose()

@@ -84,6 +84,7 @@ async def _build(config: str, latency: float, clock: Clock, tmp: str) -> tuple[A
     extra: dict[str, Any] = {}
     closer = None
     if config.startswith("mnemoflow"):
+        from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
         from mnemoflow.devstack.demo import demo_config
         from mnemoflow.middleware import DurableMemoryMiddleware
         from mnemoflow.worker.client import connect
@@ -91,7 +92,12 @@ async def _build(config: str, latency: float, clock: Clock, tmp: str) -> tuple[A
         from mnemoflow.worker.settings import Settings
 
         settings = Settings.load()
-        client = memory_client(await connect(settings.temporal), settings, demo_config())
+        # The per-call search embeds the question in this process, as an application would.
+        embeddings = UniversalSentenceEncoderEmbeddings()
+        embeddings.embed_query("warm up")  # model load is a start-up cost, not a turn's
+        client = memory_client(
+            await connect(settings.temporal), settings, demo_config(), embeddings=embeddings
+        )
         memory = DurableMemoryMiddleware(client=client, core_prompt=CORE_PROMPT, clock=clock.now)
         middleware.append(memory)
 

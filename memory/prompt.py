@@ -8,6 +8,7 @@ memory always produces byte-identical text, which is what lets the cache hit.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from mnemoflow.memory.profile_merge import PROFILE_SCALAR_FIELDS
@@ -51,8 +52,22 @@ def render_profile(profile: UserProfile) -> str:
     return "\n".join(lines)
 
 
+_MONTHS = "January February March April May June July August September October November December"
+
+
+def date_label(at: float) -> str:
+    """`8 May 2023` (UTC) for a unix time; "" for 0 (unknown). Fixed English month names, so
+    the same fragment always renders the same bytes whatever the locale."""
+    if at <= 0:
+        return ""
+    t = time.gmtime(at)
+    return f"{t.tm_mday} {_MONTHS.split()[t.tm_mon - 1]} {t.tm_year}"
+
+
 def render_fragments(fragments: Sequence[ContextFragment]) -> str:
-    """Fragments as a numbered list, `N. [theme | type, type] content` ("" if none).
+    """Fragments as a numbered list, `N. [theme | type, type | date] content` ("" if none).
+
+    The date (when it was said) lets the model answer "when" questions.
 
     Continuation lines of multi-line content are indented so each fragment stays one item.
     """
@@ -67,6 +82,8 @@ def render_fragments(fragments: Sequence[ContextFragment]) -> str:
         tag = _one_line(frag.theme)
         if frag.types:
             tag = f"{tag} | {', '.join(frag.types)}"
+        if frag.created_at > 0:
+            tag = f"{tag} | {date_label(frag.created_at)}"
         lines.append(f"{number}. [{tag}] {body}")
     return "\n".join(lines)
 

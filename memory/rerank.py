@@ -27,3 +27,22 @@ def rerank_for_query(
         for i, f in enumerate(fragments)
     ]
     return [f for _, _, f in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
+#: Share of an answer's content tokens a fragment must hold for the answer to count as drawing
+#: on it (a generic reply such as "Let me check." draws on nothing).
+USE_THRESHOLD = 0.5
+#: Fragments one model call may reinforce at most: reinforcement stays a small, bounded signal.
+MAX_REINFORCED = 3
+
+
+def drawn_on(
+    answer: str, fragments: Sequence[ContextFragment], threshold: float = USE_THRESHOLD
+) -> list[ContextFragment]:
+    """The injected fragments the answer evidently used, best covered first, at most
+    MAX_REINFORCED: reinforcement follows evidence of use, not injection."""
+    if not answer.strip():
+        return []
+    scored = [(query_overlap(answer, f.content), i, f) for i, f in enumerate(fragments)]
+    used = sorted((s for s in scored if s[0] >= threshold), key=lambda s: (-s[0], s[1]))
+    return [f for _, _, f in used[:MAX_REINFORCED]]

@@ -40,6 +40,25 @@ def _stem(word: str) -> str:
     return word
 
 
+def token_list(norm: str) -> list[str]:
+    """Content tokens with repeats, in order (for term frequencies): stemmed non-stopwords, then
+    CJK character unigrams and bigrams of each run."""
+    tokens = [_stem(w) for w in _WORD.findall(norm) if w not in _STOPWORDS]
+    for run in _CJK_RUN.findall(norm):
+        tokens.extend(run)
+        tokens.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return tokens
+
+
+def estimate_tokens(text: str) -> int:
+    """A model-free estimate of what text costs in the memory budget: a CJK character is about
+    one token, other text about four characters per token (cl100k_base on English prose
+    averages ~4.2). memory.triggers.estimate_tokens (chars/3.3) errs high on purpose, for the
+    window's hard ceiling; a budget filled with it would carry a fifth less memory."""
+    cjk = sum(len(run) for run in _CJK_RUN.findall(text))
+    return cjk + (len(text) - cjk + 3) // 4
+
+
 def content_tokens(norm: str) -> set[str]:
     """Content tokens: stemmed non-stopwords, plus CJK character unigrams and bigrams (CJK has
     no spaces, so characters and their pairs stand in for words)."""

@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 import redis.asyncio as aioredis
+from langchain_core.embeddings import Embeddings
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import PydanticPayloadConverter
@@ -30,6 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from mnemoflow.middleware.payloads import split_event, trim_turn
 from mnemoflow.middleware.read_path import ContextReader
+from mnemoflow.middleware.search import FragmentSearch
 from mnemoflow.middleware.settle import (
     SETTLE_POLL_S,
     MemoryNotSettledError,
@@ -42,6 +44,7 @@ from mnemoflow.models.contracts import (
     ConfigUpdate,
     ConsolidateRequest,
     ConsolidateResult,
+    ContextFragment,
     ForgetFragmentRequest,
     ForgetFragmentResult,
     ForgetReceipt,
@@ -96,9 +99,12 @@ class MemoryClient:
         operator_timeout_s: float = 30.0,
         search_attributes: bool = True,
         user_key_secret: str | bytes | None = None,
+        embeddings: Embeddings | None = None,
     ) -> None:
         """`user_key_secret` turns on pseudonymous user keys: workflow ids and search attributes
-        then carry hashes, never the raw user id (search attributes are not encrypted)."""
+        then carry hashes, never the raw user id (search attributes are not encrypted).
+        `embeddings` (the worker's model) embeds questions for the per-call search in this
+        process; without it that search is lexical only (middleware.search)."""
         if not isinstance(temporal, Client):
             raise TypeError("temporal must be a temporalio.client.Client")
         converter = temporal.data_converter.payload_converter_class
@@ -135,6 +141,11 @@ class MemoryClient:
             user_key_secret = user_key_secret.encode("utf-8")
         self._secret: bytes | None = user_key_secret or None
         self.reader = ContextReader(redis, key_prefix, redis_timeout_s, self._query_context)
+        self.searcher = (
+            FragmentSearch(self.reader.redis, key_prefix, embeddings, timeout_s=redis_timeout_s)
+            if self.reader.redis is not None
+            else None
+        )
 
     # --- hand-over ------------------------------------------------------------------------
 
@@ -197,6 +208,15 @@ class MemoryClient:
         except ValueError:
             return None
         return await self.reader.context(uid)
+
+    async def search(self, user_id: str, query: str, now: float) -> list[ContextFragment] | None:
+        """All of the user's fragments ranked for `query` (middleware.search); None when there
+        is nothing to search (no Redis, or no corpus yet). Errors propagate: the caller bounds
+        this with a deadline and falls back to the published context."""
+        uid = validate_user_id(user_id)
+        if self.searcher is None:
+            return None
+        return await self.searcher.search(uid, query, self.config, now) or None
 
     async def profile(self, user_id: str, *, timeout_s: float | None = None) -> UserProfile | None:
         """The stored profile (workflow query, else the read model); None if the user is unknown.

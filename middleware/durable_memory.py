@@ -8,10 +8,13 @@ Per turn (docs/ARCHITECTURE.md, "Triggers"):
 - before the agent: resolve the user id (a clear ValueError without one), stamp new messages,
   and record in state what earlier background hand-overs got accepted;
 - every model call: one read of the injected context (never raises, never waits for a round);
+  the search of all of the user's fragments for the latest human message (started before the
+  agent, awaited with a deadline; on timeout or failure the published fragments are used);
   trim the request below the thread's indexed watermark when the window reached its budget;
-  rewrite the system prompt as core -> profile -> fragments; after a call that used fragments,
-  signal their ids in the background; count the tokens the response reports (Prometheus, and
-  the user's ledger with the next hand-over: middleware/chat_usage.py);
+  rewrite the system prompt as core -> profile -> fragments, packed into the memory budget;
+  after a call whose answer drew on injected fragments, signal those ids in the background;
+  count the tokens the response reports (Prometheus, and the user's ledger with the next
+  hand-over: middleware/chat_usage.py);
 - after the agent: stamp what the turn added and hand the messages after the accepted watermark
   over to the user's workflow as a background task (the turn never awaits it; the next turn
   re-sends whatever was not accepted). The graph state keeps every message.
@@ -37,10 +40,12 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AnyMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from mnemoflow.memory.prompt import assemble_system_prompt, filter_in_window
-from mnemoflow.memory.rerank import rerank_for_query
+from mnemoflow.memory.prompt import assemble_system_prompt
+from mnemoflow.memory.rerank import drawn_on
+from mnemoflow.memory.search import choose_fragments
 from mnemoflow.middleware.chat_usage import ChatTokenMetrics, PendingUsage, response_usage
 from mnemoflow.middleware.client import MemoryClient
+from mnemoflow.middleware.search import PendingSearches
 from mnemoflow.middleware.window import (
     handover_trigger,
     message_text,
@@ -51,7 +56,7 @@ from mnemoflow.middleware.window import (
     window_start,
 )
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.contracts import ContextFragment, InjectedContext, Trigger
+from mnemoflow.models.contracts import ContextFragment, Trigger
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn
 
@@ -110,6 +115,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         self._accepted: dict[tuple[str, str], int] = {}
         # First position the model saw on the last call, for the ceiling check after the turn.
         self._window: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._searches = PendingSearches(MAX_TRACKED_THREADS)
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -126,6 +132,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         accepted = self._harvest(user_id, thread)
         if accepted > state.get("memory_accepted", {}).get(thread, 0):
             update["memory_accepted"] = {thread: accepted}
+        query = _latest_human_text(state["messages"])
+        if query.strip():  # as early as the turn allows: the model call awaits it
+            self._searches.start((user_id, thread), query, self._search_for(user_id, query))
         return update or None
 
     async def aafter_agent(
@@ -134,6 +143,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         """Stamp the turn's messages and hand everything not yet accepted over, not awaited."""
         user_id = resolve_user_id(state, runtime.context)
         thread = resolve_thread_id(runtime)
+        self._searches.forget((user_id, thread))
         now = self._clock()
         stamped = stamp_messages(state["messages"], now)
         by_id = {m.id: m for m in stamped}
@@ -160,14 +170,24 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         user_id = resolve_user_id(state, request.runtime.context)
         thread = resolve_thread_id(request.runtime)
         history: Sequence[AnyMessage] = state.get("messages", [])
+        query = _latest_human_text(history)
         context = await self.client.context(user_id)
+        found = None
+        if query.strip():
+            found = await self._searches.result(
+                (user_id, thread),
+                query,
+                self.config.search_deadline_s,
+                self._search_for(user_id, query),
+            )
 
         indexed = 0
         if context is not None and thread in context.watermarks:
             indexed = context.watermarks[thread].indexed
         start = window_start(history, indexed, self.config)
         self._remember_window(user_id, thread, start)
-        fragments = self._fragments(context, thread, start, _latest_human_text(history))
+        profile = context.profile if context is not None else UserProfile()
+        fragments = choose_fragments(found, context, thread, start, query, self.config)
 
         overrides: dict[str, Any] = {}
         if start > 0:
@@ -177,7 +197,6 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             ]
         current = message_text(request.system_message) if request.system_message else ""
         core = self.core_prompt if self.core_prompt is not None else current
-        profile = context.profile if context is not None else UserProfile()
         prompt = assemble_system_prompt(core, profile, fragments)
         if prompt != current or (prompt and request.system_message is None):
             overrides["system_message"] = SystemMessage(content=prompt) if prompt else None
@@ -187,9 +206,10 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             self.metrics.record(usage)
             self._chat_usage.add((user_id, thread), usage)
 
-        if fragments:
+        used = drawn_on(_response_text(response), fragments) if fragments else []
+        if used:  # evidence of use, not injection: an injected fragment must not lock itself in
             call_id = f"{thread[:200]}:{len(history)}:{uuid.uuid4().hex}"
-            ids = [f.id for f in fragments]
+            ids = [f.id for f in used]
             self._spawn(self.client.reinforce(user_id, call_id, ids), "reinforce")
         return response
 
@@ -262,6 +282,16 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
 
     # --- helpers --------------------------------------------------------------------------
 
+    def _search_for(
+        self, user_id: str, query: str
+    ) -> Callable[[], Coroutine[Any, Any, list[ContextFragment] | None]]:
+        """The search of all of the user's fragments for `query`, to run as a task."""
+
+        async def work() -> list[ContextFragment] | None:
+            return await self.client.search(user_id, query, self._clock())
+
+        return work
+
     def _remember_window(self, user_id: str, thread: str, start: int) -> None:
         key = (user_id, thread)
         self._window[key] = start
@@ -269,16 +299,11 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         while len(self._window) > MAX_TRACKED_THREADS:
             self._window.popitem(last=False)
 
-    def _fragments(
-        self, context: InjectedContext | None, thread: str, start: int, query: str
-    ) -> list[ContextFragment]:
-        """Injected fragments whose sources are out of the window, re-ranked for the latest
-        human message (no I/O), up to top_k."""
-        if context is None:
-            return []
-        top_k = context.top_k or self.config.top_k
-        outside = filter_in_window(context.fragments, thread, start)
-        return rerank_for_query(outside, query)[:top_k]
+
+def _response_text(response: Any) -> str:
+    """The text of the model's reply (a ModelResponse holds a list of messages)."""
+    messages = getattr(response, "result", None) or []
+    return "\n".join(message_text(m) for m in messages if getattr(m, "type", "") == "ai")
 
 
 def _latest_human_text(history: Sequence[AnyMessage]) -> str:

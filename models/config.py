@@ -90,6 +90,17 @@ class MemoryConfig(BaseModel):
         description="ranked fragments published, so the hot path can skip ones in its window",
     )
 
+    memory_budget_tokens: int = Field(
+        1200, ge=64, le=32000, description="tokens of the memory section (profile + fragments)"
+    )
+    search_weights: tuple[float, float, float] = Field(
+        (0.7, 0.1, 0.2),
+        description="alpha, beta, gamma of the per-call search: relevance to the question leads",
+    )
+    search_deadline_s: float = Field(
+        0.25, gt=0, le=10, description="a model call waits this long for its memory search"
+    )
+
     pattern: BudgetPattern = BudgetPattern.FRACTION
     trigger_threshold: float = Field(0.8, gt=0, description="budget: fraction, tokens or messages")
     hard_ceiling: float = Field(0.95, gt=0, le=1, description="fraction of max input tokens")

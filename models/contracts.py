@@ -37,6 +37,7 @@ class ContextFragment(BaseModel):
     start_pos: int = 0
     end_pos: int = 0
     score: float = 0.0
+    created_at: float = Field(0.0, description="when it was said (0: unknown), shown as a date")
 
     @classmethod
     def of(cls, fragment: Fragment, score: float = 0.0) -> ContextFragment:
@@ -50,6 +51,7 @@ class ContextFragment(BaseModel):
             start_pos=fragment.start_pos,
             end_pos=fragment.end_pos,
             score=score,
+            created_at=fragment.created_at,
         )
 
 

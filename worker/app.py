@@ -207,11 +207,14 @@ def build_workers(client: Client, settings: Settings, res: WorkerResources) -> l
     from mnemoflow.activities.fragments import FragmentActivities
     from mnemoflow.activities.llm_activities import LLMActivities
     from mnemoflow.activities.read_model import ReadModelActivities
+    from mnemoflow.activities.search_corpus import SearchCorpus
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
     from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
+    # The hot path's search corpus shares the read model's Redis client (closed with it).
+    corpus = SearchCorpus(res.read_model.redis, res.read_model.prefix)
     store_acts = [
-        *activity_methods(FragmentActivities(res.store)),
+        *activity_methods(FragmentActivities(res.store, corpus)),
         *activity_methods(ReadModelActivities(res.read_model)),
     ]
     llm_acts = activity_methods(LLMActivities(res.models, fragments=res.store))

@@ -20,6 +20,7 @@ from mnemoflow.activities.llm.heuristic_profile import extract_profile
 from mnemoflow.activities.llm.heuristic_rules import (
     GENERAL,
     Theme,
+    is_question,
     join_sentences,
     split_sentences,
     theme_label,
@@ -33,19 +34,57 @@ from mnemoflow.models.turns import ChatTurn
 from mnemoflow.models.usage import LLMUsage
 
 HEURISTIC_MODEL_NAME = "heuristic-offline"
-#: Assistant lines longer than this are explanations, not memory; short ones ("Noted: order
-#: 88231") often confirm a detail and are kept.
-MAX_ASSISTANT_CHARS = 160
+#: Upper bound of one fragment, in estimated tokens: small enough that a question's evidence
+#: comes with little else, so a 1,200-token memory budget holds many of them.
+MAX_FRAGMENT_TOKENS = 160
 
 
 @dataclass
 class _Group:
-    """Sentences of one theme, in conversation order, with the turns they came from."""
+    """Whole turns of one theme, in conversation order, with the turns they came from."""
 
     theme: Theme
     lines: list[str] = field(default_factory=list)
     human_text: list[str] = field(default_factory=list)
     indexes: list[int] = field(default_factory=list)
+    tokens: int = 0
+
+    def add(self, line: str, idx: int, human: str = "") -> None:
+        self.lines.append(line)
+        self.indexes.append(idx)
+        self.tokens += estimate_tokens(line)
+        if human:
+            self.human_text.append(human)
+
+
+def _speaker(turn: ChatTurn) -> str:
+    role = "User" if turn.role == "human" else "Assistant"
+    name = " ".join((turn.name or "").split())[:60]
+    return f"{role} ({name})" if name else role
+
+
+def _pieces(turn: ChatTurn, text: str) -> list[str]:
+    """The turn as `Speaker: text` lines, verbatim; a turn over the fragment bound is cut at
+    sentence ends (each piece still verbatim and attributed)."""
+    speaker = _speaker(turn)
+    if estimate_tokens(text) <= MAX_FRAGMENT_TOKENS:
+        return [f"{speaker}: {text}"]
+    pieces: list[str] = []
+    for sentence in split_sentences(text):
+        if pieces and estimate_tokens(pieces[-1] + sentence) <= MAX_FRAGMENT_TOKENS:
+            pieces[-1] = join_sentences(pieces[-1], sentence)
+        else:
+            pieces.append(sentence)
+    return [f"{speaker}: {piece}" for piece in pieces]
+
+
+def _dominant(themes: list[Theme]) -> Theme:
+    """The most frequent specific theme of a turn's sentences (first seen on ties)."""
+    specific = [t for t in themes if t is not GENERAL]
+    if not specific:
+        return GENERAL
+    counts = Counter(t.key for t in specific)
+    return max(specific, key=lambda t: (counts[t.key], -specific.index(t)))
 
 
 def _usage(prompt: str, answer: Any) -> LLMUsage:
@@ -76,50 +115,46 @@ class HeuristicMemoryModels:
             await asyncio.sleep(self.latency_s)  # simulated LLM latency, not synchronisation
 
     async def slice(self, turns: list[ChatTurn], max_fragments: int) -> SlicedDrafts:
-        """Group the human's sentences by keyword theme; keep short assistant confirmations."""
+        """Group whole turns, verbatim with their speaker, by keyword theme; an assistant turn
+        joins the theme of the human turn before it. Tool and system turns are left out.
+        Fragments stay under MAX_FRAGMENT_TOKENS (estimated) unless max_fragments forces more
+        into each."""
         await self._call("slice")
-        groups: dict[str, _Group] = {}
-        last_theme: Theme | None = None
+        groups: dict[str, list[_Group]] = {}
+        last_theme: Theme = GENERAL
         for idx, turn in enumerate(turns):
             text = turn.content.strip()
             if not text or turn.role in ("system", "tool"):
                 continue
-            if turn.role == "ai":
-                # An assistant line belongs with what the human just said, if it is short.
-                if len(text) <= MAX_ASSISTANT_CHARS and last_theme is not None:
-                    group = groups[last_theme.key]
-                    group.lines.append(f"Assistant: {text}")
-                    group.indexes.append(idx)
-                continue
-            turn_themes: list[Theme] = []
-            sentences = split_sentences(text)
-            for sentence, theme in zip(sentences, themes_of(sentences), strict=True):
-                group = groups.setdefault(theme.key, _Group(theme))
-                if theme not in turn_themes:
-                    turn_themes.append(theme)
-                    group.lines.append(f"User: {sentence}")
-                    group.indexes.append(idx)
-                else:
-                    group.lines[-1] = join_sentences(group.lines[-1], sentence)
-                group.human_text.append(sentence)
-            last_theme = turn_themes[0] if turn_themes else last_theme
-        drafts = [self._draft(g) for g in self._bounded(list(groups.values()), max_fragments)]
+            if turn.role == "human":
+                last_theme = _dominant(themes_of(split_sentences(text)))
+            # Types come from what the human states: a question is stored, never as a fact.
+            stated = " ".join(s for s in split_sentences(text) if not is_question(s))
+            chain = groups.setdefault(last_theme.key, [_Group(last_theme)])
+            for line in _pieces(turn, text):
+                cost = estimate_tokens(line)
+                if chain[-1].lines and chain[-1].tokens + cost > MAX_FRAGMENT_TOKENS:
+                    chain.append(_Group(last_theme))
+                chain[-1].add(line, idx, stated if turn.role == "human" else "")
+        chunks = [g for chain in groups.values() for g in chain]
+        drafts = [self._draft(g) for g in self._bounded(chunks, max_fragments)]
         prompt = "\n".join(f"[{i}] {t.role}: {t.content}" for i, t in enumerate(turns))
         return SlicedDrafts(drafts=drafts, usage=_usage(prompt, drafts))
 
     @staticmethod
     def _bounded(groups: list[_Group], limit: int) -> list[_Group]:
-        """At most `limit` groups: the smallest ones are folded into the general theme."""
+        """At most `limit` groups: the neighbouring pair (in conversation order) that is
+        smallest together is merged until they fit; nothing is dropped."""
         groups.sort(key=lambda g: g.indexes[0])
         while len(groups) > max(1, limit):
-            smallest = min(groups, key=lambda g: (len(g.human_text), -g.indexes[0]))
-            groups.remove(smallest)
-            target = next((g for g in groups if g.theme is GENERAL), None)
-            if target is None:
-                target = min(groups, key=lambda g: len(g.human_text))
-            target.lines.extend(smallest.lines)
-            target.human_text.extend(smallest.human_text)
-            target.indexes.extend(smallest.indexes)
+            i = min(range(len(groups) - 1), key=lambda k: groups[k].tokens + groups[k + 1].tokens)
+            first, second = groups[i], groups.pop(i + 1)
+            if first.theme is GENERAL and second.theme is not GENERAL:
+                first.theme = second.theme
+            first.lines.extend(second.lines)
+            first.human_text.extend(second.human_text)
+            first.indexes.extend(second.indexes)
+            first.tokens += second.tokens
         return groups
 
     @staticmethod

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from mnemoflow.activities.llm.heuristic_rules import split_sentences
+from mnemoflow.activities.llm.heuristic_rules import is_question, split_sentences
 from mnemoflow.models.profile import UserProfile
 
 _I = re.IGNORECASE
@@ -175,14 +175,22 @@ _BUSINESS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# A fragment line: `User: ...`, `User (Caroline): ...`, `Assistant (Mel): ...`.
+_SPEAKER = re.compile(r"^(User|Assistant)(?: \([^)\n]*\))?:")
+
+
 def _human_sentences(contents: Iterable[str]) -> list[str]:
     sentences: list[str] = []
     for content in contents:
+        human = False
         for line in content.splitlines():
-            if line.startswith("Assistant:"):
-                continue
-            line = line.removeprefix("User:").strip()
-            sentences.extend(split_sentences(line))
+            speaker = _SPEAKER.match(line)
+            if speaker is not None:  # else a continuation line of the same speaker
+                human = speaker.group(1) == "User"
+                line = line[speaker.end() :]
+            if human:
+                # Questions ("What am I allergic to?") ask about facts, they never state one.
+                sentences.extend(s for s in split_sentences(line.strip()) if not is_question(s))
     return sentences
 
 

@@ -194,6 +194,30 @@ def split_sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
 
 
+_QUESTION_EN = re.compile(
+    r"^(?:what|when|where|who|whom|whose|which|why|how|do|does|did|can|could|would|will|shall|"
+    r"should|is|are|am|was|were|have|has|had|may|might)\b(?:\s+\S+){1,}",
+    re.IGNORECASE,
+)
+_QUESTION_ZH = re.compile(
+    r"(?:吗|呢|么|嘛)\s*[。.!！]?$|什么|哪|谁|怎么|多少|几点|几号|为何|为什么"
+)
+
+
+def is_question(sentence: str) -> bool:
+    """A sentence that asks rather than states: it ends with a question mark, opens with an
+    interrogative or auxiliary (English), or carries a question word or particle (Chinese,
+    unless it ends as a statement with 。). Asking is never stating a fact about oneself."""
+    text = sentence.strip()
+    if not text:
+        return False
+    if text.endswith(("?", "？")):
+        return True
+    if _QUESTION_EN.match(text) and not text.endswith("."):
+        return True
+    return bool(_QUESTION_ZH.search(text)) and not text.endswith("。")
+
+
 def join_sentences(previous: str, sentence: str) -> str:
     """Re-join clauses the way they were written (no space after CJK punctuation)."""
     if not previous:

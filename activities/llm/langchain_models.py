@@ -11,6 +11,7 @@ prompt_cache_hit_tokens / prompt_cache_miss_tokens.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -26,9 +27,11 @@ from mnemoflow.models.usage import LLMUsage
 
 SLICE_PROMPT = (
     "You split a conversation into themed memory fragments. Each fragment: a short theme, its "
-    "types (any of identity, decision, preference, fact, episode, chat), the content (what the "
-    "user stated, keeping every concrete detail verbatim: names, numbers, dates, models, "
-    "addresses), and start_idx/end_idx, the [index] range of the turns it comes from. "
+    "types (any of identity, decision, preference, fact, episode, chat), the content, and "
+    "start_idx/end_idx, the [index] range of the turns it comes from. The content quotes the "
+    "turns that state facts verbatim, one per line as `Speaker: exact words` (never a "
+    "paraphrase: names, numbers, dates, places and models exactly as said), by the user and by "
+    "the assistant alike; keep each fragment under about 150 words. "
     "Answer only through the tool."
 )
 TUNE_PROMPT = (
@@ -50,7 +53,7 @@ class DraftSchema(BaseModel):
 
     theme: str = Field(description="short theme, e.g. 'orders & payment'")
     types: list[str] = Field(description="identity, decision, preference, fact, episode, chat")
-    content: str = Field(description="what was said, concrete details verbatim")
+    content: str = Field(description="verbatim quotes of the turns, `Speaker: exact words`")
     start_idx: int = Field(description="index of the first turn")
     end_idx: int = Field(description="index of the last turn (inclusive)")
 
@@ -111,7 +114,16 @@ def usage_of(message: object) -> LLMUsage:
 
 
 def _turn_lines(turns: list[ChatTurn]) -> str:
-    return "\n".join(f"[{i}] {turn.role}: {turn.content}" for i, turn in enumerate(turns))
+    return "\n".join(
+        f"[{i}] {_stamp(turn.time)} {turn.role}{f' ({turn.name})' if turn.name else ''}: "
+        f"{turn.content}"
+        for i, turn in enumerate(turns)
+    )
+
+
+def _stamp(at: float) -> str:
+    # When it was said, so the model can keep dates ("yesterday" of 8 May 2023 is 7 May).
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(at)) if at > 0 else ""
 
 
 class LangChainMemoryModels:

@@ -12,7 +12,12 @@ from mnemoflow.activities.embeddings import HashingEmbeddings
 from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.fragments import FragmentActivities, bounded_log
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.contracts import IndexInput, ReinforceInput, SelectInput
+from mnemoflow.models.contracts import (
+    DeleteFragmentsInput,
+    IndexInput,
+    ReinforceInput,
+    SelectInput,
+)
 from mnemoflow.models.fragments import Fragment, ScoredCandidate, SelectionLog
 from mnemoflow.models.ids import fragment_id
 
@@ -146,3 +151,44 @@ def test_bounded_log_keeps_the_best_and_every_picked_line() -> None:
     )
     kept = bounded_log(log, limit=10).candidates
     assert [c.fragment_id for c in kept] == [f"f{i}" for i in range(10)] + ["f900"]
+
+
+async def test_index_feeds_the_search_corpus_and_select_rebuilds_a_lost_one(
+    milvus_uri: str, redis_url: str, unique_name: str
+) -> None:
+    import redis.asyncio as aioredis
+
+    from mnemoflow.activities.search_corpus import SearchCorpus
+    from mnemoflow.middleware.search import build_index
+    from mnemoflow.models.corpus import corpus_key
+
+    store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
+    await store.ensure()
+    redis = aioredis.Redis.from_url(redis_url)
+    corpus = SearchCorpus(redis, f"{unique_name}:")
+    acts = FragmentActivities(store, corpus)
+    env = ActivityEnvironment()
+    key = corpus_key(f"{unique_name}:", USER)
+    try:
+        frags = fragments(USER)
+        await env.run(acts.index, IndexInput(fragments=frags))
+        stored = build_index(await redis.hgetall(key))
+        assert sorted(d.fragment.id for d in stored.docs) == sorted(f.id for f in frags)
+        assert stored.vectors is not None and stored.vectors.shape == (len(frags), 512)
+
+        await env.run(acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=[frags[0].id]))
+        assert frags[0].id.encode() not in await redis.hkeys(key)
+
+        await corpus.delete_user(USER)  # Redis lost it
+        select = SelectInput(user_id=USER, query="order", config=MemoryConfig(), now=NOW)
+        await env.run(acts.select, select)
+        rebuilt = build_index(await redis.hgetall(key))
+        assert sorted(d.fragment.id for d in rebuilt.docs) == sorted(f.id for f in frags[1:])
+        assert rebuilt.vectors is not None
+
+        await env.run(acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=None))
+        assert not await corpus.exists(USER)  # forgetting the user drops the corpus
+    finally:
+        await redis.aclose()
+        await store.drop()
+        await store.close()

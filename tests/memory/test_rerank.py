@@ -30,3 +30,21 @@ def test_rerank_promotes_the_fragment_the_question_is_about() -> None:
 def test_rerank_keeps_published_order_on_ties() -> None:
     published = [frag("x", "alpha", 0.5), frag("y", "beta", 0.5)]
     assert [f.id for f in rerank_for_query(published, "gamma?")] == ["x", "y"]
+
+
+def test_reinforcement_follows_evidence_of_use_not_injection() -> None:
+    from mnemoflow.memory.rerank import MAX_REINFORCED, drawn_on
+
+    def frag(i: int, content: str) -> ContextFragment:
+        return ContextFragment(id=f"f{i}", theme="t", types=["fact"], content=content)
+
+    violin = frag(1, "User: My daughter Lily started violin lessons on Saturdays.")
+    order = frag(2, "User: My order 7734-221 has not arrived.")
+    assert drawn_on("Lily has violin lessons on Saturdays.", [order, violin]) == [violin]
+    assert drawn_on("Let me check that for you.", [order, violin]) == []
+    assert drawn_on("", [violin]) == []
+    # 您女儿 draws on a Chinese fragment by characters, without spaces.
+    zh = frag(3, "User: 我女儿叫小米，她在学小提琴。")
+    assert drawn_on("您女儿小米在学小提琴。", [violin, zh]) == [zh]
+    many = [frag(i, "Lily violin Saturdays") for i in range(10)]
+    assert len(drawn_on("Lily violin Saturdays", many)) == MAX_REINFORCED

@@ -35,9 +35,10 @@ class SlowStore(FragmentStore):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.delay_s = delay_s
 
-    async def upsert(self, fragments: list[Fragment]) -> list[str]:
+    async def upsert_vectors(self, fragments: list[Fragment]) -> list[tuple[Fragment, list[float]]]:
+        # Every write path (`upsert` too) goes through here: the index activity calls this one.
         await asyncio.sleep(self.delay_s)
-        return await super().upsert(fragments)
+        return await super().upsert_vectors(fragments)
 
 
 async def serve(args: argparse.Namespace) -> None:

@@ -1,0 +1,295 @@
+"""LoCoMo: does the memory a model call gets hold the evidence of the question asked?
+
+Each conversation goes through the public API on a real embedded stack (Temporal dev server,
+Redis, Milvus Lite, one worker with the offline heuristic memory models and USE embeddings):
+every session is its own thread, handed over with MemoryClient.submit, each turn stamped with
+the session's date and its speaker's name (speaker_a as the user, speaker_b as the assistant);
+then the rounds are settled. Every category 1-4 question is then asked in a new thread through
+DurableMemoryMiddleware in a LangChain agent whose chat model records its system prompt; the
+memory part of that prompt is what is judged:
+
+- evidence recall: every evidence turn's text appears in it (case and whitespace normalised);
+  also the any-evidence variant, and whether the gold answer appears verbatim;
+- injected tokens (cl100k_base), retrieval time per question (the whole agent call with an
+  instant model: everything the middleware adds), ingest time and rounds per conversation;
+- baselines over the raw turns at the same token budget: BM25, dense (the same USE model) and
+  recency; and the size of the full conversation.
+
+    python benchmarks/locomo.py [--data DIR] [--conversations N] [--short] [--questions N]
+
+--short: one conversation, its first 30 questions. Results: benchmarks/results/locomo.json (per
+question: locomo_questions.jsonl) and
+docs/MEMORY_QUALITY.md (table, plus docs/img/locomo_recall.svg).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import RESULTS, ROOT, meta, summary_ms, write_result
+from _locomo_data import CATEGORIES, Baselines, Conversation, evidence_texts, judge, load
+from _locomo_report import token_counter, write_report
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
+CORE = "You are a helpful assistant with a long memory of this conversation."
+SETTLE_DEADLINE_S = 1800.0
+SIDES = ("mnemoflow", "bm25", "dense", "recency")
+
+
+def _recorder() -> Any:
+    """A chat model that records the system prompt it is given and answers instantly."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    class Recorder(GenericFakeChatModel):
+        last_system_prompt: str = ""
+
+        def _generate(self, messages: Any, *a: Any, **k: Any) -> Any:
+            system = [m for m in messages if m.type == "system"]
+            self.last_system_prompt = system[0].text if system else ""
+            return super()._generate(messages, *a, **k)
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    def forever() -> Any:
+        while True:
+            yield AIMessage(content="I will check my notes.")
+
+    return Recorder(messages=forever())
+
+
+async def _settle(client: Any, user: str, threads: list[str]) -> Any:
+    """Wait (bounded) until every handed-over turn is indexed and fragments inducted."""
+    deadline = time.monotonic() + SETTLE_DEADLINE_S
+    while True:
+        status = await client.status(user)
+        if status is not None and status.uninducted == 0 and status.pending_turns == 0:
+            marks = [status.watermarks.get(t) for t in threads]
+            if all(m is not None and m.indexed >= m.accepted for m in marks):
+                return status
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"memory did not settle within {SETTLE_DEADLINE_S:.0f} s")
+        await asyncio.sleep(0.5)
+
+
+async def ingest(client: Any, conv: Conversation, user: str) -> dict[str, Any]:
+    from mnemoflow.models.turns import ChatTurn
+
+    started = time.perf_counter()
+    threads = []
+    for n in sorted(conv.sessions):
+        thread = f"session-{n}"
+        turns = [
+            ChatTurn(
+                thread_id=thread,
+                position=i,
+                role="human" if t.speaker == conv.speaker_a else "ai",
+                content=t.text,
+                time=t.time,
+                name=t.speaker,
+            )
+            for i, t in enumerate(conv.sessions[n])
+            if t.text.strip()
+        ]
+        await client.submit(user, turns)
+        threads.append(thread)
+    status = await _settle(client, user, threads)
+    return {
+        "ingest_s": round(time.perf_counter() - started, 1),
+        "sessions": len(threads),
+        "turns": len(conv.turns),
+        "rounds": status.rounds_completed,
+        "rounds_failed": status.rounds_failed,
+        "fragments": sum(r.fragments for r in status.rounds),
+    }
+
+
+def _memory_part(prompt: str) -> str:
+    return prompt[len(CORE) :] if prompt.startswith(CORE) else prompt
+
+
+async def ask_all(
+    client: Any, conv: Conversation, user: str, questions: list[dict[str, Any]], args: Any
+) -> list[dict[str, Any]]:
+    from dataclasses import dataclass
+
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
+    from mnemoflow.memory.prompt import date_label
+    from mnemoflow.middleware import DurableMemoryMiddleware
+
+    @dataclass
+    class Ctx:
+        user_id: str
+
+    count = token_counter()
+    last = max(t.time for t in conv.turns)
+    clock = {"now": last + 86400.0}
+    model = _recorder()
+    memory = DurableMemoryMiddleware(client=client, core_prompt=CORE, clock=lambda: clock["now"])
+    agent = create_agent(
+        model, tools=[], middleware=[memory], checkpointer=InMemorySaver(), context_schema=Ctx
+    )
+    base = Baselines(conv, UniversalSentenceEncoderEmbeddings(), count, date_label)
+    rows = []
+    for i, q in enumerate(questions):
+        clock["now"] += 60.0
+        message = HumanMessage(content=q["question"], additional_kwargs={"time": clock["now"]})
+        started = time.perf_counter()
+        await agent.ainvoke(
+            {"messages": [message]},
+            config={"configurable": {"thread_id": f"question-{i}"}},
+            context=Ctx(user_id=user),
+        )
+        elapsed = time.perf_counter() - started
+        evidence = evidence_texts(conv, q)
+        texts = {
+            "mnemoflow": _memory_part(model.last_system_prompt),
+            "bm25": base.bm25_text(q["question"], args.budget),
+            "dense": base.dense_text(q["question"], args.budget),
+            "recency": base.recency_text(args.budget),
+        }
+        row: dict[str, Any] = {
+            "q": i,
+            "category": CATEGORIES[q["category"]],
+            "evidence_turns": len(evidence),
+            "retrieval_s": round(elapsed, 4),
+        }
+        for side, text in texts.items():
+            row[side] = {**judge(text, evidence, q.get("answer", "")), "tokens": count(text)}
+        rows.append(row)
+    await memory.flush()
+    for row in rows:
+        row["full_context_tokens"] = base.full_context_tokens
+    return rows
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    judged = [r for r in rows if r["evidence_turns"]]
+    out: dict[str, Any] = {"questions": len(rows), "with_evidence": len(judged)}
+    for side in SIDES:
+        out[side] = {
+            "evidence_recall_all": _mean([r[side]["all"] for r in judged]),
+            "evidence_recall_any": _mean([r[side]["any"] for r in judged]),
+            "answer_contained": _mean([r[side]["answer"] for r in rows]),
+            "median_tokens": statistics.median([r[side]["tokens"] for r in rows]) if rows else 0,
+        }
+    out["by_category"] = {
+        cat: {
+            "n": len(sel := [r for r in judged if r["category"] == cat]),
+            **{side: _mean([r[side]["all"] for r in sel]) for side in SIDES},
+        }
+        for cat in CATEGORIES.values()
+    }
+    out["retrieval"] = summary_ms([r["retrieval_s"] for r in rows])
+    return out
+
+
+def _mean(values: list[bool]) -> float:
+    return round(sum(values) / len(values), 3) if values else 0.0
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from _common import stack
+
+    from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
+    from mnemoflow.models.config import MemoryConfig
+    from mnemoflow.worker.memory_client import memory_client
+
+    files = sorted(Path(args.data).glob("*.json"))[: args.conversations]  # noqa: ASYNC240
+    if not files:
+        raise SystemExit(f"no LoCoMo conversations in {args.data}")
+    config = MemoryConfig(memory_budget_tokens=args.budget)
+    per_conv: dict[str, Any] = {}
+    all_rows: list[dict[str, Any]] = []
+    async with stack(latency_s=0.0, tag="locomo") as (_info, settings, temporal):
+        embeddings = UniversalSentenceEncoderEmbeddings()
+        client = memory_client(temporal, settings, config, embeddings=embeddings)
+        client.searcher.warm()
+        try:
+            for path in files:
+                conv = load(path)
+                user = f"locomo-{conv.name}-{uuid.uuid4().hex[:6]}"
+                print(f"[{conv.name}] ingesting {len(conv.turns)} turns", flush=True)
+                ingested = await ingest(client, conv, user)
+                print(f"[{conv.name}] {ingested}", flush=True)
+                questions = conv.questions[: args.questions] if args.questions else conv.questions
+                rows = await ask_all(client, conv, user, questions, args)
+                summary = summarise(rows)
+                print(f"[{conv.name}] {_line(summary)}", flush=True)
+                per_conv[conv.name] = {"ingest": ingested, "summary": summary, "rows": rows}
+                all_rows.extend(rows)
+        finally:
+            await client.aclose()
+    return {
+        "budget_tokens": args.budget,
+        "tokenizer": token_counter().name,  # type: ignore[attr-defined]
+        "overall": summarise(all_rows),
+        "full_context_tokens": {
+            k: v["rows"][0]["full_context_tokens"] for k, v in per_conv.items() if v["rows"]
+        },
+        "conversations": per_conv,
+    }
+
+
+def write_questions(result: dict[str, Any]) -> None:
+    """Per-question rows, one JSON line each, to benchmarks/results/locomo_questions.jsonl;
+    the results JSON keeps the summaries (the rows would make it 24,000 lines)."""
+    lines = []
+    for name, conv in result["conversations"].items():
+        for row in conv.pop("rows"):
+            lines.append(json.dumps({"conversation": name, **row}, separators=(",", ":")))
+    (RESULTS / "locomo_questions.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def _line(s: dict[str, Any]) -> str:
+    return "  ".join(
+        f"{side} {s[side]['evidence_recall_all']:.2f}/{s[side]['evidence_recall_any']:.2f}"
+        f" ({s[side]['median_tokens']:.0f} tok)"
+        for side in SIDES
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of LoCoMo JSON files")
+    parser.add_argument("--conversations", type=int, default=5)
+    parser.add_argument("--questions", type=int, default=0, help="per conversation; 0 = all")
+    parser.add_argument("--budget", type=int, default=1200, help="memory tokens (all sides)")
+    parser.add_argument("--short", action="store_true", help="1 conversation, 30 questions")
+    parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite the doc from the last results"
+    )
+    args = parser.parse_args()
+    if args.report_only:
+        write_report(json.loads((RESULTS / "locomo.json").read_text()))
+        return 0
+    if args.short:
+        args.conversations, args.questions = 1, args.questions or 30
+    if args.dry_run:
+        return 0
+    result = asyncio.run(run(args))
+    print("overall (all/any evidence recall, median tokens):", _line(result["overall"]))
+    write_questions(result)
+    write_result("locomo", result, args)
+    write_report({"_meta": meta(args), **result})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""The search corpus: every fragment of a user as the hot path searches it (README.md,
+"How memory is chosen for a call").
+
+The worker writes one Redis hash per user when it indexes fragments (field = fragment id, value =
+a `CorpusEntry` as JSON) and bumps a version counter; the agent process keeps a search index per
+user and rebuilds it only when the version moved. Vectors travel as little-endian float16 in
+base64 (1.4 KB for 512 dims): cosine ranking does not need more precision, and the hash of a user
+with a thousand fragments stays near 2 MB.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from mnemoflow.models.ids import user_key
+
+
+class CorpusEntry(BaseModel):
+    """One searchable fragment: what is injected, when it was said, and its vector."""
+
+    id: str
+    theme: str
+    types: list[str]
+    content: str
+    thread_id: str = ""
+    start_pos: int = 0
+    end_pos: int = 0
+    created_at: float = 0.0
+    strengthen_count: int = 0
+    vector: str = Field("", description="base64 of little-endian float16 values; '' for none")
+
+
+def corpus_key(prefix: str, user_id: str) -> str:
+    """Redis hash of the user's corpus entries."""
+    return f"{prefix}corpus:{user_key(user_id)}"
+
+
+def corpus_version_key(prefix: str, user_id: str) -> str:
+    """Redis counter bumped on every change of the user's corpus."""
+    return f"{prefix}corpusv:{user_key(user_id)}"
+
+
+def encode_vector(vector: Sequence[float]) -> str:
+    """float16 little-endian, base64 (values beyond float16's range are clamped)."""
+    clamped = [min(65504.0, max(-65504.0, float(v))) for v in vector]
+    return base64.b64encode(struct.pack(f"<{len(clamped)}e", *clamped)).decode("ascii")
+
+
+def decode_vector(text: str) -> list[float]:
+    """The inverse of encode_vector ([] for '')."""
+    raw = base64.b64decode(text.encode("ascii")) if text else b""
+    return list(struct.unpack(f"<{len(raw) // 2}e", raw))

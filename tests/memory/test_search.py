@@ -1,0 +1,185 @@
+"""Question-aware search: BM25, reciprocal rank fusion, ranking by the formula, packing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mnemoflow.memory.prompt import render_fragments
+from mnemoflow.memory.search import BM25, SearchDoc, SearchIndex, fragment_cost, pack, rrf
+from mnemoflow.memory.text import estimate_tokens, normalise, token_list
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import ContextFragment
+
+NOW = 1_700_000_000.0
+
+
+def _doc(i: int, content: str, types: tuple[str, ...] = ("chat",), theme: str = "t") -> SearchDoc:
+    frag = ContextFragment(id=f"f{i}", theme=theme, types=list(types), content=content)
+    return SearchDoc(fragment=frag, created_at=NOW - 86400 * i)
+
+
+def _tokens(text: str) -> list[str]:
+    return token_list(normalise(text))
+
+
+def test_bm25_prefers_rare_terms_and_shorter_documents() -> None:
+    docs = [
+        _tokens("I went to the pottery class on Saturday"),
+        _tokens("the class was fun and the class was long and the class was loud today"),
+        _tokens("we talked about the weather"),
+    ]
+    bm = BM25(docs)
+    scores = bm.scores(_tokens("pottery class"))
+    assert scores[0] > scores[1] > 0.0
+    assert scores[2] == 0.0
+    assert BM25([]).scores(_tokens("anything")) == []
+
+
+def test_bm25_matches_chinese_without_spaces() -> None:
+    docs = [_tokens("我女儿叫小米，今年五岁"), _tokens("明天去公司开会")]
+    scores = BM25(docs).scores(_tokens("你还记得我女儿的名字吗"))
+    assert scores[0] > 0.0
+    assert scores[1] == 0.0
+
+
+def test_rrf_rewards_agreement_between_rankings() -> None:
+    fused = rrf([[1, 2, 3], [3, 1, 4]])
+    assert fused[1] > fused[3] > fused[2] > fused[4]
+    assert fused[1] == pytest.approx(1 / 61 + 1 / 62)
+    assert rrf([]) == {}
+
+
+def test_search_finds_a_detail_among_many_by_words_or_by_meaning() -> None:
+    filler = [_doc(i, f"small talk number {i} about nothing much") for i in range(2, 40)]
+    target = _doc(1, "Caroline: I adopted a dog called Biscuit from the shelter last week")
+    docs = [*filler, target]
+    # Dense vectors: only the target points where the query vector does.
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(len(docs), 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    query_vec = vectors[-1] + 0.05
+    config = MemoryConfig()
+
+    lexical = SearchIndex(docs).search("what is the name of the dog?", None, config, NOW)
+    assert lexical[0].id == "f1"
+    index = SearchIndex(docs, vectors)
+    dense = index.search("which pet joined the family?", query_vec, config, NOW)
+    assert dense[0].id == "f1"
+    assert SearchIndex(docs).search("zebra quantum", None, config, NOW) == []
+
+
+def test_relevance_leads_but_the_type_floor_keeps_a_seat() -> None:
+    docs = [
+        _doc(1, "we discussed the dog Biscuit and his dog toys", ("chat",)),
+        _doc(2, "my name is Caroline and I love my dog", ("identity",)),
+        _doc(3, "the dog park was closed on Monday", ("chat",)),
+    ]
+    ranked = SearchIndex(docs).search("dog Biscuit", None, MemoryConfig(top_k=1), NOW)
+    # With one seat, the floor type goes first; relevance orders the rest.
+    assert [f.id for f in ranked] == ["f2", "f1", "f3"]
+    ranked = SearchIndex(docs).search("dog Biscuit", None, MemoryConfig(top_k=3), NOW)
+    assert ranked[0].id == "f2" and ranked[1].id == "f1"
+
+
+def test_theme_cap_spreads_the_seats() -> None:
+    docs = [
+        _doc(1, "dog Biscuit walk", theme="pets"),
+        _doc(2, "dog Biscuit food", theme="pets"),
+        _doc(3, "dog Biscuit vet visit", theme="health"),
+    ]
+    config = MemoryConfig(top_k=2, theme_cap=1, always_inject_types=())
+    ranked = SearchIndex(docs).search("dog Biscuit", None, config, NOW)
+    assert {ranked[0].theme, ranked[1].theme} == {"pets", "health"}
+
+
+def test_reinforcement_is_bounded_so_relevance_wins() -> None:
+    used = SearchDoc(
+        fragment=ContextFragment(id="used", theme="t", types=["chat"], content="dog"),
+        created_at=NOW - 60,
+        strengthen_count=1000,
+    )
+    asked = SearchDoc(
+        fragment=ContextFragment(id="asked", theme="t", types=["chat"], content="dog walk Biscuit"),
+        created_at=NOW - 400 * 86400,
+    )
+    config = MemoryConfig(always_inject_types=())
+    ranked = SearchIndex([used, asked]).search("walk Biscuit dog", None, config, NOW)
+    assert [f.id for f in ranked] == ["asked", "used"]
+    assert ranked[0].created_at == NOW - 400 * 86400
+
+
+def test_pack_respects_the_budget_and_skips_what_does_not_fit() -> None:
+    big = ContextFragment(id="big", theme="t", types=["fact"], content="word " * 400)
+    small = [
+        ContextFragment(id=f"s{i}", theme="t", types=["fact"], content=f"short line number {i}")
+        for i in range(10)
+    ]
+    packed = pack([small[0], big, *small[1:]], budget=100, used=20)
+    assert "big" not in [f.id for f in packed]
+    assert packed[0].id == "s0"
+    total = 20 + sum(fragment_cost(f) for f in packed)
+    assert total <= 100
+    # One more would not fit: the budget is used, not just respected.
+    assert total + fragment_cost(small[0]) > 100
+    assert pack(small, budget=10, used=20) == []
+
+
+def test_estimate_tokens_counts_cjk_per_character() -> None:
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("我女儿叫小米") == 6
+    assert 20 <= estimate_tokens("The quick brown fox jumps over the lazy dog. " * 2) <= 26
+
+
+def test_rendered_fragments_carry_their_date() -> None:
+    frag = ContextFragment(
+        id="x", theme="pets", types=["fact"], content="Dog is Biscuit", created_at=1683554160.0
+    )
+    assert render_fragments([frag]) == "1. [pets | fact | 8 May 2023] Dog is Biscuit"
+
+
+def test_pack_skips_near_duplicates_of_what_it_already_took() -> None:
+    fact = ContextFragment(
+        id="a", theme="t", types=["fact"], content="User: My daughter Lily plays the violin."
+    )
+    echo = ContextFragment(
+        id="b", theme="t", types=["chat"], content="user: my daughter Lily plays the violin!"
+    )
+    other = ContextFragment(
+        id="c", theme="t", types=["fact"], content="User: Lily's violin teacher is Mr Park."
+    )
+    assert [f.id for f in pack([fact, echo, other], budget=1000)] == ["a", "c"]
+
+
+def test_choose_packs_what_the_search_found_else_falls_back_to_the_published_context() -> None:
+    from mnemoflow.memory.search import choose_fragments
+    from mnemoflow.models.contracts import InjectedContext
+    from mnemoflow.models.profile import UserProfile
+
+    def frag(i: int, thread: str = "old", start: int = 0) -> ContextFragment:
+        return ContextFragment(
+            id=f"f{i}",
+            theme="t",
+            types=["fact"],
+            content=f"fact number {i} " + "word " * 30,
+            thread_id=thread,
+            start_pos=start,
+            end_pos=start + 2,
+        )
+
+    published = [frag(1), frag(2), frag(3)]
+    context = InjectedContext(user_id="u", fragments=published, top_k=2)
+    config = MemoryConfig(memory_budget_tokens=120)
+    # Search answered: its ranking, minus what is still in this thread's window, to the budget.
+    found = [frag(9, thread="here", start=10), frag(8), frag(7), frag(6)]
+    chosen = choose_fragments(found, context, "here", 5, "fact", config)
+    assert [f.id for f in chosen] == ["f8", "f7"]  # f9 is in the window; f6 over budget
+    # A profile takes its share of the same budget first.
+    rich = context.model_copy(update={"profile": UserProfile(name="Ada " * 120)})
+    assert [f.id for f in choose_fragments(found, rich, "here", 5, "fact", config)] == []
+    # No search result (timeout, failure, nothing stored): the published context, up to top_k.
+    assert [f.id for f in choose_fragments(None, context, "here", 5, "fact", config)] == [
+        "f1",
+        "f2",
+    ]
+    assert choose_fragments(None, None, "here", 5, "fact", config) == []
