@@ -35,11 +35,10 @@ NOTES = [
     "- The dense ranking is weighted 0.15 in the fusion: with USE multilingual, dense retrieval",
     "  over these English conversations is much weaker than BM25 (see the dense baseline), and",
     "  a full-weight fusion lost 3-5 points of recall on conversations 26 and 30.",
-    "- Seen while running it (a workflow bug, not in this benchmark's code): once questions",
-    "  were asked, each user workflow failed its workflow task with KeyError (the due question",
-    "  thread missing from state_ops.watermarks() in workflows/user_rounds.py maybe_round), so",
-    "  question threads were not sliced. Recall here does not depend on it: the corpus held",
-    "  every session before the first question.",
+    "- The run that produced these figures hit a workflow bug since fixed (commit 33c8c95): a",
+    "  user with more than 50 threads failed its workflow task when an old thread became due,",
+    "  so question threads were not sliced. Recall does not depend on it: the corpus held every",
+    "  session before the first question.",
 ]
 
 
