@@ -203,4 +203,3 @@ async def test_a_config_change_survives_continue_as_new_and_bad_values_change_no
         )
         assert done.config == config
         assert done.pending_turns == len(turns) and done.rounds_started == 0
-        await assert_replays(dev_env.client, [user_workflow_id(user)], name="sessions-config")
