@@ -53,7 +53,7 @@ class _Counter:
 def token_counter() -> _Counter:
     """cl100k_base token counts: tiktoken if its encoding file loads (it downloads it once),
     else bpe-openai (same vocabulary, bundled, offline), else the estimate the middleware
-    budgets with (memory.text.estimate_tokens), named as such in the results."""
+    budgets with (memory.search.budget_tokens), named as such in the results."""
     try:
         import tiktoken
 
@@ -68,9 +68,9 @@ def token_counter() -> _Counter:
         return _Counter("cl100k_base (bpe-openai)", lambda t: len(enc2.encode(t)))
     except Exception:
         pass
-    from mnemoflow.memory.text import estimate_tokens
+    from mnemoflow.memory.search import budget_tokens
 
-    return _Counter("estimate (chars/4, CJK 1 per char)", estimate_tokens)
+    return _Counter("estimate (chars/4, CJK 1 per char)", budget_tokens)
 
 
 def _svg(overall: dict[str, Any]) -> str:

@@ -21,8 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
-from mnemoflow.memory.text import query_overlap
-from mnemoflow.memory.triggers import estimate_tokens
+from mnemoflow.memory.text import estimate_tokens, query_overlap
 
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _BULLET = re.compile(r"^\s*(?:(?:[-*•]|\d+[.)])\s*)?(?:\[[^\]]*\]\s*)?(?:(?:User|Assistant):\s*)?")

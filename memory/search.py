@@ -28,7 +28,7 @@ import numpy as np
 from mnemoflow.memory.prompt import filter_in_window, render_profile
 from mnemoflow.memory.rerank import rerank_for_query
 from mnemoflow.memory.selection import select
-from mnemoflow.memory.text import estimate_tokens, normalise, token_list
+from mnemoflow.memory.text import BUDGET_CHARS_PER_TOKEN, estimate_tokens, normalise, token_list
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment, InjectedContext
 from mnemoflow.models.fragments import Candidate, Fragment
@@ -157,7 +157,12 @@ class SearchIndex:
         return select(candidates, params, wide, now).ranked
 
 
-def fragment_cost(fragment: ContextFragment, count: Callable[[str], int] = estimate_tokens) -> int:
+def budget_tokens(text: str) -> int:
+    """What text costs in the memory budget (the one estimate, at the budget's ratio)."""
+    return estimate_tokens(text, BUDGET_CHARS_PER_TOKEN)
+
+
+def fragment_cost(fragment: ContextFragment, count: Callable[[str], int] = budget_tokens) -> int:
     """Tokens one fragment takes in the memory section."""
     return count(fragment.content) + count(fragment.theme) + LINE_OVERHEAD_TOKENS
 
@@ -166,7 +171,7 @@ def pack(
     fragments: Sequence[ContextFragment],
     budget: int,
     used: int = 0,
-    count: Callable[[str], int] = estimate_tokens,
+    count: Callable[[str], int] = budget_tokens,
 ) -> list[ContextFragment]:
     """The fragments, in order, that fit `budget` tokens after `used` (the profile's share).
 
@@ -208,7 +213,7 @@ def choose_fragments(
     query, up to its top_k, as before the search existed."""
     if found:
         profile = context.profile if context is not None else None
-        share = estimate_tokens(render_profile(profile)) if profile is not None else 0
+        share = budget_tokens(render_profile(profile)) if profile is not None else 0
         outside = filter_in_window(found, thread, start)
         return pack(outside, config.memory_budget_tokens, share)
     if context is None:

@@ -50,13 +50,21 @@ def token_list(norm: str) -> list[str]:
     return tokens
 
 
-def estimate_tokens(text: str) -> int:
-    """A model-free estimate of what text costs in the memory budget: a CJK character is about
-    one token, other text about four characters per token (cl100k_base on English prose
-    averages ~4.2). memory.triggers.estimate_tokens (chars/3.3) errs high on purpose, for the
-    window's hard ceiling; a budget filled with it would carry a fifth less memory."""
+#: Characters per token of non-CJK text. The window's hard ceiling counts high on purpose (a
+#: window must never overflow); the memory budget counts what cl100k_base averages on English
+#: prose (~4.2), since a budget filled at 3.3 would carry a fifth less memory.
+WINDOW_CHARS_PER_TOKEN = 3.3
+BUDGET_CHARS_PER_TOKEN = 4.0
+
+
+def estimate_tokens(text: str, chars_per_token: float = WINDOW_CHARS_PER_TOKEN) -> int:
+    """The one model-free token estimate: a CJK character is about one token (counting it as a
+    fraction undercounts Chinese about threefold), other text `chars_per_token` characters a
+    token, rounded up, so non-empty text is at least 1 token. Integer arithmetic on tenths keeps
+    it exact (33 / 3.3 is not 10 in floating point)."""
     cjk = sum(len(run) for run in _CJK_RUN.findall(text))
-    return cjk + (len(text) - cjk + 3) // 4
+    tenths = round(chars_per_token * 10)
+    return cjk + ((len(text) - cjk) * 10 + tenths - 1) // tenths
 
 
 def content_tokens(norm: str) -> set[str]:

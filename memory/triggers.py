@@ -4,13 +4,10 @@ where trimming may start. Three decisions, kept apart, each a pure function of n
 
 from __future__ import annotations
 
-import re
-
 from mnemoflow.memory.formulas import time_to_maturity
 from mnemoflow.models.config import BudgetPattern, MemoryConfig
 
 # Scripts written without spaces, where a tokenizer spends about one token per character.
-_CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 def slice_due_at(oldest_unsliced_time: float, config: MemoryConfig) -> float:
@@ -21,19 +18,6 @@ def slice_due_at(oldest_unsliced_time: float, config: MemoryConfig) -> float:
 def induction_due_at(created_at: float, config: MemoryConfig) -> float:
     """When a fragment is folded into the profile: it reaches the long-term gate."""
     return created_at + time_to_maturity(config.long_term_gate, config.tau_m, config.c_m)
-
-
-def estimate_tokens(text: str) -> int:
-    """A cheap token estimate: one per CJK character, plus one per 3.3 other characters.
-
-    The predecessor used chars / 3.3, which fits English but undercounts Chinese about threefold
-    (one character is roughly one token), so CJK characters are counted apart. The other
-    characters round up, which makes any non-empty text at least 1 token. Integer arithmetic
-    (ceil(n * 10 / 33)) keeps it exact: 33 / 3.3 is not 10 in floating point.
-    """
-    cjk = len(_CJK_CHAR.findall(text))
-    other = len(text) - cjk
-    return cjk + (other * 10 + 32) // 33
 
 
 def budget_reached(n_messages: int, n_tokens: int, config: MemoryConfig) -> bool:

@@ -11,7 +11,8 @@ from typing import Any
 
 from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, ToolMessage
 
-from mnemoflow.memory.triggers import budget_reached, ceiling_reached, estimate_tokens, trim_start
+from mnemoflow.memory.text import estimate_tokens
+from mnemoflow.memory.triggers import budget_reached, ceiling_reached, trim_start
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import Trigger
 from mnemoflow.models.ids import validate_user_id

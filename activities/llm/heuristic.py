@@ -2,7 +2,7 @@
 
 Used by the demo and the tests so that everything runs without a network or an API key. They are
 heuristics and say so: the model name is "heuristic-offline", and the token counts they report are
-estimates (`memory.triggers.estimate_tokens`, which counts CJK characters apart) of what an LLM
+estimates (`memory.text.estimate_tokens`, which counts CJK characters apart) of what an LLM
 call of the same size would have cost (so the cost ledger has numbers to show). `latency_s`
 simulates a slow LLM (the predecessor measured 800 ms per call).
 """
@@ -27,7 +27,7 @@ from mnemoflow.activities.llm.heuristic_rules import (
     themes_of,
     types_of,
 )
-from mnemoflow.memory.triggers import estimate_tokens
+from mnemoflow.memory.text import estimate_tokens
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn

@@ -146,7 +146,7 @@ async def test_every_turn_is_kept_verbatim_but_tool_output_is_left_out() -> None
 
 async def test_fragments_name_the_speaker_and_stay_bounded_in_tokens() -> None:
     from mnemoflow.activities.llm.heuristic import MAX_FRAGMENT_TOKENS
-    from mnemoflow.memory.triggers import estimate_tokens
+    from mnemoflow.memory.text import estimate_tokens
 
     long_story = " ".join(f"On day {i} we walked to the lake and fed the ducks." for i in range(80))
     turns = [

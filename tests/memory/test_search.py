@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 
 from mnemoflow.memory.prompt import render_fragments
-from mnemoflow.memory.search import BM25, SearchDoc, SearchIndex, fragment_cost, pack, rrf
-from mnemoflow.memory.text import estimate_tokens, normalise, token_list
+from mnemoflow.memory.search import (
+    BM25,
+    SearchDoc,
+    SearchIndex,
+    budget_tokens,
+    fragment_cost,
+    pack,
+    rrf,
+)
+from mnemoflow.memory.text import normalise, token_list
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
 
@@ -126,9 +134,9 @@ def test_pack_respects_the_budget_and_skips_what_does_not_fit() -> None:
 
 
 def test_estimate_tokens_counts_cjk_per_character() -> None:
-    assert estimate_tokens("") == 0
-    assert estimate_tokens("我女儿叫小米") == 6
-    assert 20 <= estimate_tokens("The quick brown fox jumps over the lazy dog. " * 2) <= 26
+    assert budget_tokens("") == 0
+    assert budget_tokens("我女儿叫小米") == 6
+    assert 20 <= budget_tokens("The quick brown fox jumps over the lazy dog. " * 2) <= 26
 
 
 def test_rendered_fragments_carry_their_date() -> None:

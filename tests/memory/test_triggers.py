@@ -4,10 +4,10 @@ import math
 
 import pytest
 
+from mnemoflow.memory.text import estimate_tokens
 from mnemoflow.memory.triggers import (
     budget_reached,
     ceiling_reached,
-    estimate_tokens,
     induction_due_at,
     slice_due_at,
     trim_start,
