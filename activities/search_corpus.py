@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 
 from mnemoflow.activities.fragment_store import FragmentStore
-from mnemoflow.models.corpus import CorpusEntry, corpus_key, corpus_version_key, encode_vector
+from mnemoflow.models.corpus import CorpusEntry, corpus_key, corpus_version_key
 from mnemoflow.models.fragments import Fragment
 
 log = logging.getLogger(__name__)
@@ -41,18 +41,7 @@ class SearchCorpus:
         """Write the fragments (same id: replaced) and bump each user's version, atomically."""
         by_user: dict[str, dict[str | bytes, str | bytes]] = {}
         for frag, vec in zip(fragments, vectors, strict=True):
-            entry = CorpusEntry(
-                id=frag.id,
-                theme=frag.theme,
-                types=list(frag.types),
-                content=frag.content,
-                thread_id=frag.thread_id,
-                start_pos=frag.start_pos,
-                end_pos=frag.end_pos,
-                created_at=frag.created_at,
-                strengthen_count=frag.strengthen_count,
-                vector=encode_vector(vec),
-            )
+            entry = CorpusEntry.of_stored(frag, vec)
             by_user.setdefault(frag.user_id, {})[frag.id] = entry.model_dump_json()
         if not by_user:
             return

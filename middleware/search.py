@@ -48,16 +48,7 @@ def build_index(raw: dict[Any, Any]) -> SearchIndex:
     entries.sort(key=lambda e: (e.created_at, e.id))
     docs = [
         SearchDoc(
-            fragment=ContextFragment(
-                id=e.id,
-                theme=e.theme,
-                types=list(e.types),
-                content=e.content,
-                thread_id=e.thread_id,
-                start_pos=e.start_pos,
-                end_pos=e.end_pos,
-                created_at=e.created_at,
-            ),
+            fragment=e.injected(),
             created_at=e.created_at,
             strengthen_count=e.strengthen_count,
         )

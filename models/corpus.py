@@ -14,24 +14,33 @@ import base64
 import struct
 from collections.abc import Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from mnemoflow.models.contracts import ContextFragment
+from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.ids import user_key
 
 
-class CorpusEntry(BaseModel):
-    """One searchable fragment: what is injected, when it was said, and its vector."""
+class CorpusEntry(ContextFragment):
+    """One searchable fragment: what is injected (a ContextFragment), how often it was used,
+    and its vector."""
 
-    id: str
-    theme: str
-    types: list[str]
-    content: str
-    thread_id: str = ""
-    start_pos: int = 0
-    end_pos: int = 0
-    created_at: float = 0.0
     strengthen_count: int = 0
     vector: str = Field("", description="base64 of little-endian float16 values; '' for none")
+
+    @classmethod
+    def of_stored(cls, fragment: Fragment, vector: Sequence[float]) -> CorpusEntry:
+        """The corpus entry of a stored fragment and its embedding."""
+        published = ContextFragment.of(fragment).model_dump(exclude={"score"})
+        return cls(
+            **published, strengthen_count=fragment.strengthen_count, vector=encode_vector(vector)
+        )
+
+    def injected(self) -> ContextFragment:
+        """The fragment as the prompt gets it."""
+        return ContextFragment.model_validate(
+            self.model_dump(include=set(ContextFragment.model_fields))
+        )
 
 
 def corpus_key(prefix: str, user_id: str) -> str:
