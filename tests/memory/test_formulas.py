@@ -1,4 +1,4 @@
-"""The SPEC section 3 formulas against hand-computed values."""
+"""The memory-model formulas (docs/ARCHITECTURE.md) against hand-computed values."""
 
 import math
 

@@ -53,7 +53,7 @@ class Ctx:
 
 
 class VirtualClock:
-    """Starts three hours ago and advances 35 s per reading (the ancestor's pacing)."""
+    """Starts three hours ago and advances 35 s per reading (the predecessor's pacing)."""
 
     def __init__(self) -> None:
         self.t = time.time() - 3 * 3600
