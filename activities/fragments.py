@@ -8,8 +8,6 @@ is the searchable name from mnemoflow.models.errors.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -17,6 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.heartbeat import heartbeating
 from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.memory.selection import select as select_fragments
 from mnemoflow.models.contracts import (
@@ -37,10 +36,6 @@ from mnemoflow.models.fragments import SelectionLog
 # candidate, and thousands of lines would approach Temporal's 2 MB payload limit; the best lines
 # and every picked one are what debugging the formula needs.
 MAX_LOG_CANDIDATES = 256
-#: Seconds between heartbeats of a running index activity. The round gives it a heartbeat
-#: timeout (workflows.options.STORE_HEARTBEAT), so a worker that dies mid-upsert is noticed
-#: in seconds and another worker retries, instead of after the whole start-to-close timeout.
-HEARTBEAT_EVERY_S = 2.0
 
 
 @asynccontextmanager
@@ -50,27 +45,6 @@ async def _permanent_errors() -> AsyncIterator[None]:
         yield
     except (InvalidInputError, PayloadTooLargeError) as exc:
         raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
-
-
-@asynccontextmanager
-async def _heartbeating(every_s: float = HEARTBEAT_EVERY_S) -> AsyncIterator[None]:
-    """Heartbeat in the background while the block runs (no-op outside an activity)."""
-    if not activity.in_activity():
-        yield
-        return
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(every_s)
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def bounded_log(log: SelectionLog, limit: int = MAX_LOG_CANDIDATES) -> SelectionLog:
@@ -92,7 +66,7 @@ class FragmentActivities:
     @activity.defn(name=ActivityName.INDEX)
     async def index(self, inp: IndexInput) -> IndexOutput:
         """Embed and upsert the fragments; a retry rewrites the same rows (business-id keys)."""
-        async with _permanent_errors(), _heartbeating():
+        async with _permanent_errors(), heartbeating():
             written = await self.store.upsert_vectors(inp.fragments)
             if self.corpus is not None:
                 await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])

@@ -16,6 +16,7 @@ from typing import Protocol, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from mnemoflow.activities.heartbeat import heartbeating
 from mnemoflow.activities.llm.base import MemoryModels, validate_drafts
 from mnemoflow.activities.llm.errors import to_activity_error
 from mnemoflow.memory.params import renormalise
@@ -69,9 +70,11 @@ class LLMActivities:
         self.max_malformed_attempts = max_malformed_attempts
 
     async def _guarded(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
-        """Run one model call, turning its failure into the right ApplicationError."""
+        """Run one model call (heartbeating meanwhile), turning its failure into the right
+        ApplicationError."""
         try:
-            return await call()
+            async with heartbeating():
+                return await call()
         except ApplicationError:
             raise
         except Exception as exc:

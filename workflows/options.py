@@ -30,6 +30,9 @@ def _backoff(first: timedelta, longest: timedelta) -> RetryPolicy:
 LLM_START_TO_CLOSE = timedelta(minutes=2)
 LLM_SCHEDULE_TO_CLOSE = timedelta(hours=6)
 LLM_RETRY = _backoff(timedelta(seconds=2), timedelta(minutes=5))
+# LLM activities heartbeat while the call runs: a worker killed mid-call is noticed after this
+# long and the call is retried elsewhere, not after LLM_START_TO_CLOSE (a stall of minutes).
+LLM_HEARTBEAT = timedelta(seconds=10)
 # Store calls (Milvus, Redis): short attempts, retried for an hour of store downtime.
 STORE_START_TO_CLOSE = timedelta(seconds=60)
 STORE_SCHEDULE_TO_CLOSE = timedelta(hours=1)
@@ -47,6 +50,7 @@ def llm_activity(summary: str, task_queue: str | None) -> dict[str, Any]:
         "task_queue": task_queue,
         "start_to_close_timeout": LLM_START_TO_CLOSE,
         "schedule_to_close_timeout": LLM_SCHEDULE_TO_CLOSE,
+        "heartbeat_timeout": LLM_HEARTBEAT,
         "retry_policy": LLM_RETRY,
         "summary": summary,
     }

@@ -2,13 +2,14 @@
 
     python -m tests.support.worker_process --address 127.0.0.1:7233 --task-queue tq \\
         --milvus http://127.0.0.1:19530 --redis redis://127.0.0.1:6379/0 \\
-        --collection c --prefix p: --ready-file /tmp/ready [--slow-index-s 30]
+        --collection c --prefix p: --ready-file /tmp/ready [--slow-index-s 30] [--slow-llm-s 30]
 
 The production wiring (worker.app.running_worker) with offline heuristic models and hashing
 embeddings; the graceful shutdown is the test workers' short one. With
 `--slow-index-s N` every fragment upsert first waits N seconds (the index activity heartbeats
 meanwhile), so a test can kill the process while an index activity is running. The ready file
-is written once the worker polls; SIGTERM shuts it down gracefully.
+is written once the worker polls; SIGTERM shuts it down gracefully. `--slow-llm-s N` makes every
+memory-model call (slice, tune, induct) take N seconds, heartbeating meanwhile.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ async def serve(args: argparse.Namespace) -> None:
     settings = settings.model_copy(
         update={"temporal": settings.temporal.model_copy(update={"address": args.address})}
     )
-    components = Components(models=HeuristicMemoryModels(), embeddings=HashingEmbeddings())
+    models = HeuristicMemoryModels(latency_s=args.slow_llm_s)
+    components = Components(models=models, embeddings=HashingEmbeddings())
     if args.slow_index_s > 0:
         components.store = SlowStore(
             uri=args.milvus,
@@ -82,6 +84,7 @@ def main() -> None:
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--ready-file", required=True)
     parser.add_argument("--slow-index-s", type=float, default=0.0)
+    parser.add_argument("--slow-llm-s", type=float, default=0.0)
     asyncio.run(serve(parser.parse_args()))
 
 

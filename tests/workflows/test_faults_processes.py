@@ -62,7 +62,7 @@ LINES = [
 @contextmanager
 def worker_process(
     tmp: Path, name: str, *, address: str, task_queue: str, milvus: str, redis: str,
-    collection: str, prefix: str, slow_index_s: float = 0.0,
+    collection: str, prefix: str, slow_index_s: float = 0.0, slow_llm_s: float = 0.0,
 ) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
     """A worker in its own process (python -m tests.support.worker_process), ready on entry."""
     ready = tmp / f"{name}.ready"
@@ -71,7 +71,7 @@ def worker_process(
         sys.executable, "-m", "tests.support.worker_process", "--address", address,
         "--task-queue", task_queue, "--milvus", milvus, "--redis", redis,
         "--collection", collection, "--prefix", prefix, "--ready-file", str(ready),
-        "--slow-index-s", str(slow_index_s),
+        "--slow-index-s", str(slow_index_s), "--slow-llm-s", str(slow_llm_s),
     ]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -92,20 +92,30 @@ def worker_process(
         log.close()
 
 
-async def index_running(client: Client, round_id: str) -> bool:
-    """True while the round's index activity is started on some worker."""
+async def activity_running(client: Client, round_id: str, name: str) -> bool:
+    """True while the round's activity `name` is started on some worker."""
     try:
         desc = await client.get_workflow_handle(round_id).describe()
     except Exception:
         return False
     return any(
-        p.activity_type.name == ActivityName.INDEX
+        p.activity_type.name == name
         and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
         for p in desc.raw_description.pending_activities
     )
 
 
-async def test_worker_killed_mid_index_second_worker_completes_the_round(
+#: Which activity the first worker is slowed in (and killed during): the index activity (a store
+#: write) or the slice activity (an LLM call). Both heartbeat, so either is retried in seconds.
+KILLED_DURING = {
+    ActivityName.INDEX: ("worker-sigkill", {"slow_index_s": 120}),
+    ActivityName.SLICE: ("worker-sigkill-llm", {"slow_llm_s": 120}),
+}
+
+
+@pytest.mark.parametrize("killed_during", list(KILLED_DURING))
+async def test_worker_killed_mid_activity_second_worker_completes_the_round(
+    killed_during: str,
     dev_env: WorkflowEnvironment,
     milvus_uri: str,
     redis_url: str,
@@ -126,7 +136,8 @@ async def test_worker_killed_mid_index_second_worker_completes_the_round(
     user = f"kill-{tag}"
     watch = Monotonic()
     try:
-        with worker_process(tmp_path, "slow", slow_index_s=120, **common) as slow:  # type: ignore[arg-type]
+        key, slowed = KILLED_DURING[killed_during]
+        with worker_process(tmp_path, "slow", **slowed, **common) as slow:  # type: ignore[arg-type]
             t0 = time.time() - 3 * HOUR
             handle = await submit(
                 client, task_queue, user, conversation("t", LINES, t0), urgent=True
@@ -136,10 +147,13 @@ async def test_worker_killed_mid_index_second_worker_completes_the_round(
             )
             round_id = running.rounds[-1].workflow_id
             await eventually(
-                lambda: index_running(client, round_id), deadline_s=30, what="index activity"
+                lambda: activity_running(client, round_id, killed_during),
+                deadline_s=30,
+                what=f"{killed_during} activity",
             )
             with worker_process(tmp_path, "second", **common):  # type: ignore[arg-type]
                 os.kill(slow.pid, signal.SIGKILL)
+                killed_at = time.monotonic()
                 slow.wait(timeout=10)
                 # Queries go to the dead worker's sticky queue until the server gives up on it
                 # (seconds), so a status query may time out meanwhile.
@@ -152,14 +166,16 @@ async def test_worker_killed_mid_index_second_worker_completes_the_round(
                         return False
                     return watch.see(box["s"]) and box["s"].rounds_completed == 1
 
+                # Well under the LLM start-to-close (2 min): only the heartbeat gets it there.
                 await eventually(completed, deadline_s=60, what="round completed elsewhere")
+                completed_after = time.monotonic() - killed_at
                 history = await client.get_workflow_handle(round_id).fetch_history()
                 attempts = [
                     e.activity_task_started_event_attributes.attempt
                     for e in history.events
                     if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
                 ]
-                assert max(attempts) >= 2, "the index activity was not retried"
+                assert max(attempts) >= 2, f"the {killed_during} activity was not retried"
                 # The agent's next turns still work: they are handed over and indexed.
                 more = conversation("t", [*LINES, "One more thing: ship to 12 Mill Lane."], t0)
                 await submit(client, task_queue, user, more[len(LINES) :], urgent=True)
@@ -179,12 +195,13 @@ async def test_worker_killed_mid_index_second_worker_completes_the_round(
         await store.close()
     reliability.record(
         request,
-        key="worker-sigkill",
+        key=key,
         kind="fault",
-        what="Worker process killed with SIGKILL while its index activity ran; a second worker "
-        "process on the same task queue",
-        happened=f"index heartbeat timed out (10 s), attempt {max(attempts)} ran on the second "
-        f"worker; round completed, {outcome.fragments} fragments; the next turn was indexed",
+        what=f"Worker process killed with SIGKILL while its {killed_during} activity ran; a "
+        "second worker process on the same task queue",
+        happened=f"{killed_during} heartbeat timed out (10 s), attempt {max(attempts)} ran on "
+        f"the second worker; round completed {completed_after:.0f} s after the kill, "
+        f"{outcome.fragments} fragments; the next turn was indexed",
         lost=outcome.lost,
         duplicated=outcome.duplicated,
         started=started,
