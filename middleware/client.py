@@ -66,6 +66,7 @@ from mnemoflow.models.errors import MemoryUnavailableError
 from mnemoflow.models.ids import (
     pseudonymous_workflow_id,
     search_user_value,
+    thread_key,
     turn_event_id,
     user_workflow_id,
     validate_user_id,
@@ -337,8 +338,10 @@ class MemoryClient:
     async def consolidate(self, user_id: str, thread_id: str) -> ConsolidateResult:
         """Slice the thread's pending messages now instead of at maturity (call it when a
         session ends); hand-overs submitted before this call are included. Returns how many
-        messages were pending; `settle` then waits until they are indexed and published."""
+        messages were pending; `settle` then waits until they are indexed and published.
+        `thread_id` is the agent's thread id, as the middleware keys it (models.ids.thread_key)."""
         uid = validate_user_id(user_id)
+        thread_id = thread_key(thread_id)
         request = ConsolidateRequest(thread_id=thread_id)
         try:
             return await self._update(uid, UserMemoryWorkflow.consolidate, request)

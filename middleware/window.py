@@ -15,7 +15,7 @@ from mnemoflow.memory.text import estimate_tokens
 from mnemoflow.memory.triggers import budget_reached, ceiling_reached, trim_start
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import Trigger
-from mnemoflow.models.ids import validate_user_id
+from mnemoflow.models.ids import thread_key, validate_user_id
 from mnemoflow.models.turns import ChatTurn, Role
 
 TIME_KEY = "time"
@@ -165,15 +165,17 @@ def resolve_user_id(state: Mapping[str, Any], context: Any) -> str:
 
 
 def resolve_thread_id(runtime: Any) -> str:
-    """The thread id of the run (checkpointer config), else DEFAULT_THREAD."""
+    """The memory key of the run's thread (checkpointer config), else DEFAULT_THREAD; a thread id
+    too long to key by is shortened deterministically (models.ids.thread_key), so it can never
+    fail a turn, before or after the model call."""
     info = getattr(runtime, "execution_info", None)
     thread = getattr(info, "thread_id", None)
     if thread:
-        return str(thread)
+        return thread_key(str(thread))
     try:
         from langgraph.config import get_config
 
         configurable = get_config().get("configurable", {})
     except RuntimeError:  # called outside a graph run (e.g. hooks driven directly)
         return DEFAULT_THREAD
-    return str(configurable.get("thread_id") or DEFAULT_THREAD)
+    return thread_key(str(configurable.get("thread_id") or DEFAULT_THREAD))

@@ -83,6 +83,21 @@ def explicit_fragment_id(user_id: str, event_id: str) -> str:
     return f"{user_key(user_id)[:24]}-m{digest}"
 
 
+#: Longest thread id kept as it is. Chat platforms build long composite ids; a longer one is
+#: shortened to its head plus a hash of the whole, the same for every writer, so it still names
+#: exactly one thread (and fits the contracts' 512-character bound with room to spare).
+MAX_THREAD_ID_CHARS = 256
+_THREAD_HEAD_CHARS = 200
+
+
+def thread_key(thread_id: str) -> str:
+    """The thread id memory keys a thread by: itself when short, else head + "~" + hash."""
+    if len(thread_id) <= MAX_THREAD_ID_CHARS:
+        return thread_id
+    digest = hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{thread_id[:_THREAD_HEAD_CHARS]}~{digest}"
+
+
 def turn_event_id(thread_id: str, start: int, end: int) -> str:
     """Event id of a hand-over of positions [start, end) of a thread."""
     digest = hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:16]

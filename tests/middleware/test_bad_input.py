@@ -25,7 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from mnemoflow.middleware.payloads import MAX_EVENT_BYTES
-from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.models.ids import MAX_THREAD_ID_CHARS, thread_key, user_workflow_id
 from tests.support.drive import conversation, eventually
 from tests.support.invariants import indexed_once
 from tests.support.memory_worker import memory_worker
@@ -241,5 +241,60 @@ async def test_empty_and_non_text_messages_and_a_5mb_tool_output(
         "once, the order number remembered",
         lost=outcome.lost,
         duplicated=outcome.duplicated,
+        started=started,
+    )
+
+
+async def test_long_thread_ids_key_their_own_thread_and_never_fail_a_turn(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    started = time.monotonic()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        client = mw.memory_client()
+        middleware = DurableMemoryMiddleware(client=client, clock=lambda: time.time() - 3 * HOUR)
+        agent = create_agent(
+            ToolThenDone(), [fetch_log], middleware=[middleware], context_schema=Ctx,
+            checkpointer=InMemorySaver(),
+        )  # fmt: skip
+        user = f"threads-{TAG}"
+        mw.track(user_workflow_id(user))
+        head = "slack:T024BE7LD:C0123ABCD:" + "p" * 600  # one long head shared by both threads
+        threads = {f"{head}:A": "My locker code is 4417.", f"{head}:B": "My locker code is 9052."}
+        counts: dict[str, int] = {}
+        for raw, line in threads.items():
+            config = {"configurable": {"thread_id": raw}}
+            message = {"messages": [HumanMessage(line)]}
+            result = await agent.ainvoke(message, config, context=Ctx(user))
+            assert result["messages"][-1].content == "done"  # the turn went on
+            counts[thread_key(raw)] = len(result["messages"])
+        await middleware.flush()
+        assert len(set(counts)) == 2 and all(len(k) <= MAX_THREAD_ID_CHARS + 40 for k in counts)
+        for raw in threads:
+            await client.consolidate(user, raw)  # the raw id names the same thread
+        lost = duplicated = 0
+        for key, n in counts.items():
+            status = await wait_indexed(client, user, key, n)
+            outcome = await indexed_once(mw.store, user, status, {key: n})
+            lost, duplicated = lost + outcome.lost, duplicated + outcome.duplicated
+        assert (lost, duplicated) == (0, 0)
+        stored = " ".join(f.content for f in await mw.store.all_for_user(user))
+        assert "4417" in stored and "9052" in stored
+        await client.aclose()
+    reliability.record(
+        request,
+        key="long-thread-ids",
+        kind="bad input",
+        what="Two 630-character thread ids that differ only at the end, through create_agent",
+        happened="both turns answered; each thread keyed by its head plus a hash of the whole "
+        "id (models.ids.thread_key), indexed once under its own key; consolidate takes the raw "
+        "id",
+        lost=lost,
+        duplicated=duplicated,
         started=started,
     )

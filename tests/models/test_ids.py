@@ -95,3 +95,13 @@ def test_pseudonymous_ids_show_nothing_of_the_user_id() -> None:
     for user_id in ["张伟", "Иван", "ada@example.com"]:
         wid = pseudonymous_workflow_id(user_id)
         assert wid == "mnemoflow-user-" + hashlib.sha256(user_id.encode()).hexdigest()[:32]
+
+
+def test_thread_key_keeps_short_ids_and_shortens_long_ones_deterministically() -> None:
+    from mnemoflow.models.ids import MAX_THREAD_ID_CHARS, thread_key
+
+    short = "t" * MAX_THREAD_ID_CHARS
+    assert thread_key(short) == short and thread_key("t1") == "t1"
+    a, b = "x" * 700 + "A", "x" * 700 + "B"
+    assert thread_key(a) == thread_key(a) and thread_key(a) != thread_key(b)
+    assert len(thread_key(a)) <= MAX_THREAD_ID_CHARS and thread_key(a).startswith("x" * 200)
