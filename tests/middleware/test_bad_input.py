@@ -82,6 +82,18 @@ def fetch_log() -> str:
     return "log line with nothing to remember\n" * (5_000_000 // 34)
 
 
+def _agent_three_hours_ago(mw: Any) -> tuple[MemoryClient, DurableMemoryMiddleware, Any]:
+    """An agent whose messages are stamped three hours ago (so rounds are due at once), with
+    the fetch_log tool and an in-memory checkpointer."""
+    client = mw.memory_client()
+    middleware = DurableMemoryMiddleware(client=client, clock=lambda: time.time() - 3 * HOUR)
+    agent = create_agent(
+        ToolThenDone(), [fetch_log], middleware=[middleware], context_schema=Ctx,
+        checkpointer=InMemorySaver(),
+    )  # fmt: skip
+    return client, middleware, agent
+
+
 async def wait_indexed(client: MemoryClient, user: str, thread: str, end: int) -> Any:
     box: dict[str, Any] = {}
 
@@ -200,13 +212,7 @@ async def test_empty_and_non_text_messages_and_a_5mb_tool_output(
     async with memory_worker(
         dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
-        client = mw.memory_client()
-        middleware = DurableMemoryMiddleware(client=client, clock=lambda: time.time() - 3 * HOUR)
-        model = ToolThenDone()
-        agent = create_agent(
-            model, [fetch_log], middleware=[middleware], context_schema=Ctx,
-            checkpointer=InMemorySaver(),
-        )  # fmt: skip
+        client, middleware, agent = _agent_three_hours_ago(mw)
         user, config = f"inputs-{TAG}", {"configurable": {"thread_id": "t"}}
         mw.track(user_workflow_id(user))
         image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
@@ -256,12 +262,7 @@ async def test_long_thread_ids_key_their_own_thread_and_never_fail_a_turn(
     async with memory_worker(
         dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
-        client = mw.memory_client()
-        middleware = DurableMemoryMiddleware(client=client, clock=lambda: time.time() - 3 * HOUR)
-        agent = create_agent(
-            ToolThenDone(), [fetch_log], middleware=[middleware], context_schema=Ctx,
-            checkpointer=InMemorySaver(),
-        )  # fmt: skip
+        client, middleware, agent = _agent_three_hours_ago(mw)
         user = f"threads-{TAG}"
         mw.track(user_workflow_id(user))
         head = "slack:T024BE7LD:C0123ABCD:" + "p" * 600  # one long head shared by both threads
