@@ -109,15 +109,21 @@ def assemble_system_prompt(
 
 
 def filter_in_window(
-    fragments: Sequence[ContextFragment], thread_id: str, window_start: int
+    fragments: Sequence[ContextFragment], thread_id: str, window_from: float | None
 ) -> list[ContextFragment]:
     """Drop fragments whose source messages are still in the model's window (no paying twice).
 
-    A fragment covers positions [start_pos, end_pos) of its thread_id; the window holds the
-    thread's positions >= window_start. A fragment is dropped when it comes from this thread and
-    end_pos > window_start, i.e. at least one of its messages is still visible. Fragments of other
-    threads, and those without a thread (remembered explicitly), are always kept.
+    The window holds the thread's messages said at or after `window_from` (None: none of this
+    thread's messages are in it). A fragment is as old as its newest message (`created_at`), so
+    it is dropped when it comes from this thread and `created_at >= window_from`: at least that
+    message is still visible. Times, not positions, because other middleware rewrites the
+    message list (docs/ARCHITECTURE.md, "Message identity"). Fragments of other threads, those
+    without a thread (remembered explicitly) and those of unknown age are always kept.
     """
-    if not thread_id:
+    if not thread_id or window_from is None:
         return list(fragments)
-    return [f for f in fragments if not (f.thread_id == thread_id and f.end_pos > window_start)]
+    return [
+        f
+        for f in fragments
+        if not (f.thread_id == thread_id and f.created_at > 0 and f.created_at >= window_from)
+    ]

@@ -203,7 +203,7 @@ def choose_fragments(
     found: Sequence[ContextFragment] | None,
     context: InjectedContext | None,
     thread: str,
-    start: int,
+    window_from: float | None,
     query: str,
     config: MemoryConfig,
 ) -> list[ContextFragment]:
@@ -214,9 +214,9 @@ def choose_fragments(
     if found:
         profile = context.profile if context is not None else None
         share = budget_tokens(render_profile(profile)) if profile is not None else 0
-        outside = filter_in_window(found, thread, start)
+        outside = filter_in_window(found, thread, window_from)
         return pack(outside, config.memory_budget_tokens, share)
     if context is None:
         return []
-    outside = filter_in_window(context.fragments, thread, start)
+    outside = filter_in_window(context.fragments, thread, window_from)
     return rerank_for_query(outside, query)[: context.top_k or config.top_k]

@@ -20,10 +20,12 @@ Trigger = Literal["handover", "budget", "ceiling", "explicit", "consolidate", "r
 
 
 class Watermark(BaseModel):
-    """Per-thread positions: `accepted` handed to Temporal, `indexed` in Milvus (exclusive ends)."""
+    """Per-thread counts of distinct messages: `accepted` by the user workflow, `indexed` in
+    Milvus; every accepted message said before `pending_since` is indexed (None: all are)."""
 
     accepted: int = 0
     indexed: int = 0
+    pending_since: float | None = None
 
 
 class ContextFragment(BaseModel):
@@ -105,17 +107,25 @@ class FragmentRef(BaseModel):
 
 
 class ThreadState(BaseModel):
-    """One thread's watermarks and its accepted but not yet indexed turns."""
+    """One thread's counts, the identities it accepted, and its accepted but not yet indexed
+    turns (docs/ARCHITECTURE.md, "Message identity")."""
 
-    accepted: int = 0
-    indexed: int = 0
+    accepted: int = Field(0, description="distinct messages accepted")
+    indexed: int = Field(0, description="distinct messages indexed")
     pending: list[ChatTurn] = Field(default_factory=list)
     urgent: bool = False
     not_before: float = Field(0.0, description="after a failed round, wait until this time")
     last_seen: float = 0.0
     trigger: Trigger = Field("handover", description="strongest trigger since the last round")
     indexed_ahead: list[int] = Field(
-        default_factory=list, description="positions indexed past a gap in the indexed prefix"
+        default_factory=list, description="unused since message identities (old state only)"
+    )
+    seen: dict[str, float] = Field(
+        default_factory=dict,
+        description="digest of each identity accepted -> when it was said, oldest accepted first",
+    )
+    horizon: float = Field(
+        0.0, description="messages said at or before this time left `seen`: refused (0: none)"
     )
 
 
@@ -126,8 +136,8 @@ class RoundRecord(BaseModel):
     workflow_id: str
     event_id: str
     thread_id: str
-    start: int
-    end: int
+    start: int = Field(description="the thread's indexed count when the round started")
+    end: int = Field(description="start + the round's messages")
     trigger: Trigger
     status: Literal["running", "completed", "failed"] = "running"
     fragments: int = 0
@@ -159,6 +169,13 @@ class UserMemoryState(BaseModel):
     last_error: str | None = None
     continued: int = 0
     forget_receipts: list[ForgetReceipt] = Field(default_factory=list)
+    fence: float = Field(
+        0.0, description="the last forget's time: messages said at or before it are refused"
+    )
+    retired_threads: dict[str, float] = Field(
+        default_factory=dict,
+        description="digest of a pruned idle thread -> its horizon, so re-sends stay refused",
+    )
 
 
 class UserMemoryInput(BaseModel):
@@ -200,6 +217,9 @@ class UserStatus(BaseModel):
     history_length: int = 0
     tuned: dict[str, TunedParams] = Field(default_factory=dict)
     config: MemoryConfig | None = Field(None, description="what the next round uses")
+    undelivered: int = Field(
+        0, description="messages this client holds that the workflow has not accepted yet"
+    )
 
 
 # --- round workflow --------------------------------------------------------------------------

@@ -2,19 +2,45 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 Role = Literal["human", "ai", "system", "tool"]
 
+#: Longest message id kept as given; a longer one is replaced by its hash (turn_identity).
+MAX_MESSAGE_ID_CHARS = 256
+
 
 class ChatTurn(BaseModel):
-    """One message of a thread, identified by its thread and position (so re-sends are no-ops)."""
+    """One message of a thread, identified by `message_id` (docs/ARCHITECTURE.md, "Message
+    identity"): the workflow accepts each identity of a (user, thread) once, so a re-send, a
+    second writer or a rewritten message list never indexes a message twice or skips one."""
 
     thread_id: str = Field(min_length=1, max_length=512)
-    position: int = Field(ge=0, description="index of the message in the thread's state")
+    position: int = Field(ge=0, description="where the writer saw it in its list (informational)")
     role: Role
     content: str = ""
     time: float = Field(description="unix seconds, stamped when first seen")
     name: str | None = None
+    message_id: str = Field(
+        "", max_length=MAX_MESSAGE_ID_CHARS, description="stable identity; '' = hash of the turn"
+    )
+
+
+def content_identity(role: str, content: str, time: float) -> str:
+    """The identity of a message that has no id: a hash of its role, content and time."""
+    raw = f"{role}\x1f{time!r}\x1f{content}".encode("utf-8", "surrogatepass")
+    return "h-" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+def turn_identity(turn: ChatTurn) -> str:
+    """The message's stable identity: its id, else the hash of role, content and time."""
+    return turn.message_id or content_identity(turn.role, turn.content, turn.time)
+
+
+def identity_digest(identity: str) -> str:
+    """The short form a workflow keeps to recognise an identity (64 bits: collisions between
+    the few thousand identities one user's workflow remembers are negligible)."""
+    return hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()[:16]

@@ -23,7 +23,7 @@ from mnemoflow.models.contracts import (
     Watermark,
 )
 from mnemoflow.models.profile import UserProfile
-from mnemoflow.models.turns import ChatTurn
+from mnemoflow.models.turns import ChatTurn, identity_digest, turn_identity
 from mnemoflow.models.usage import PriceTable
 
 MAX_SEEN_EVENTS = 4096
@@ -34,6 +34,8 @@ MAX_TUNED_THEMES = 64
 MAX_PUBLISHED_THREADS = 50
 MAX_IDLE_THREADS = 200
 MAX_FORGET_RECEIPTS = 20
+MAX_SEEN_MESSAGES = 4096
+MAX_RETIRED_THREADS = 1000
 
 
 def _remember(seen: list[str], key: str, limit: int) -> bool:
@@ -46,30 +48,63 @@ def _remember(seen: list[str], key: str, limit: int) -> bool:
 
 
 def absorb_submit(s: UserMemoryState, event: SubmitEvent, cfg: MemoryConfig, now: float) -> None:
-    """Accept an event's turns once: by event id, then by (thread, position)."""
+    """Accept an event's turns once: by event id, then each message by its identity within its
+    thread (docs/ARCHITECTURE.md, "Message identity"). A turn is refused when its identity was
+    accepted before, or when it was said at or before the last forget (`fence`) or the thread's
+    horizon (identities old enough to have left the bounded `seen` memory)."""
     if not _remember(s.seen_event_ids, event.event_id, MAX_SEEN_EVENTS):
         return
     if event.chat_usage is not None:  # the agent's chat tokens, counted once per event id
         s.ledger.chat = s.ledger.chat + event.chat_usage
-    for turn in sorted(event.turns, key=lambda t: (t.thread_id, t.position)):
-        ts = s.threads.setdefault(turn.thread_id, ThreadState())
-        if (
-            turn.position < ts.indexed
-            or turn.position in ts.indexed_ahead
-            or any(p.position == turn.position for p in ts.pending)
-        ):
+    touched: set[str] = set()
+    for turn in sorted(event.turns, key=lambda t: (t.thread_id, t.time, t.position)):
+        if turn.time <= s.fence:
+            continue
+        ts = thread_state(s, turn.thread_id)
+        digest = identity_digest(turn_identity(turn))
+        if digest in ts.seen or turn.time <= ts.horizon:
             continue
         if len(turn.content) > cfg.max_turn_chars:
             turn = turn.model_copy(update={"content": turn.content[: cfg.max_turn_chars]})
         ts.pending.append(turn)
-        ts.accepted = max(ts.accepted, turn.position + 1)
+        ts.seen[digest] = turn.time
+        ts.accepted += 1
         ts.last_seen = now
+        touched.add(turn.thread_id)
     trigger = "ceiling" if event.urgent else event.trigger
     for thread_id in {t.thread_id for t in event.turns}:
-        ts = s.threads[thread_id]
-        ts.urgent = ts.urgent or event.urgent
+        ts = s.threads.get(thread_id)
+        if ts is None:
+            continue
+        ts.urgent = ts.urgent or (event.urgent and bool(ts.pending))
         ts.trigger = stronger_trigger(ts.trigger, trigger)
+    if touched:
+        _bound_seen(s)
     _prune_idle_threads(s)
+
+
+def thread_state(s: UserMemoryState, thread_id: str) -> ThreadState:
+    """The thread's state, created on first use (a pruned thread comes back with its horizon)."""
+    ts = s.threads.get(thread_id)
+    if ts is None:
+        horizon = s.retired_threads.pop(identity_digest(thread_id), 0.0)
+        ts = s.threads[thread_id] = ThreadState(horizon=horizon)
+    return ts
+
+
+def _bound_seen(s: UserMemoryState) -> None:
+    """Keep at most MAX_SEEN_MESSAGES identities per user: the thread remembering the most
+    forgets its oldest accepted ones that are not pending, and its horizon moves past them."""
+    total = sum(len(t.seen) for t in s.threads.values())
+    while total > MAX_SEEN_MESSAGES:
+        ts = max(s.threads.values(), key=lambda t: len(t.seen))
+        pending = {identity_digest(turn_identity(t)) for t in ts.pending}
+        drop = [d for d in ts.seen if d not in pending][: max(1, total - MAX_SEEN_MESSAGES)]
+        if not drop:
+            return  # everything remembered is pending: nothing may be forgotten yet
+        for digest in drop:
+            ts.horizon = max(ts.horizon, ts.seen.pop(digest))
+        total -= len(drop)
 
 
 _TRIGGER_RANK = {
@@ -128,7 +163,10 @@ def _prune_idle_threads(s: UserMemoryState) -> None:
         return
     idle = sorted((t.last_seen, k) for k, t in s.threads.items() if not t.pending)
     for _, key in idle[: len(s.threads) - MAX_IDLE_THREADS]:
-        del s.threads[key]
+        ts = s.threads.pop(key)
+        s.retired_threads[identity_digest(key)] = max(ts.horizon, *ts.seen.values(), 0.0)
+    for old in list(s.retired_threads)[:-MAX_RETIRED_THREADS]:
+        del s.retired_threads[old]
 
 
 def absorb_reinforce(s: UserMemoryState, event: ReinforceEvent) -> None:
@@ -141,27 +179,15 @@ def absorb_reinforce(s: UserMemoryState, event: ReinforceEvent) -> None:
 
 
 def round_batch(ts: ThreadState, max_turns: int) -> list[ChatTurn]:
-    """The next round's turns: the first contiguous run of pending positions.
-
-    Turns can arrive out of order (two agent processes, re-sends); a round over a run with a
-    hole would advance the indexed watermark past a message not yet received.
-    """
-    ordered = sorted(ts.pending, key=lambda t: t.position)
-    batch = ordered[:1]
-    for turn in ordered[1:max_turns]:
-        if turn.position != batch[-1].position + 1:
-            break
-        batch.append(turn)
-    return batch
+    """The next round's turns: the oldest pending messages by when they were said (a message
+    that arrives late, from another writer or a re-send, joins the next round)."""
+    ordered = sorted(enumerate(ts.pending), key=lambda it: (it[1].time, it[0]))
+    return [turn for _, turn in ordered[: max(1, max_turns)]]
 
 
-def indexed_after(ts: ThreadState, batch: list[ChatTurn]) -> int:
-    """The indexed watermark once `batch` is indexed: the end of the contiguous indexed prefix."""
-    done = set(ts.indexed_ahead) | {t.position for t in batch}
-    indexed = ts.indexed
-    while indexed in done:
-        indexed += 1
-    return indexed
+def pending_since(ts: ThreadState) -> float | None:
+    """When the oldest message still waiting for its round was said (None: none waits)."""
+    return min((t.time for t in ts.pending), default=None)
 
 
 def thread_due_at(ts: ThreadState, cfg: MemoryConfig, now: float) -> float | None:
@@ -220,11 +246,10 @@ def round_completed(
 ) -> None:
     """Advance the indexed watermark and hand the new fragments to the induction queue."""
     ts = s.threads[record.thread_id]
-    done = {t.position for t in batch}
-    ts.pending = [t for t in ts.pending if t.position not in done]
-    indexed = indexed_after(ts, batch)
-    ts.indexed_ahead = sorted(p for p in set(ts.indexed_ahead) | done if p >= indexed)
-    ts.indexed = indexed
+    done = {turn_identity(t) for t in batch}
+    before = len(ts.pending)
+    ts.pending = [t for t in ts.pending if turn_identity(t) not in done]
+    ts.indexed += before - len(ts.pending)
     ts.urgent = ts.urgent and bool(ts.pending)
     ts.trigger = ts.trigger if ts.pending else "handover"
     ts.not_before = 0.0
@@ -276,13 +301,13 @@ def induction_stored(
 def forget_all(s: UserMemoryState) -> int:
     """Clear everything a later round or induction could resurrect; returns the events dropped.
 
-    Positions already seen stay seen, so a re-send of old turns brings nothing back.
+    Identities already seen stay seen, so a re-send of old turns brings nothing back (and the
+    caller sets the fence for messages said before it but never delivered).
     """
     dropped = len(s.pending_reinforce)
     for ts in s.threads.values():
         dropped += len(ts.pending)
-        ts.indexed = ts.accepted = max(ts.accepted, ts.indexed)
-        ts.indexed_ahead = []
+        ts.accepted -= len(ts.pending)  # accepted == indexed + pending: these were dropped
         ts.pending = []
         ts.urgent = False
     s.pending_reinforce = []
@@ -303,13 +328,25 @@ def keep_receipt(s: UserMemoryState, receipt: ForgetReceipt) -> None:
 def watermarks(s: UserMemoryState) -> dict[str, Watermark]:
     """Per-thread watermarks of the most recently active threads (bounded for the read model)."""
     recent = sorted(s.threads.items(), key=lambda kv: kv[1].last_seen)[-MAX_PUBLISHED_THREADS:]
-    return {k: Watermark(accepted=t.accepted, indexed=t.indexed) for k, t in recent}
+    return {k: watermark(t) for k, t in recent}
 
 
-def round_watermarks(s: UserMemoryState, thread_id: str, indexed: int) -> dict[str, Watermark]:
-    """The watermarks a round publishes: the recent threads', and always the round's own thread
-    with its new `indexed`, even when that thread is older than the most recent ones (a user
-    with many threads whose oldest one becomes due)."""
+def watermark(ts: ThreadState) -> Watermark:
+    """A thread's published counts (accepted == indexed once nothing waits)."""
+    return Watermark(accepted=ts.accepted, indexed=ts.indexed, pending_since=pending_since(ts))
+
+
+def round_watermarks(
+    s: UserMemoryState, thread_id: str, batch: list[ChatTurn]
+) -> dict[str, Watermark]:
+    """The watermarks a round publishes, as they will be once `batch` is indexed: the recent
+    threads', and always the round's own thread, even when that thread is older than the most
+    recent ones (a user with many threads whose oldest one becomes due)."""
     after = watermarks(s)
-    after[thread_id] = Watermark(accepted=s.threads[thread_id].accepted, indexed=indexed)
+    ts = s.threads[thread_id]
+    done = {turn_identity(t) for t in batch}
+    rest = ts.model_copy(update={"pending": [t for t in ts.pending if turn_identity(t) not in done]})
+    after[thread_id] = Watermark(
+        accepted=ts.accepted, indexed=ts.indexed + len(done), pending_since=pending_since(rest)
+    )
     return after

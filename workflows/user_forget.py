@@ -44,6 +44,9 @@ async def maybe_forget(run: UserRun) -> bool:
     await workflow.wait_condition(lambda: run.writes_in_flight == 0)
     absorb_requests(run)
     dropped = state_ops.forget_all(run.state)
+    # The fence: a message said before the forget and delivered late (a writer that was cut
+    # off, a re-send from a checkpointer) is refused, never indexed again.
+    run.state.fence = max(run.state.fence, workflow.now().timestamp())
     user_id = run.inp.user_id
     fragments = await workflow.execute_activity(
         ActivityName.DELETE_FRAGMENTS,

@@ -1,7 +1,7 @@
 """UserMemoryWorkflow: the single writer of one user's memory.
 
 Id: `models.ids.user_workflow_id(user_id)`, entered by signal-with-start from the agent side.
-Messages: signal `submit` (turns of a thread, de-duplicated by event id and by thread position),
+Messages: signal `submit` (turns of a thread, de-duplicated by event id and by message identity),
 signal `reinforce` (fragments a model call used, applied once per call id); queries `context`,
 `profile`, `status`; updates `remember`, `recall`, `forget_fragment`, `forget`, `retry_round`,
 `consolidate`, `update_config`.

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.fragments import Fragment
     from mnemoflow.models.ids import explicit_fragment_id
     from mnemoflow.models.params import TunedParams
+    from mnemoflow.models.turns import identity_digest, turn_identity
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.memory_round import publish_context
     from mnemoflow.workflows.options import failure_text, store_activity
@@ -181,12 +182,15 @@ def consolidate(run: UserRun, req: ConsolidateRequest) -> ConsolidateResult:
     """Make the thread's round due now; hand-overs received before this request count too."""
     run.consolidations.append(req.thread_id)
     ts = run.state.threads.get(req.thread_id)
-    positions = {t.position for t in ts.pending} if ts else set()
-    for event in run.submits:
-        positions |= {t.position for t in event.turns if t.thread_id == req.thread_id}
-    if ts:
-        positions = {p for p in positions if p >= ts.indexed and p not in ts.indexed_ahead}
-    return ConsolidateResult(thread_id=req.thread_id, pending_turns=len(positions))
+    waiting = {turn_identity(t) for t in ts.pending} if ts else set()
+    for event in run.submits:  # received, not yet absorbed: count those not accepted before
+        for turn in event.turns:
+            identity = turn_identity(turn)
+            if turn.thread_id == req.thread_id and not (
+                ts is not None and identity_digest(identity) in ts.seen
+            ):
+                waiting.add(identity)
+    return ConsolidateResult(thread_id=req.thread_id, pending_turns=len(waiting))
 
 
 def update_config(run: UserRun, req: ConfigUpdate) -> ConfigUpdateResult:

@@ -49,8 +49,8 @@ async def maybe_round(run: UserRun) -> bool:
         return False
     ts = s.threads[thread_id]
     batch = state_ops.round_batch(ts, cfg.max_turns_per_round)
-    start, end = batch[0].position, batch[-1].position + 1
-    after = state_ops.round_watermarks(s, thread_id, state_ops.indexed_after(ts, batch))
+    start, end = ts.indexed, ts.indexed + len(batch)  # ordinals of the thread's indexed messages
+    after = state_ops.round_watermarks(s, thread_id, batch)
     record = RoundRecord(
         round_no=0,
         workflow_id="",

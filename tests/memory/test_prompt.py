@@ -113,22 +113,25 @@ def test_assemble_without_core_starts_with_a_section():
 
 def test_filter_in_window_drops_fragments_with_messages_still_visible():
     frags = [
-        frag("before", start=0, end=4),  # [0, 4): all below the window start
-        frag("edge", start=2, end=5),  # ends exactly at the window start: gone from the window
-        frag("straddles", start=3, end=6),  # position 5 still visible
-        frag("inside", start=6, end=9),
-        frag("other-thread", thread="t2", start=6, end=9),
-        frag("explicit", thread="", start=0, end=0),
+        frag("before", created_at=100.0),  # its newest message was said before the window
+        frag("edge", created_at=499.9),
+        frag("at-start", created_at=500.0),  # its newest message opens the window
+        frag("inside", created_at=700.0),
+        frag("other-thread", thread="t2", created_at=700.0),
+        frag("explicit", thread="", created_at=700.0),
+        frag("unknown-age", created_at=0.0),
     ]
-    kept = filter_in_window(frags, "t1", window_start=5)
-    assert [f.id for f in kept] == ["before", "edge", "other-thread", "explicit"]
+    kept = filter_in_window(frags, "t1", window_from=500.0)
+    assert [f.id for f in kept] == ["before", "edge", "other-thread", "explicit", "unknown-age"]
+    # No message of this thread in the window (a new thread, or every one rewritten away).
+    assert filter_in_window(frags, "t1", window_from=None) == frags
 
 
 def test_filter_in_window_keeps_everything_without_a_thread():
-    frags = [frag("a", start=0, end=3)]
-    assert filter_in_window(frags, "", window_start=0) == frags
+    frags = [frag("a", created_at=900.0)]
+    assert filter_in_window(frags, "", window_from=0.0) == frags
 
 
 def test_filter_in_window_full_window_drops_all_of_the_thread():
-    frags = [frag("a", start=0, end=1), frag("b", start=1, end=3)]
-    assert filter_in_window(frags, "t1", window_start=0) == []
+    frags = [frag("a", created_at=10.0), frag("b", created_at=20.0)]
+    assert filter_in_window(frags, "t1", window_from=10.0) == []

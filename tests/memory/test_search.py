@@ -164,30 +164,29 @@ def test_choose_packs_what_the_search_found_else_falls_back_to_the_published_con
     from mnemoflow.models.contracts import InjectedContext
     from mnemoflow.models.profile import UserProfile
 
-    def frag(i: int, thread: str = "old", start: int = 0) -> ContextFragment:
+    def frag(i: int, thread: str = "old", said: float = 100.0) -> ContextFragment:
         return ContextFragment(
             id=f"f{i}",
             theme="t",
             types=["fact"],
             content=f"fact number {i} " + "word " * 30,
             thread_id=thread,
-            start_pos=start,
-            end_pos=start + 2,
+            created_at=said,
         )
 
     published = [frag(1), frag(2), frag(3)]
     context = InjectedContext(user_id="u", fragments=published, top_k=2)
     config = MemoryConfig(memory_budget_tokens=120)
     # Search answered: its ranking, minus what is still in this thread's window, to the budget.
-    found = [frag(9, thread="here", start=10), frag(8), frag(7), frag(6)]
-    chosen = choose_fragments(found, context, "here", 5, "fact", config)
+    found = [frag(9, thread="here", said=900.0), frag(8), frag(7), frag(6)]
+    chosen = choose_fragments(found, context, "here", 500.0, "fact", config)
     assert [f.id for f in chosen] == ["f8", "f7"]  # f9 is in the window; f6 over budget
     # A profile takes its share of the same budget first.
     rich = context.model_copy(update={"profile": UserProfile(name="Ada " * 120)})
-    assert [f.id for f in choose_fragments(found, rich, "here", 5, "fact", config)] == []
+    assert [f.id for f in choose_fragments(found, rich, "here", 500.0, "fact", config)] == []
     # No search result (timeout, failure, nothing stored): the published context, up to top_k.
-    assert [f.id for f in choose_fragments(None, context, "here", 5, "fact", config)] == [
+    assert [f.id for f in choose_fragments(None, context, "here", 500.0, "fact", config)] == [
         "f1",
         "f2",
     ]
-    assert choose_fragments(None, None, "here", 5, "fact", config) == []
+    assert choose_fragments(None, None, "here", 500.0, "fact", config) == []

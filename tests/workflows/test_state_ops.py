@@ -43,7 +43,7 @@ def submit(s: UserMemoryState, event_id: str, batch: list[ChatTurn], **kw: objec
     state_ops.absorb_submit(s, SubmitEvent(event_id=event_id, turns=batch, **kw), CFG, T0)
 
 
-def test_duplicate_events_and_resent_positions_change_nothing() -> None:
+def test_duplicate_events_and_resent_messages_change_nothing() -> None:
     s = UserMemoryState()
     submit(s, "e1", turns("a", 0, 4))
     snapshot = s.model_copy(deep=True)
@@ -139,36 +139,118 @@ def test_seen_sets_stay_bounded() -> None:
     assert s.seen_event_ids[-1] == f"e{state_ops.MAX_SEEN_EVENTS + 9}"
 
 
-def test_out_of_order_turns_are_never_skipped_by_the_indexed_watermark() -> None:
+def _complete(s: UserMemoryState, batch: list[ChatTurn]) -> None:
+    record = RoundRecord(
+        round_no=1, workflow_id="w", event_id="x", thread_id="a", start=0, end=1, trigger="handover"
+    )
+    state_ops.round_completed(s, record, _result([]), batch, T0, PriceTable())
+
+
+def test_out_of_order_and_resent_messages_are_each_indexed_once() -> None:
     s = UserMemoryState()
     late = turns("a", 0, 6)
     submit(s, "e1", [late[0], late[1], late[3], late[5]])  # 2 and 4 are still on their way
     ts = s.threads["a"]
-    batch = state_ops.round_batch(ts, 64)
-    assert [t.position for t in batch] == [0, 1]  # never across the hole at 2
+    _complete(s, state_ops.round_batch(ts, 64))  # 0, 1, 3, 5: no hole can hold a round back
+    assert ts.indexed == 4 and ts.accepted == 4 and not ts.pending
+    submit(s, "e2", [late[2], late[3], late[4]])  # 3 again is recognised by its identity
+    assert sorted(t.position for t in ts.pending) == [2, 4]
+    assert state_ops.watermark(ts).pending_since == late[2].time
+    _complete(s, state_ops.round_batch(ts, 64))
+    assert ts.indexed == ts.accepted == 6 and state_ops.watermark(ts).pending_since is None
 
-    def complete(batch: list[ChatTurn]) -> None:
-        record = RoundRecord(
-            round_no=1,
-            workflow_id="w",
-            event_id="x",
+
+def test_identity_is_the_message_not_its_position() -> None:
+    # Two writers with their own lists: the same position holds different messages, and a
+    # rewritten list (summarisation) moves a message to another position.
+    s = UserMemoryState()
+    a = [
+        ChatTurn(
             thread_id="a",
-            start=batch[0].position,
-            end=batch[-1].position + 1,
-            trigger="handover",
+            position=i,
+            role="human",
+            content=f"A{i}",
+            time=T0 + i,
+            message_id=f"a-{i}",
         )
-        state_ops.round_completed(s, record, _result([]), batch, T0, PriceTable())
+        for i in range(3)
+    ]
+    b = [
+        ChatTurn(
+            thread_id="a",
+            position=i,
+            role="human",
+            content=f"B{i}",
+            time=T0 + 10 + i,
+            message_id=f"b-{i}",
+        )
+        for i in range(3)
+    ]
+    submit(s, "ea", a)
+    submit(s, "eb", b)
+    moved = a[2].model_copy(update={"position": 0})  # after a rewrite of writer a's list
+    submit(s, "ea2", [moved])
+    ts = s.threads["a"]
+    assert ts.accepted == 6
+    assert sorted(t.content for t in ts.pending) == ["A0", "A1", "A2", "B0", "B1", "B2"]
+    # Without an id, the hash of role, content and time is the identity.
+    plain = ChatTurn(thread_id="a", position=9, role="ai", content="same", time=T0 + 50)
+    submit(s, "p1", [plain])
+    submit(s, "p2", [plain.model_copy(update={"position": 3})])
+    submit(s, "p3", [plain.model_copy(update={"time": T0 + 51})])  # said again, later
+    assert ts.accepted == 8
 
-    complete(batch)
-    assert ts.indexed == 2
-    complete(state_ops.round_batch(ts, 64))  # [3]: indexed past a hole, not the watermark
-    assert ts.indexed == 2 and ts.indexed_ahead == [3]
-    submit(s, "e2", [late[2], late[3], late[4]])  # 3 again is recognised as done
-    assert sorted(t.position for t in ts.pending) == [2, 4, 5]
-    complete(state_ops.round_batch(ts, 64))  # [2]: joins up with 3
-    assert ts.indexed == 4 and ts.indexed_ahead == []
-    complete(state_ops.round_batch(ts, 64))  # [4, 5]
-    assert ts.indexed == 6 and not ts.pending
+
+def test_forget_fence_refuses_messages_said_before_it() -> None:
+    s = UserMemoryState()
+    submit(s, "e1", turns("a", 0, 2))
+    state_ops.forget_all(s)
+    s.fence = T0 + 100
+    submit(s, "late", turns("a", 2, 4))  # said before the forget, delivered after it
+    assert not s.threads["a"].pending
+    submit(s, "new", turns("a", 4, 6, T0 + 200))
+    assert [t.position for t in s.threads["a"].pending] == [4, 5]
+
+
+def test_seen_identities_stay_bounded_and_old_resends_stay_refused() -> None:
+    s = UserMemoryState()
+    total = state_ops.MAX_SEEN_MESSAGES + 100
+    for start in range(0, total, 50):
+        batch = turns("a", start, min(start + 50, total))
+        submit(s, f"e{start}", batch)
+        _complete(s, batch)
+    ts = s.threads["a"]
+    assert len(ts.seen) <= state_ops.MAX_SEEN_MESSAGES and ts.horizon > T0
+    submit(s, "again", turns("a", 0, total))  # the whole thread re-sent
+    assert not ts.pending and ts.accepted == total
+
+
+def test_a_pruned_idle_thread_keeps_refusing_its_old_messages() -> None:
+    s = UserMemoryState()
+    submit(s, "old", turns("old", 0, 2))
+    _complete_thread(s, "old")
+    for i in range(state_ops.MAX_IDLE_THREADS + 1):
+        submit(s, f"e{i}", turns(f"t{i}", 0, 1, T0 + 1000 + i))
+        _complete_thread(s, f"t{i}")
+    assert "old" not in s.threads
+    submit(s, "old-again", turns("old", 0, 2))
+    assert sum(len(t.pending) for t in s.threads.values()) == 0
+    submit(s, "old-new", turns("old", 2, 3, T0 + 5000))  # said later: accepted
+    assert [t.position for t in s.threads["old"].pending] == [2]
+
+
+def _complete_thread(s: UserMemoryState, thread: str) -> None:
+    ts = s.threads[thread]
+    record = RoundRecord(
+        round_no=1,
+        workflow_id="w",
+        event_id="x",
+        thread_id=thread,
+        start=0,
+        end=1,
+        trigger="handover",
+    )
+    state_ops.round_completed(s, record, _result([]), list(ts.pending), T0, PriceTable())
 
 
 def test_a_due_thread_older_than_the_published_ones_keeps_its_round_watermark() -> None:
@@ -183,6 +265,6 @@ def test_a_due_thread_older_than_the_published_ones_keeps_its_round_watermark() 
         state_ops.absorb_submit(s, event, CFG, t)
     assert "old" not in state_ops.watermarks(s)
     assert state_ops.due_thread(s, CFG, T0 + 10**7) == "old"
-    after = state_ops.round_watermarks(s, "old", 2)
+    after = state_ops.round_watermarks(s, "old", list(s.threads["old"].pending))
     assert after["old"] == Watermark(accepted=2, indexed=2)
     assert len(after) == state_ops.MAX_PUBLISHED_THREADS + 1

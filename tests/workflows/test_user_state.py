@@ -94,7 +94,7 @@ def test_remembered_fragments_and_reinforcements_are_absorbed_in_order() -> None
     assert len(run.state.pending_reinforce) == 1
 
 
-def test_forget_all_clears_what_could_come_back_and_keeps_positions_seen() -> None:
+def test_forget_all_clears_what_could_come_back_and_keeps_identities_seen() -> None:
     run = fresh_run()
     run.submits.append(SubmitEvent(event_id="e1", turns=turns("a", 4)))
     run.reinforcements.append(ReinforceEvent(call_id="c1", fragment_ids=["f"]))
@@ -102,8 +102,11 @@ def test_forget_all_clears_what_could_come_back_and_keeps_positions_seen() -> No
     run.state.context = InjectedContext(user_id="u", version=3)
     assert state_ops.forget_all(run.state) == 5  # four turns and one reinforcement
     ts = run.state.threads["a"]
-    assert (ts.pending, ts.accepted, ts.indexed) == ([], 4, 4)
+    assert (ts.pending, ts.accepted, ts.indexed) == ([], 0, 0)
     assert run.state.context is None and not run.state.pending_reinforce
+    run.submits.append(SubmitEvent(event_id="e2", turns=turns("a", 4)))  # a re-send
+    absorb(run, T0)
+    assert not ts.pending
 
 
 def fragment(fid: str, score: float = 0.0) -> ContextFragment:
