@@ -1,9 +1,22 @@
 """Regex profile extraction for the heuristic inducer (English and Chinese).
 
-Only the human's lines are read (an assistant line is a paraphrase at best). Patterns are generic
-shapes of how people state facts about themselves ("my X is Y", "I'm busy on ...", "我叫...",
-"尾号..."), so they work on conversations nobody wrote them for; anything they miss simply stays in
-the fragments, which are still retrieved and injected.
+Only the human's lines are read (an assistant line is a paraphrase at best), and only the
+sentences that state something: a question ("What am I allergic to?", "我女儿叫什么名字？") or a
+request to recall ("remind me what I ordered") asks about a fact and never becomes one.
+
+There is no list of fields. The patterns are the generic shapes in which people state facts about
+themselves, and the field is named with the speaker's own words:
+
+- "my X is Y", "the X is Y", "my X, which is on Y" (English), "我的X是Y", "X尾号Y" (Chinese),
+  kept when Y is a concrete value (a number, a date, a name, an address), or for any Y when X is
+  a favourite ("my favourite band is the national"): business_fields[X] = Y;
+- "X ending in 1234", "I was born on ...", addresses, emails and availability windows, which
+  have fixed shapes in any conversation;
+- name, occupation, hobbies, likes and interests, goals;
+- constraints: allergies, dislikes, what one cannot do or when one is busy, as the clause was said;
+- people and pets: "my sister Anna", "Anna is my sister", "my dog's name is Rex", "我女儿叫小雨".
+
+Anything they miss stays in the fragments, which are still retrieved and injected.
 """
 
 from __future__ import annotations
@@ -19,9 +32,11 @@ _END = r"(?=[,.;!?，。；！？、]|\s+(?:and|but|so|because)\b|$)"
 _ZH_END = r"(?=[，,。.;；!！?？、\s]|$)"
 # Where a stated value ends: sentence punctuation or the next comma-separated clause.
 _VALUE_END = r"(?=[;!?。；！？]|,\s|\.(?:\s|$)|$)"
+# Where a stated value ends when a comma may belong to it ("42 Maple Street, Springfield").
+_LONG_VALUE_END = r"(?=[;!?。；！？]|\.(?:\s|$)|\s+(?:and|but|so|because|since|though)\s|$)"
 _CLAUSE = re.compile(r",\s*(?=(?:but|and|so|though|although|except)\b)|;\s*", re.IGNORECASE)
 _LEAD = re.compile(
-    r"^(?:(?:and|but|also|so|well|oh|i'm|i am|i'll be|usually)\b[\s,]*|我|一般|通常)+", _I
+    r"^(?:(?:and|but|also|so|well|oh|i'm|i am|i'll be|i|usually)\b[\s,]*|我|一般|通常)+", _I
 )
 
 _NAME = (
@@ -52,25 +67,32 @@ _ACTIVITIES_ZH = (
 )
 _HOBBY = (
     re.compile(r"\bmy hobb(?:y is|ies are) ([\w ,'-]{3,60}?)" + _END, _I),
-    re.compile(r"\bI (?:really )?(?:like|love|enjoy) (\w+ing(?: \w+)?)" + _END, _I),
+    re.compile(r"\bI (?:really |also )?(?:like|love|enjoy) (\w+ing(?: \w+)?)" + _END, _I),
     re.compile(r"(?:爱好是|喜欢|爱)(" + _ACTIVITIES_ZH + ")"),
 )
 _INTEREST = (
     re.compile(r"\b(?:I'm|I am) (?:really |very )?interested in ([\w ,'-]{3,60}?)" + _END, _I),
     re.compile(r"\bI'm (?:a big |a huge )?fan of ([\w ,'-]{3,60}?)" + _END, _I),
     re.compile(r"对([\u4e00-\u9fff\w]{2,12}?)(?:很|非常|比较)?感兴趣"),
-)
-_FOOD = (
-    re.compile(r"\bfavou?rite (?:food|dish|meal|snack) is ([\w ,'-]{2,60}?)" + _END, _I),
-    re.compile(r"\bI (?:really )?(?:love|like) (?:eating|to eat) ([\w ,'-]{2,60}?)" + _END, _I),
+    # Likes that are not activities (those are hobbies): "I love spicy food", "我喜欢猫".
     re.compile(
-        r"(?:最喜欢吃|最爱吃|爱吃|最喜欢的食物是|最喜欢的菜是)([\u4e00-\u9fff\w]{1,12}?)" + _ZH_END
+        r"\bI (?:really |also |just )?(?:like|love|prefer|adore) (?!to\b|it\b|that\b|this\b)"
+        r"((?!\w+ing\b)[\w '-]{2,40}?)" + _END,
+        _I,
+    ),
+    re.compile(
+        r"(?:我|但是?|而且|还)?(?:很|非常|特别|也|最)?(?<![不讨])(?:喜欢|爱)(?!吃)(?!"
+        + _ACTIVITIES_ZH
+        + r")([\u4e00-\u9fff\w]{1,10}?)"
+        + _ZH_END
     ),
 )
 _CONSTRAINT = re.compile(
-    r"\b(?:busy|not available|unavailable|can't|cannot|can not|allergic|allergy|"
-    r"only (?:on|after|before)|don't call|do not call|never on|budget)\b|"
-    r"忙|没空|不方便|过敏|不能|只能|预算|别打电话",
+    r"\b(?:busy|not available|unavailable|can't|cannot|can not|allergic|allergy|allergies|"
+    r"intolerant|only (?:on|after|before)|don't call|do not call|never on|budget|hated?|hates|"
+    r"dislike[sd]?|"
+    r"don't (?:like|eat|drink)|do not (?:like|eat|drink)|avoid)\b|"
+    r"忙|没空|不方便|过敏|不能|只能|预算|别打电话|讨厌|不喜欢|不吃|不喝|忌口",
     _I,
 )
 _GOAL = (
@@ -83,96 +105,106 @@ _GOAL = (
         r"(?:我的目标是|目标是|我希望|我打算|我计划|我想要)([\u4e00-\u9fff\w]{2,30}?)" + _ZH_END
     ),
 )
-_PET_EN = r"dog|cat|puppy|kitten|parrot|hamster|rabbit|bunny|turtle|goldfish|pet"
+_PET_EN = r"dog|cat|puppy|kitten|parrot|hamster|rabbit|bunny|turtle|goldfish|horse|pet"
 _KIN_EN = (
-    r"wife|husband|partner|son|daughter|mother|mom|mum|father|dad|brother|sister|"
-    r"boyfriend|girlfriend|friend"
+    r"wife|husband|partner|fianc[ée]e?|son|daughter|kid|child|baby|mother|mom|mum|father|dad|"
+    r"brother|sister|grandmother|grandma|grandfather|grandpa|aunt|uncle|cousin|niece|nephew|"
+    r"boyfriend|girlfriend|friend|best friend|roommate|flatmate|neighbou?r|boss|manager|"
+    r"colleague|coworker|teacher|doctor|therapist|coach|mentor"
 )
-_KIN_ZH = r"狗|猫|兔子|鹦鹉|仓鼠|金鱼|乌龟|小狗|小猫|老婆|老公|妻子|丈夫|儿子|女儿"
+_KIN_ZH = (
+    r"狗|猫|兔子|鹦鹉|仓鼠|金鱼|乌龟|小狗|小猫|老婆|老公|妻子|丈夫|儿子|女儿|孩子|妈妈|母亲|爸爸|父亲|"
+    r"哥哥|姐姐|弟弟|妹妹|爷爷|奶奶|外公|外婆|姥姥|姥爷|男朋友|女朋友|朋友|同事|老板|领导|室友|邻居|老师"
+)
 _NAMED = r"(?:'s name is| is called| is named| named| called|,)?"
-_MONTH_DAY = r"[A-Z][a-z]+ \d{1,2}(?:st|nd|rd|th)?|\d{1,2}(?:st|nd|rd|th)? (?:of )?[A-Z][a-z]+"
+_MONTHS = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
+    r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
+)
 _DATE = (
-    rf"(?:{_MONTH_DAY})(?:,? \d{{4}})?|\d{{4}}-\d{{2}}-\d{{2}}|\d{{1,2}}/\d{{1,2}}(?:/\d{{2,4}})?"
+    rf"(?:{_MONTHS} \d{{1,2}}(?:st|nd|rd|th)?|\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{_MONTHS})"
+    r"(?:,? \d{4})?|\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}(?:/\d{2,4})?"
 )
-_BRAND = (
-    r"iPhone|Samsung Galaxy|Galaxy|Pixel|Huawei|Xiaomi|Redmi|OnePlus|OPPO|Oppo|vivo|Vivo|Honor|"
-    r"Nokia|Motorola|Moto"
-)
-_MODEL_WORD = r"[A-Z]?\d+[A-Za-z+]*|Pro|Max|Ultra|Plus|Mini|mini|Lite|Mate|Note|[A-Z]\d*"
 _SHIP_TO = r"my address is|I live at|ship (?:it )?to|deliver (?:it )?to|send (?:it )?to"
 _TIME_WORD = r"on|from|between|after|before|in|at|during|every"
 _RELATION = (
     re.compile(rf"\b(?:[Mm]y|[Oo]ur) ({_PET_EN}|{_KIN_EN}){_NAMED} ([A-Z][a-z'-]+)\b"),
-    re.compile(rf"\bI have an? ({_PET_EN}) (?:named|called) ([A-Z][a-z'-]+)\b", _I),
+    re.compile(rf"\bI have an? ({_PET_EN}|{_KIN_EN}) (?:named|called) ([A-Z][a-z'-]+)\b", _I),
     re.compile(rf"\b(?P<who>[A-Z][a-z'-]+),? (?:the|our|my) (?P<kind>{_PET_EN})\b"),
+    re.compile(rf"\b(?P<who>[A-Z][a-z'-]+) is (?:my|our) (?P<kind>{_PET_EN}|{_KIN_EN})\b"),
     re.compile(
-        rf"(?:我家|我的|我)?(?:有一只|有只|养了一只|养了只|的)?({_KIN_ZH})(?:的名字)?(?:叫|是)"
+        rf"(?:我家|我的|我)?(?:有一只|有只|养了一只|养了只|有一个|有个|的)?({_KIN_ZH})(?:的名字)?(?:叫|是)"
         r"([\u4e00-\u9fff\w]{1,4}?)" + _ZH_END
     ),
+    re.compile(rf"(?P<who>[\u4e00-\u9fff]{{2,3}})是我(?:的)?(?P<kind>{_KIN_ZH})" + _ZH_END),
 )
 _PETS = frozenset(_PET_EN.split("|")) | frozenset(
     "狗 猫 兔子 鹦鹉 仓鼠 金鱼 乌龟 小狗 小猫".split()
 )
+_PEOPLE = re.compile(rf"^(?:{_PET_EN}|{_KIN_EN})$", _I)
 
-_BUSINESS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
-        "order_number",
-        re.compile(
-            r"\border\s*(?:number|no\.?|#|id)?\s*(?:is|:|was)?\s*#?([A-Z0-9][A-Z0-9-]*\d[A-Z0-9-]*)",
-            _I,
-        ),
-    ),
-    ("order_number", re.compile(r"订单号?(?:是|为|：|:)?\s*([A-Za-z0-9-]*\d[A-Za-z0-9-]{2,})")),
-    (
-        "card_tail",
-        re.compile(
-            r"\b(?:card )?(?:ending|ends) (?:in|with) (\d{4})\b|"
-            r"\blast (?:four|4) digits[\w ]*? (?:are|is) (\d{4})\b",
-            _I,
-        ),
-    ),
-    ("card_tail", re.compile(r"尾号(?:是|为)?\s*(\d{4})")),
-    (
-        "birthday",
-        re.compile(rf"\bbirthday(?: is|'s)?(?: on)? ({_DATE})"),
-    ),
-    ("birthday", re.compile(r"生日(?:是|在)?\s*((?:\d{4}年)?\d{1,2}月\d{1,2}[日号]?)")),
-    (
-        "phone_model",
-        re.compile(rf"\b((?:{_BRAND})(?: ?(?:{_MODEL_WORD})){{1,3}})"),
-    ),
-    (
-        "phone_model",
-        re.compile(
-            r"((?:华为|小米|苹果|荣耀|红米|三星)\s?[A-Za-z]*\s?\d+\s?(?:Pro|Max|Ultra|Plus)?)"
-        ),
-    ),
-    (
-        "address",
-        re.compile(
-            rf"\b(?:{_SHIP_TO}) (.{{6,120}}?)(?=[;!?]|\.(?:\s|$)|$)",
-            _I,
-        ),
-    ),
-    (
-        "address",
-        re.compile(r"(?:地址是|地址：|地址:|住在|住址是)\s*(.{4,60}?)" + r"(?=[。！？；;!?]|$)"),
-    ),
-    (
-        "free_time",
-        re.compile(
-            r"\b(?:I'm |I am )?(?:usually |only )?(?:free|available|reachable)\s+"
-            rf"((?:{_TIME_WORD})\b.{{2,60}}?)" + _VALUE_END,
-            _I,
-        ),
-    ),
-    ("free_time", re.compile(r"\bmy free time is (.{2,60}?)" + _VALUE_END, _I)),
-    ("free_time", re.compile(r"([^，。！？\s]{2,20}?)(?:有空|比较闲|空闲)")),
-    ("favourite_food", _FOOD[0]),
-    ("favourite_food", _FOOD[1]),
-    ("favourite_food", _FOOD[2]),
-    ("email", re.compile(r"\b([\w.+-]+@[\w-]+\.[\w.-]+)\b")),
+# "my X is Y" / "the X is Y" / "my X, which is on Y": X in the speaker's words (one to three
+# lower-case words, a possessive allowed: "sister's wedding"), Y up to the end of the clause.
+_STATED_EN = re.compile(
+    r"\b(?:[Mm]y|[Oo]ur|[Tt]he) (?:own )?((?:[a-z][a-z'-]* ){0,2}[a-z][a-z'-]*)"
+    r"(?:,? which)? (?:is|was|are|will be)(?: on| at| in)? (.{1,120}?)" + _LONG_VALUE_END
 )
+_FAVOURITE_EN = re.compile(
+    r"\b(?:[Mm]y )?(favou?rite (?:[a-z]+ ){0,1}[a-z]+) (?:is|are|was) (.{1,80}?)" + _VALUE_END
+)
+_ENDING_IN = re.compile(
+    r"\b(\w+(?: \w+)?) (?:ending|ends) (?:in|with) (\d{2,})\b|"
+    r"\blast (?:four|4|three|3|two|2) digits of (?:my |the )?(\w+(?: \w+)?) (?:are|is) (\d{2,})\b",
+    _I,
+)
+# A dated event of one's own: "my brother Tomasz is getting married on 12 September 2026".
+_DATED_EN = re.compile(
+    rf"\b(?:[Mm]y|[Oo]ur) ([^.;!?,]{{3,60}}?),? (?:on|is on|was on|is|was|will be on) ({_DATE})\b"
+)
+_BORN_EN = re.compile(rf"\bI was born (?:on |in )?({_DATE}|\d{{4}})", _I)
+_USES_EN = re.compile(
+    r"\b(?:I (?:use|own|have|drive|bought|got)|I'm using|using|on my|with my) (?:an? |my |the )?"
+    r"((?=\S*[A-Z])[A-Za-z][\w+-]*(?: (?:[A-Z0-9][\w+-]*|mini|plus|pro|max|ultra)){1,3})"
+)
+# Chinese "X是Y" where Y holds a number or Latin letters (an id, a date, a model, an address).
+_STATED_ZH = re.compile(
+    r"([\u4e00-\u9fff]{1,8}?)(?:是|为|：|:)\s*"
+    r"((?=[^，。！？；,;!?]*[0-9A-Za-z])[\u4e00-\u9fff0-9A-Za-z][\u4e00-\u9fff0-9A-Za-z \-#./]*?)"
+    + r"(?=[，。！？；,;!?]|$)"
+)
+_TAIL_ZH = re.compile(r"([\u4e00-\u9fff]{0,6}尾号)(?:是|为)?\s*(\d{2,})")
+_FAVOURITE_ZH = re.compile(
+    r"(最喜欢的[\u4e00-\u9fff]{1,4}?|最喜欢吃的|最爱吃的)(?:是|就是)([\u4e00-\u9fff\w ]{1,16}?)"
+    + _ZH_END
+)
+_LIKES_TO_EAT_ZH = re.compile(r"(?:最喜欢吃|最爱吃|爱吃)([\u4e00-\u9fff\w]{1,12}?)" + _ZH_END)
+_BORN_ZH = re.compile(r"(?:出生于|出生在|生于)((?:\d{4}年)?(?:\d{1,2}月)?(?:\d{1,2}[日号])?)")
+_ADDRESS = (
+    re.compile(rf"\b(?:{_SHIP_TO}) (.{{6,120}}?)(?=[;!?]|\.(?:\s|$)|$)", _I),
+    re.compile(r"(?:地址是|地址：|地址:|住在|住址是)\s*(.{4,60}?)" + r"(?=[。！？；;!?]|$)"),
+)
+_EMAIL = re.compile(r"\b([\w.+-]+@[\w-]+\.[\w.-]+)\b")
+_AVAILABLE = (
+    re.compile(
+        r"\b(?:I'm |I am )?(?:usually |only |mostly )?(?:free|available|reachable)\s+"
+        rf"((?:{_TIME_WORD})\b.{{2,60}}?)" + _VALUE_END,
+        _I,
+    ),
+    re.compile(r"([^，。！？\s]{2,20}?)(?:有空|比较闲|空闲)"),
+)
+# Keys that name no field of their own ("my point is 3", "the thing was 2 years ago").
+_VAGUE_KEYS = frozenset(
+    "it this that thing things point problem issue question answer reason idea way time day "
+    "one ones rest other same first last next best worst only plan trip story weather".split()
+)
+_ZH_VAGUE_KEYS = frozenset(
+    "这 那 这个 那个 就 也 都 还 只 不 没 就是 还是 可是 但是 于是 要是 总是".split()
+)
+# Said in fields of their own (name, occupation) or by a pattern of their own (favourites).
+_OWN_FIELDS = frozenset("name job occupation profession favourite favorite".split())
+# A value that is concrete: a digit, a capitalised word past the first, an address or email.
+_CONCRETE = re.compile(r"\d|@|(?<=\s)[A-Z][a-z]|^[A-Z][\w'-]*\s+[A-Z]")
+_LEADING_ZH = re.compile(r"^(?:我的|我家的|我们的|我们|我家|我|的|用的|在用的)+")
 
 
 # A fragment line: `User: ...`, `User (Caroline): ...`, `Assistant (Mel): ...`.
@@ -208,35 +240,96 @@ def _add(items: list[str], value: str | None) -> None:
         items.append(value)
 
 
+def _clean(value: str) -> str:
+    return _LEAD.sub("", value.strip().rstrip(".,;!。，；！")).strip()
+
+
+def _stated_fields(sentence: str) -> dict[str, str]:
+    """Fields the sentence states, named in the speaker's words (later patterns never
+    overwrite earlier ones within a sentence)."""
+    found: dict[str, str] = {}
+    m: re.Match[str] | None
+
+    def put(key: str, value: str) -> None:
+        key, value = " ".join(key.split()), _clean(value)
+        if key and value and key not in found:
+            found[key] = value
+
+    for m in _ENDING_IN.finditer(sentence):
+        noun, digits = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        noun = re.sub(r"^(?:my|the|a|an|our|your) ", "", noun.lower())
+        put(f"{noun} ending in", digits)
+    for m in _FAVOURITE_EN.finditer(sentence):
+        put(m.group(1).lower().replace("favorite", "favourite"), m.group(2))
+    for m in _DATED_EN.finditer(sentence):
+        put(m.group(1).lower(), m.group(2))
+    for m in _STATED_EN.finditer(sentence):
+        key, value = m.group(1), m.group(2)
+        words = key.split()
+        if words[-1] in _VAGUE_KEYS or _PEOPLE.match(key) or words[0] in _OWN_FIELDS:
+            continue
+        if _CONCRETE.search(value) and len(value.split()) <= 12:
+            put(key, value)
+    m = _BORN_EN.search(sentence)
+    if m:
+        put("born", m.group(1))
+    m = _USES_EN.search(sentence)
+    if m and re.search(r"\d|\s", m.group(1)):
+        put("uses", m.group(1))
+    for pattern in _ADDRESS:
+        m = pattern.search(sentence)
+        if m:
+            put("address", m.group(1))
+            break
+    m = _EMAIL.search(sentence)
+    if m:
+        put("email", m.group(1))
+    for pattern in _AVAILABLE:
+        m = pattern.search(sentence)
+        if m:
+            put("availability", m.group(1))
+            break
+    for m in _TAIL_ZH.finditer(sentence):
+        put(_LEADING_ZH.sub("", m.group(1)) or "尾号", m.group(2))
+    for m in _FAVOURITE_ZH.finditer(sentence):
+        put(m.group(1), m.group(2))
+    m = _LIKES_TO_EAT_ZH.search(sentence)
+    if m:
+        put("最喜欢吃的", m.group(1))
+    m = _BORN_ZH.search(sentence)
+    if m and m.group(1):
+        put("出生", m.group(1))
+    for m in _STATED_ZH.finditer(sentence):
+        key = _LEADING_ZH.sub("", m.group(1).split("的")[-1] if "的" in m.group(1) else m.group(1))
+        if key and key not in _ZH_VAGUE_KEYS and not re.fullmatch(_KIN_ZH, key):
+            if not key.endswith("尾号") and "地址" not in key:
+                put(key, m.group(2))
+    return found
+
+
 def extract_profile(contents: Iterable[str]) -> UserProfile:
     """A profile update holding only what the human lines state outright."""
     update = UserProfile()
     for sentence in _human_sentences(contents):
         update.name = update.name or _first(_NAME, sentence)
         update.occupation = update.occupation or _first(_OCCUPATION, sentence)
-        _add(update.hobbies, _first(_HOBBY, sentence))
-        _add(update.interests, _first(_INTEREST, sentence))
+        hobby = _first(_HOBBY, sentence)
+        _add(update.hobbies, hobby)
+        interest = _first(_INTEREST, sentence)
+        if interest != hobby:
+            _add(update.interests, interest)
         _add(update.goals, _first(_GOAL, sentence))
         for clause in _CLAUSE.split(sentence):
             if _CONSTRAINT.search(clause):
                 # The clause as the human said it: paraphrasing is where details get lost.
-                text = _LEAD.sub("", clause.rstrip(".!。！，,")).strip()
-                _add(update.constraints, text or None)
+                _add(update.constraints, _clean(clause) or None)
         for pattern in _RELATION:
             for match in pattern.finditer(sentence):
                 named = match.groupdict()
                 kind, who = (named["kind"], named["who"]) if named else match.groups()
                 label = f"pet {kind}" if kind.lower() in _PETS else kind
-                _add(update.relationships, f"{label}: {who}")
-                if kind.lower() in _PETS:
-                    update.business_fields.setdefault("pet_name", who)
-        found: dict[str, str] = {}
-        for key, pattern in _BUSINESS:
-            hit = None if key in found else pattern.search(sentence)
-            value = next((g for g in hit.groups() if g), "") if hit else ""
-            value = _LEAD.sub("", value.strip()).strip()
-            if value:
-                found[key] = value
+                if who not in _NOT_NAMES:
+                    _add(update.relationships, f"{label}: {who}")
         # A later statement corrects an earlier one ("sorry, the order is 4471").
-        update.business_fields.update(found)
+        update.business_fields.update(_stated_fields(sentence))
     return update

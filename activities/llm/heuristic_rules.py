@@ -202,18 +202,29 @@ _QUESTION_EN = re.compile(
 _QUESTION_ZH = re.compile(
     r"(?:吗|呢|么|嘛)\s*[。.!！]?$|什么|哪|谁|怎么|多少|几点|几号|为何|为什么"
 )
+# Requests to recall ("remind me what I ordered", "你还记得我的生日吗"): asking, not stating.
+_RECALL_REQUEST = re.compile(
+    r"^(?:(?:hey|so|ok(?:ay)?|and|please|now)[\s,]+)*(?:(?:can|could|would) you\s+)?(?:please\s+)?"
+    r"(?:tell me|remind me (?:of|what|when|where|which|who|how|about)|do you (?:still )?"
+    r"(?:know|remember|recall)|(?:what|where|when|who|how)'s)\b|"
+    r"^(?:请)?(?:告诉我|提醒我|你(?:还)?记得|还记得|你知道)",
+    re.IGNORECASE,
+)
 
 
 def is_question(sentence: str) -> bool:
     """A sentence that asks rather than states: it ends with a question mark, opens with an
     interrogative or auxiliary (English), or carries a question word or particle (Chinese,
-    unless it ends as a statement with 。). Asking is never stating a fact about oneself."""
+    unless it ends as a statement with 。), or asks to be reminded ("tell me my order number",
+    "你还记得我的生日"). Asking is never stating a fact about oneself."""
     text = sentence.strip()
     if not text:
         return False
     if text.endswith(("?", "？")):
         return True
     if _QUESTION_EN.match(text) and not text.endswith("."):
+        return True
+    if _RECALL_REQUEST.match(text):
         return True
     return bool(_QUESTION_ZH.search(text)) and not text.endswith("。")
 

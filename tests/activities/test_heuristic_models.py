@@ -228,7 +228,10 @@ async def test_induct_extracts_profile_fields(
     assert constraint in profile.constraints
     assert profile.hobbies in (["swimming"], ["游泳"])
     assert any(details["pet_name"] in r for r in profile.relationships)
-    assert profile.business_fields == details
+    # No list of fields: each detail is kept under the words its speaker used for it.
+    held = " | ".join([*profile.business_fields.values(), *profile.relationships])
+    for key, value in details.items():
+        assert value in held, f"{key} {value!r} not in the profile"
     assert out.usage.calls == 1 and out.usage.input_tokens > 0
 
 
@@ -287,7 +290,7 @@ async def test_activities_run_offline_with_estimated_usage() -> None:
     )
     assert inducted.inducted == [f.id for f in fragments]
     assert inducted.profile.hobbies == ["reading", "swimming"]
-    assert inducted.profile.business_fields["card_tail"] == "4821"
+    assert inducted.profile.business_fields["card ending in"] == "4821"
 
 
 async def test_blank_turns_are_not_sent_to_a_model() -> None:
@@ -335,3 +338,140 @@ async def test_a_statement_among_questions_is_still_extracted(
     fragments = await _slice([*RECALL_ONLY, ("human", statement)])
     update = (await HeuristicMemoryModels().induct(UserProfile(), fragments)).update
     assert getattr(update, field) == [value]
+
+
+# Held out: written after the rules, about lives the demo never shows (a teacher with a brother's
+# wedding, a nurse with a colleague). Every statement is one the generic shapes must catch.
+HELD_OUT_EN = [
+    ("human", "Morning! I'm Priya, I teach chemistry at a school in Leeds."),
+    ("ai", "Good morning, Priya."),
+    ("human", "I'm allergic to shellfish, so no prawns for me."),
+    ("human", "My brother Tomasz is getting married on 12 September 2026."),
+    ("human", "Our anniversary is June 3, we usually go hiking that weekend."),
+    ("human", "I really love jazz, but I can't stand loud restaurants."),
+    ("human", "My library card number is LB-30917."),
+    ("human", "Nadia is my daughter, she just turned seven."),
+]
+HELD_OUT_ZH = [
+    ("human", "大家好，我叫林晓，在一家医院工作。"),
+    ("ai", "林晓你好。"),
+    ("human", "我对芒果过敏，吃了会起疹子。"),
+    ("human", "我儿子叫豆豆，今年五岁。"),
+    ("human", "王芳是我同事，我们每周三一起打羽毛球。"),
+    ("human", "我们的结婚纪念日是10月8日。"),
+    ("human", "我不喜欢香菜，但是特别喜欢川菜。"),
+    ("human", "我的借书证号是 LB-30917。"),
+]
+# Only asking: questions and requests to recall, and the agent answering from memory.
+ASKING_EN = [
+    ("human", "What am I allergic to?"),
+    ("ai", "From what I have: you are allergic to shellfish."),
+    ("human", "Remind me what my library card number is"),
+    ("ai", "Your library card number is LB-30917."),
+    ("human", "Do you remember when my brother's wedding is"),
+    ("human", "Tell me my daughter's name, please."),
+    ("human", "Which card ending in 4821 did I pay with?"),
+    ("human", "Is my address still 42 Elm Road, Leeds?"),
+    ("human", "When is our anniversary, June 3 or June 4?"),
+    ("human", "Can you remind me where I live"),
+]
+ASKING_ZH = [
+    ("human", "我对什么过敏？"),
+    ("ai", "您对芒果过敏。"),
+    ("human", "我女儿叫什么名字？"),
+    ("human", "你还记得我的生日是几月几号吗"),
+    ("human", "告诉我我的借书证号"),
+    ("human", "用哪家快递"),
+    ("human", "我住在哪里？"),
+    ("human", "提醒我一下我的银行卡尾号"),
+    ("human", "我的订单号是多少"),
+    ("ai", "您的订单号是 20240518001。"),
+]
+
+
+def _values(profile: UserProfile) -> list[str]:
+    """Every value a profile holds, as text."""
+    out = [v for v in (profile.name, profile.occupation, profile.style) if v]
+    for field in ("hobbies", "interests", "goals", "constraints", "relationships", "values"):
+        out.extend(getattr(profile, field))
+    out.extend(f"{k}: {v}" for k, v in profile.business_fields.items())
+    return out
+
+
+@pytest.mark.parametrize(
+    ("conversation", "expected"),
+    [
+        (
+            HELD_OUT_EN,
+            {
+                "name": ["Priya"],
+                "constraints": ["allergic to shellfish", "can't stand loud restaurants"],
+                "relationships": ["brother: Tomasz", "daughter: Nadia"],
+                "interests": ["jazz"],
+                "fields": ["12 September 2026", "June 3", "LB-30917"],
+            },
+        ),
+        (
+            HELD_OUT_ZH,
+            {
+                "name": ["林晓"],
+                "constraints": ["对芒果过敏", "不喜欢香菜"],
+                "relationships": ["儿子: 豆豆", "同事: 王芳"],
+                "interests": ["川菜"],
+                "fields": ["10月8日", "LB-30917"],
+            },
+        ),
+    ],
+    ids=["en", "zh"],
+)
+async def test_induct_generalises_to_held_out_conversations(
+    conversation: list[tuple[str, str]], expected: dict[str, list[str]]
+) -> None:
+    """Facts about oneself, allergies, likes and dislikes, people and dates, in lives the rules
+    were not written for."""
+    profile = (
+        await HeuristicMemoryModels().induct(UserProfile(), await _slice(conversation))
+    ).update
+    assert profile.name in expected["name"]
+    for field in ("constraints", "relationships", "interests"):
+        held = " | ".join(getattr(profile, field))
+        for value in expected[field]:
+            assert value in held, f"{field}: {value!r} not in {held!r}"
+    fields = " | ".join(profile.business_fields.values())
+    for value in expected["fields"]:
+        assert value in fields, f"{value!r} not in {profile.business_fields}"
+
+
+@pytest.mark.parametrize("conversation", [ASKING_EN, ASKING_ZH], ids=["en", "zh"])
+async def test_questions_and_recall_turns_never_become_profile_facts(
+    conversation: list[tuple[str, str]],
+) -> None:
+    """Asking about a fact (even one naming a value) and the agent reading memory back state
+    nothing new: the profile stays empty."""
+    fragments = await _slice(conversation)
+    profile = (await HeuristicMemoryModels().induct(UserProfile(), fragments)).update
+    assert _values(profile) == [], _values(profile)
+    # and the slicer types what was only asked as chat, never as a fact
+    assert {t for f in fragments for t in f.types} == {"chat"}
+
+
+@pytest.mark.parametrize(
+    ("statement", "question"),
+    [
+        ("I'm allergic to peanuts.", "What am I allergic to?"),
+        ("My sister Anna lives in Oslo.", "What's my sister's name?"),
+        ("我女儿叫小雨。", "我女儿叫什么名字？"),
+        ("我对花生过敏。", "我对什么过敏？"),
+        ("我们用顺丰快递。", "用哪家快递"),
+    ],
+)
+async def test_a_statement_and_its_question_give_only_the_statement(
+    statement: str, question: str
+) -> None:
+    profile = (
+        await HeuristicMemoryModels().induct(
+            UserProfile(), await _slice([("human", statement), ("human", question)])
+        )
+    ).update
+    for value in _values(profile):
+        assert not any(mark in value for mark in "?？什么哪"), value
