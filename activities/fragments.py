@@ -1,5 +1,11 @@
 """Fragment activities: index (embed + upsert), select (candidates + scoring), reinforce.
 
+Index stores nothing that only repeats the user's memory: a fragment whose content one earlier
+fragment of the user already holds (`memory.text.restates`) is skipped, the earlier one standing
+for both. That is how a turn in which the agent only read memory back ("What am I allergic to?"
+"You are allergic to shellfish.") stays out of the store, and how a fact told twice keeps one
+fragment; the round slices one batch of turns and cannot see what earlier rounds stored.
+
 Each is a thin shell over the FragmentStore and the pure selection of memory.selection. Store
 and network failures propagate unchanged so Temporal's retry policy retries them; permanent
 problems (an unusable user or fragment id) become non-retryable ApplicationErrors whose `type`
@@ -8,6 +14,7 @@ is the searchable name from mnemoflow.models.errors.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -16,8 +23,10 @@ from temporalio.exceptions import ApplicationError
 
 from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.heartbeat import heartbeating
+from mnemoflow.activities.llm.heuristic_rules import is_question, split_sentences
 from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.memory.selection import select as select_fragments
+from mnemoflow.memory.text import fact_tokens, restates
 from mnemoflow.models.contracts import (
     ActivityName,
     DeleteFragmentsInput,
@@ -30,12 +39,16 @@ from mnemoflow.models.contracts import (
     SelectOutput,
 )
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
-from mnemoflow.models.fragments import SelectionLog
+from mnemoflow.models.fragments import Fragment, SelectionLog
 
 # Scoring-log lines returned per selection. With retrieve_k=None every fragment of the user is a
 # candidate, and thousands of lines would approach Temporal's 2 MB payload limit; the best lines
 # and every picked one are what debugging the formula needs.
 MAX_LOG_CANDIDATES = 256
+#: The user's newest fragments a new one is compared with for repeats (a bound on the work).
+MAX_REPEAT_PEERS = 2000
+_HUMAN_LINE = re.compile(r"^User(?: \([^)\n]*\))?:\s*(.*)$")
+_ANY_SPEAKER = re.compile(r"^(?:User|Assistant)(?: \([^)\n]*\))?:")
 
 
 @asynccontextmanager
@@ -45,6 +58,34 @@ async def _permanent_errors() -> AsyncIterator[None]:
         yield
     except (InvalidInputError, PayloadTooLargeError) as exc:
         raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
+
+
+def asks_only(content: str) -> bool:
+    """Whether the human side of a fragment (`User: ...` lines) only asks: it has human lines
+    and every sentence of them is a question or a request to recall."""
+    human = False
+    asked: list[str] = []
+    for line in content.splitlines():
+        if _ANY_SPEAKER.match(line):
+            match = _HUMAN_LINE.match(line)
+            human = match is not None
+            line = match.group(1) if match else ""
+        if human:
+            asked.extend(split_sentences(line))
+    return bool(asked) and all(is_question(s) for s in asked)
+
+
+def new_information(fragments: list[Fragment], earlier: list[Fragment]) -> list[Fragment]:
+    """The fragments that add something to `earlier` (the user's stored fragments of other
+    rounds; a retried index compares with nothing of its own round)."""
+    rounds = {f.round_no for f in fragments}
+    peers = [fact_tokens(f.content) for f in earlier if f.round_no not in rounds]
+    kept = []
+    for fragment in fragments:
+        tokens, asking = fact_tokens(fragment.content), asks_only(fragment.content)
+        if not any(restates(tokens, other, asking) for other in peers):
+            kept.append(fragment)
+    return kept
 
 
 def bounded_log(log: SelectionLog, limit: int = MAX_LOG_CANDIDATES) -> SelectionLog:
@@ -58,16 +99,33 @@ def bounded_log(log: SelectionLog, limit: int = MAX_LOG_CANDIDATES) -> Selection
 class FragmentActivities:
     """Activities over one FragmentStore (shared by every activity task of the worker)."""
 
-    def __init__(self, store: FragmentStore, corpus: SearchCorpus | None = None) -> None:
-        """`corpus`: the Redis search corpus the hot path searches, kept in step with the store."""
+    def __init__(
+        self,
+        store: FragmentStore,
+        corpus: SearchCorpus | None = None,
+        *,
+        skip_repeats: bool = True,
+    ) -> None:
+        """`corpus`: the Redis search corpus the hot path searches, kept in step with the store.
+        `skip_repeats`: index leaves out fragments that only repeat stored ones."""
         self.store = store
         self.corpus = corpus
+        self.skip_repeats = skip_repeats
 
     @activity.defn(name=ActivityName.INDEX)
     async def index(self, inp: IndexInput) -> IndexOutput:
-        """Embed and upsert the fragments; a retry rewrites the same rows (business-id keys)."""
+        """Embed and upsert the fragments that add something to the user's memory; a retry
+        rewrites the same rows (business-id keys) and skips the same repeats. Returns the ids
+        written."""
         async with _permanent_errors(), heartbeating():
-            written = await self.store.upsert_vectors(inp.fragments)
+            fragments = list(inp.fragments)
+            if self.skip_repeats and fragments:
+                users = {f.user_id for f in fragments}
+                earlier = [
+                    f for user in sorted(users) for f in await self.store.all_for_user(user)
+                ][-MAX_REPEAT_PEERS:]
+                fragments = new_information(fragments, earlier)
+            written = await self.store.upsert_vectors(fragments)
             if self.corpus is not None:
                 await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
         return IndexOutput(ids=[f.id for f, _ in written])

@@ -99,3 +99,48 @@ def query_overlap(query: str, text: str) -> float:
     prefixes = {t[:4] for t in have if len(t) >= 4}
     hits = sum(1 for t in wanted if t in have or (len(t) >= 4 and t[:4] in prefixes))
     return hits / len(wanted)
+
+
+# Words of reading memory back ("from what I have", "you mentioned", "according to my notes") or
+# of asking for a name: they make no fact of their own.
+_RECALL_WORDS = content_tokens(
+    normalise(
+        "from have got noted note notes recall remember remind memory mentioned mention told said "
+        "saying earlier before according yes yeah sure okay ok still again name named called"
+    )
+)
+#: CJK characters that carry no fact in a question or an answer read back: pronouns, particles,
+#: question words and the words of remembering (CJK is compared character by character here).
+_CJK_FUNCTION = frozenset(
+    "我你您他她它们的了是在对有和也都就还吗呢吧啊呀么什哪谁几多少怎记得录根据之前说过提到好名字叫请告诉提醒下一"
+)
+_SPEAKER_LABEL = re.compile(r"^(?:User|Assistant)(?: \([^)\n]*\))?:\s*", re.MULTILINE)
+#: Share of a fragment's content tokens one earlier fragment must hold for it to add nothing.
+RESTATED_SHARE = 0.8
+#: Below this many content tokens a fragment that states something is never judged a repeat
+#: (short lines share their few words with something by chance).
+RESTATED_MIN_TOKENS = 8
+
+
+def fact_tokens(content: str) -> set[str]:
+    """A fragment's content tokens without speaker labels, question words and the words of
+    reading memory back; CJK counts single characters (a bigram across a particle, "对芒" in
+    "对芒果过敏", would make a repeat look new), less `_CJK_FUNCTION`."""
+    norm = normalise(_SPEAKER_LABEL.sub("", content))
+    words = {_stem(w) for w in _WORD.findall(norm) if w not in _STOPWORDS}
+    chars = {ch for run in _CJK_RUN.findall(norm) for ch in run} - _CJK_FUNCTION
+    return (words - _QUESTION_WORDS - _RECALL_WORDS) | chars
+
+
+def restates(tokens: set[str], earlier: set[str], asking_only: bool) -> bool:
+    """Whether a fragment with `tokens` adds nothing to an earlier one with `earlier`.
+
+    `asking_only`: its human side only asks (questions, requests to recall), so the fragment is
+    a recall turn, and repeating what memory holds is all it does; judged at any size. A
+    fragment that states something is a repeat only when it is long enough to tell.
+    """
+    if not tokens:
+        return asking_only
+    if not asking_only and len(tokens) < RESTATED_MIN_TOKENS:
+        return False
+    return len(tokens & earlier) >= RESTATED_SHARE * len(tokens)

@@ -192,3 +192,108 @@ async def test_index_feeds_the_search_corpus_and_select_rebuilds_a_lost_one(
         await redis.aclose()
         await store.drop()
         await store.close()
+
+
+async def _round(user: str, round_no: int, conversation: list[tuple[str, str]]) -> list[Fragment]:
+    """The heuristic slicer's fragments of one round, as the round workflow builds them."""
+    from mnemoflow.activities.llm.base import validate_drafts
+    from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+    from mnemoflow.models.contracts import RoundInput
+    from mnemoflow.models.turns import ChatTurn
+    from mnemoflow.workflows.memory_round import build_fragments
+
+    turns = [
+        ChatTurn(thread_id=f"t{round_no}", position=i, role=role, content=text, time=NOW + i)  # type: ignore[arg-type]
+        for i, (role, text) in enumerate(conversation)
+    ]
+    drafts = validate_drafts((await HeuristicMemoryModels().slice(turns, 8)).drafts, len(turns), 8)
+    inp = RoundInput.model_construct(
+        user_id=user,
+        round_no=round_no,
+        thread_id=f"t{round_no}",
+        turns=turns,
+        event_id=f"e{round_no}",
+        first_seq=0,
+    )
+    return build_fragments(inp, drafts, NOW + 100)
+
+
+# Held-out facts (not the demo's) told in a first session, then sessions that only ask about them
+# and get them read back: those store nothing. A later session repeating a fact with something new
+# is stored.
+TOLD = [
+    ("human", "I'm allergic to shellfish, so no prawns for me."),
+    ("ai", "Noted, no shellfish."),
+    ("human", "My library card number is LB-30917, the branch is on Cross Street."),
+    ("human", "我对芒果过敏，吃了会起疹子。"),
+    ("human", "我儿子叫豆豆，今年五岁，在读幼儿园。"),
+]
+RECALLS = [
+    [
+        ("human", "What am I allergic to?"),
+        ("ai", "From what I have: you are allergic to shellfish."),
+    ],
+    [
+        ("human", "Remind me what my library card number is"),
+        ("ai", "Your library card number is LB-30917."),
+    ],
+    [("human", "我对什么过敏？"), ("ai", "根据之前的记录，您对芒果过敏。")],
+    [("human", "你还记得我儿子叫什么名字吗"), ("ai", "记得，您儿子叫豆豆。")],
+]
+NEWS = [
+    ("human", "What am I allergic to?"),
+    ("ai", "You are allergic to shellfish."),
+    ("human", "Also my doctor found I'm allergic to penicillin since March, which is new."),
+]
+
+
+async def test_recall_only_turns_and_repeats_are_not_stored(acts: FragmentActivities) -> None:
+    env = ActivityEnvironment()
+    user = "held-out-user"
+    told = await _round(user, 1, TOLD)
+    assert (await env.run(acts.index, IndexInput(fragments=told))).ids == [f.id for f in told]
+    for n, recall in enumerate(RECALLS, start=2):
+        frags = await _round(user, n, recall)
+        assert frags
+        assert (await env.run(acts.index, IndexInput(fragments=frags))).ids == [], recall
+    stored = await acts.store.all_for_user(user)
+    assert sorted(f.id for f in stored) == sorted(f.id for f in told)
+    # The same fact told again adds nothing either (a short line is never judged: too few words)
+    again = await _round(
+        user,
+        10,
+        [("human", "Again: my library card number is LB-30917, the branch is on Cross St.")],
+    )
+    assert (await env.run(acts.index, IndexInput(fragments=again))).ids == []
+    short = await _round(user, 12, [("human", "I'm allergic to shellfish.")])
+    assert (await env.run(acts.index, IndexInput(fragments=short))).ids == [short[0].id]
+    # ... but a session that asks and then tells something new is kept whole.
+    news = await _round(user, 11, NEWS)
+    written = await env.run(acts.index, IndexInput(fragments=news))
+    assert written.ids and "penicillin" in " ".join(f.content for f in news)
+    # A retried index of a round compares with other rounds only: it writes the same rows.
+    assert (await env.run(acts.index, IndexInput(fragments=news))).ids == written.ids
+    assert (await env.run(acts.index, IndexInput(fragments=told))).ids == [f.id for f in told]
+
+
+def test_asks_only_and_restates() -> None:
+    from mnemoflow.activities.fragments import asks_only, new_information
+    from mnemoflow.memory.text import fact_tokens, restates
+
+    assert asks_only("User (Ann): Where do I live?\nAssistant: In Leeds.")
+    assert asks_only("User: 告诉我我的借书证号\nAssistant: LB-30917")
+    assert not asks_only("User: Where do I live? I forgot.\nAssistant: In Leeds.")
+    assert not asks_only("Assistant: In Leeds.")  # no human side: nothing was asked
+    fact = fact_tokens("User: I live in Leeds, on Cross Street, with two cats and a dog.")
+    assert restates(fact_tokens("User: Where do I live?\nAssistant: In Leeds."), fact, True)
+    assert not restates(fact_tokens("User: Where do I live?\nAssistant: In York."), fact, True)
+    # A short statement is never judged a repeat: few words are shared by chance.
+    assert not restates(fact_tokens("User: I live in Leeds."), fact, False)
+    told = "User: I live in Leeds, on Cross Street, with two cats and a dog called Rex."
+    a = Fragment(
+        id="a", user_id="u", theme="t", types=["fact"], content=told, created_at=1, reinforced_at=1
+    )
+    asked = a.model_copy(update={"id": "b", "content": "User: Where do I live?\nAssistant: Leeds."})
+    assert new_information([asked.model_copy(update={"round_no": 2})], [a]) == []
+    # the same round's rows are never compared with (a retried index writes them again)
+    assert new_information([asked], [a]) == [asked]
