@@ -494,6 +494,9 @@ class DeleteFragmentsInput(BaseModel):
 
 class DeleteFragmentsOutput(BaseModel):
     """Rows deleted."""
+    keys_destroyed: int = Field(
+        0, description="the user's data keys erased: Temporal's copies unreadable (PRIVACY.md)"
+    )
 
     deleted: int
 

@@ -133,3 +133,33 @@ def search_user_value(user_id: str, secret: bytes | None = None) -> str:
 def pseudonymous_workflow_id(user_id: str) -> str:
     """Workflow id without any of the raw user id (for MNEMOFLOW_PSEUDONYMOUS_USER_KEYS)."""
     return f"{USER_WORKFLOW_PREFIX}-{user_key(user_id)}"
+
+
+#: A user workflow id: the prefix, an optional slug, then the hash key (20 hex characters, or
+#: the 32 of a pseudonymous id); a round or other child appends "/..." (slugs never hold "/").
+_USER_WORKFLOW = re.compile(
+    rf"^{re.escape(USER_WORKFLOW_PREFIX)}-(?:[^/]*-)?([0-9a-f]{{32}}|[0-9a-f]{{20}})(?:/.*)?$"
+)
+#: Hex characters of the user key that name a user's data key (what every workflow id shares).
+DATA_KEY_USER_CHARS = 20
+
+
+def workflow_user_key(workflow_id: str) -> str | None:
+    """The user key (20 hex characters) behind any mnemoflow workflow id of a user, else None.
+
+    Readable (`user_workflow_id`) and pseudonymous (`pseudonymous_workflow_id`) ids of one user,
+    and their rounds (`round_workflow_id`), give the same value as `data_key_user(user_id)`:
+    the payload codec uses it to pick the user's data key from a workflow id alone.
+    """
+    match = _USER_WORKFLOW.match(workflow_id)
+    return match.group(1)[:DATA_KEY_USER_CHARS] if match else None
+
+
+def data_key_user(user_id: str) -> str:
+    """The user key that names a user's data key (docs/PRIVACY.md, crypto-shredding)."""
+    return user_key(user_id)[:DATA_KEY_USER_CHARS]
+
+
+def data_key_name(prefix: str, data_user: str) -> str:
+    """Redis key of the hash holding a user's wrapped data keys (`data_key_user` value)."""
+    return f"{prefix}dek:{data_user}"

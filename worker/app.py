@@ -202,6 +202,22 @@ def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
     )
 
 
+def user_key_activities(settings: Settings, res: WorkerResources) -> Any:
+    """The forget saga's `destroy_user_key`, on the Redis of the per-user data keys (the read
+    model's client when it is the same Redis; docs/PRIVACY.md)."""
+    from mnemoflow.activities.user_keys import UserKeyActivities
+
+    enc = settings.temporal.encryption
+    if not enc.data_keys_on or enc.data_keys_url is None:
+        return UserKeyActivities(None)
+    url, prefix = enc.data_keys_url.get_secret_value(), enc.data_keys_prefix or "mnemoflow:"
+    if url == settings.redis.url:
+        return UserKeyActivities(res.read_model.redis, prefix)
+    keys = UserKeyActivities.from_url(url, prefix)
+    res.owned.append(keys)
+    return keys
+
+
 def build_workers(client: Client, settings: Settings, res: WorkerResources) -> list[Worker]:
     """The Workers of `worker_plans`, their activities bound to the resolved components."""
     from mnemoflow.activities.fragments import FragmentActivities
@@ -216,6 +232,7 @@ def build_workers(client: Client, settings: Settings, res: WorkerResources) -> l
     store_acts = [
         *activity_methods(FragmentActivities(res.store, corpus)),
         *activity_methods(ReadModelActivities(res.read_model)),
+        *activity_methods(user_key_activities(settings, res)),
     ]
     llm_acts = activity_methods(LLMActivities(res.models, fragments=res.store))
     limit = settings.mnemoflow.max_concurrent_activities

@@ -9,7 +9,9 @@ keep old keys in the keyring for as long as histories sealed with them are kept.
 that are not encrypted (histories written before encryption was switched on) pass through.
 
 `data_converter(settings)` is the converter `worker.client.connect` uses: pydantic plus this
-codec when keys are configured, plain pydantic when they are not.
+codec when keys are configured, plain pydantic when they are not. With per-user data keys
+(the default when the settings come from `Settings.load`) the codec is `worker.data_keys`'
+UserKeyCodec: a user's payloads are sealed with that user's data key, which forget destroys.
 """
 
 from __future__ import annotations
@@ -112,6 +114,11 @@ class EncryptionCodec(PayloadCodec):
         if not raw_kid:
             raise CodecError(f"encrypted payload without the {KEY_ID} metadata")
         kid = raw_kid.decode(errors="replace")
+        if kid.startswith("dek:"):
+            raise CodecError(
+                f"payload sealed with the per-user data key {kid[:80]!r}: this codec has no data "
+                "key store (MNEMOFLOW_USER_DATA_KEYS with Redis, worker.data_keys)"
+            )
         cipher = self.keyring.cipher(kid)
         nonce, sealed = payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:]
         try:
@@ -125,15 +132,34 @@ class EncryptionCodec(PayloadCodec):
         return opened
 
 
-def data_converter(settings: EncryptionSettings) -> DataConverter:
-    """The pydantic converter, with the encryption codec when keys are configured."""
+def payload_codec(settings: EncryptionSettings, *, placeholders: bool = False) -> PayloadCodec:
+    """The codec of these settings: per-user data keys when configured (`worker.data_keys`),
+    else the master keyring alone. ValueError when no key is configured."""
     keyring = Keyring.from_settings(settings)
     if keyring is None:
+        raise ValueError("no encryption key configured (MNEMOFLOW_ENCRYPTION_KEYS)")
+    if not settings.data_keys_on:
+        return EncryptionCodec(keyring)
+    from mnemoflow.worker.data_keys import DataKeyStore, UserKeyCodec
+
+    assert settings.data_keys_url is not None
+    store = DataKeyStore(
+        keyring,
+        settings.data_keys_url.get_secret_value(),
+        settings.data_keys_prefix or "mnemoflow:",
+        cache_s=settings.data_keys_cache_s,
+    )
+    return UserKeyCodec(keyring, store, placeholders=placeholders)
+
+
+def data_converter(settings: EncryptionSettings) -> DataConverter:
+    """The pydantic converter, with the encryption codec when keys are configured."""
+    if not settings.enabled:
         return pydantic_data_converter
     # Failure messages and stack traces can quote conversation text: move them into the
     # encoded attributes so the codec seals them too (the UI shows them through the codec).
     return dataclasses.replace(
         pydantic_data_converter,
-        payload_codec=EncryptionCodec(keyring),
+        payload_codec=payload_codec(settings),
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
     )

@@ -10,6 +10,11 @@ including the OPTIONS preflight that browsers send before a POST with an Authori
 Served by aiohttp. A request is authorised from its headers before its body is read (a refused
 upload costs no memory), bodies are capped at MAX_BODY_BYTES (413) and at most MAX_CONCURRENT
 authorised requests run at once (503 past it); anything unexpected is answered with a 4xx.
+
+A payload sealed with the data key of a forgotten user (`worker.data_keys`) cannot be decoded
+by anyone; /decode answers it with a `json/plain` string that starts with "[key destroyed]"
+(metadata `mnemoflow-key-destroyed: true`), which the UI and `temporal workflow show` print
+in its place, and decodes the rest of the page as usual.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
-from mnemoflow.worker.codec import CodecError, EncryptionCodec, Keyring
+from mnemoflow.worker.codec import CodecError, payload_codec
 from mnemoflow.worker.settings import TemporalSettings
 from mnemoflow.worker.web import serving
 
@@ -174,8 +179,7 @@ def build_codec_server(
 ) -> CodecServer:
     """The codec server for these settings; refuses to run without keys (or token, if required)."""
     encryption = settings.encryption
-    keyring = Keyring.from_settings(encryption)
-    if keyring is None:
+    if not encryption.enabled:
         raise ValueError(
             "no encryption key configured (MNEMOFLOW_ENCRYPTION_KEYS): nothing to decode"
         )
@@ -183,7 +187,9 @@ def build_codec_server(
     if token is None and require_token:
         raise ValueError("MNEMOFLOW_CODEC_TOKEN is not set: the codec server needs a bearer token")
     origins = [*encryption.cors_origins(), *(o.rstrip("/") for o in extra_origins)]
-    return CodecServer(EncryptionCodec(keyring), token, origins, settings.namespace)
+    # A payload whose user data key is destroyed decodes to a readable "[key destroyed]" string.
+    codec = payload_codec(encryption, placeholders=True)
+    return CodecServer(codec, token, origins, settings.namespace)
 
 
 @asynccontextmanager

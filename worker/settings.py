@@ -133,6 +133,20 @@ class EncryptionSettings(BaseSettings):
     """Comma-separated origins of the Temporal Web UIs allowed to call the codec server
     (e.g. https://temporal.example.com); unset = no cross-origin access."""
 
+    user_data_keys: bool = True
+    """Crypto-shredding: seal each user's payloads with a data key of their own (wrapped by the
+    key above, kept in Redis, never in Temporal), which forget destroys; off = every payload
+    is sealed with the master key, and forget cannot make Temporal's copies unreadable."""
+    data_keys_url: SecretStr | None = None
+    """Redis URL of the wrapped data keys (unset = REDIS_URL, the read model's Redis); never
+    logged."""
+    data_keys_prefix: str | None = None
+    """Key prefix of the data keys in that Redis (unset = REDIS_KEY_PREFIX)."""
+    data_keys_cache_s: float = Field(30.0, ge=0)
+    """How long a process reuses a data key it read to DECRYPT without asking Redis again
+    (encrypting always asks): a destroyed key stays usable this long in processes that had
+    it (docs/PRIVACY.md)."""
+
     _keys: dict[str, bytes] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
@@ -173,6 +187,23 @@ class EncryptionSettings(BaseSettings):
         """The key id new payloads are sealed with: the configured one, else the last listed."""
         return self.encryption_active_key or list(keys)[-1]
 
+    def with_data_keys_store(self, url: str, prefix: str) -> EncryptionSettings:
+        """These settings with the data keys in Redis at `url` unless set explicitly (what
+        `Settings.load` does with the read model's Redis)."""
+        if not self.enabled or not self.user_data_keys:
+            return self
+        update: dict[str, Any] = {}
+        if self.data_keys_url is None:
+            update["data_keys_url"] = SecretStr(url)
+        if self.data_keys_prefix is None:
+            update["data_keys_prefix"] = prefix
+        return self.model_copy(update=update) if update else self
+
+    @property
+    def data_keys_on(self) -> bool:
+        """Whether payloads of users are sealed with per-user data keys."""
+        return self.enabled and self.user_data_keys and self.data_keys_url is not None
+
     def cors_origins(self) -> list[str]:
         """The allowed Web UI origins."""
         return [
@@ -189,6 +220,7 @@ class EncryptionSettings(BaseSettings):
             "codec_token": "set" if self.codec_token is not None else "unset",
             "codec": f"{self.codec_host}:{self.codec_port}",
             "codec_cors_origins": self.cors_origins(),
+            "user data keys": "on" if self.data_keys_on else "off",
         }
 
 
@@ -321,10 +353,12 @@ class MnemoflowSettings(_MaskedURLs):
     build_id: str | None = None
     """Worker Versioning: this worker's build id in MNEMOFLOW_DEPLOYMENT_NAME (the Helm chart
     passes the image tag); required when the deployment name is set."""
-    pseudonymous_user_keys: bool = False
+    pseudonymous_user_keys: bool | None = None
     """Keep raw user ids out of what operators see: workflow ids and the MnemoflowUser search
     attribute carry hashes (search attributes are not encrypted by the payload codec). Needs
-    MNEMOFLOW_USER_KEY_SECRET."""
+    MNEMOFLOW_USER_KEY_SECRET. Unset = on whenever encryption keys are configured; set it to
+    false to keep readable ids (a deployment that already has users keeps their workflow ids
+    only that way)."""
     user_key_secret: SecretStr | None = None
     """Secret of the keyed hash (HMAC-SHA256) behind pseudonymous user keys; with it, an
     operator computes a user's search value with `mnemoflow user-key USER`."""
@@ -360,10 +394,15 @@ class Settings(BaseModel):
     @classmethod
     def load(cls) -> Settings:
         """Read every concern from the environment (call once, at process start)."""
+        temporal, redis = TemporalSettings(), RedisSettings()
+        # Per-user data keys live in the read model's Redis unless configured elsewhere.
+        encryption = temporal.encryption.with_data_keys_store(redis.url, redis.key_prefix)
+        if encryption is not temporal.encryption:
+            temporal = temporal.model_copy(update={"encryption": encryption})
         settings = cls(
-            temporal=TemporalSettings(),
+            temporal=temporal,
             milvus=MilvusSettings(),
-            redis=RedisSettings(),
+            redis=redis,
             deepseek=DeepSeekSettings(),
             mnemoflow=MnemoflowSettings(),
         )
@@ -374,7 +413,16 @@ class Settings(BaseModel):
     def user_key_secret(self) -> bytes | None:
         """The pseudonymous-key secret when that mode is on (ValueError if it lacks one)."""
         m = self.mnemoflow
-        if not m.pseudonymous_user_keys:
+        on = m.pseudonymous_user_keys
+        if on is None:  # the default: pseudonymous whenever payloads are encrypted
+            on = self.temporal.encryption.enabled
+            if on and m.user_key_secret is None:
+                raise ValueError(
+                    "encryption keys are configured, so user keys are pseudonymous by default: "
+                    "set MNEMOFLOW_USER_KEY_SECRET, or MNEMOFLOW_PSEUDONYMOUS_USER_KEYS=false to "
+                    "keep readable workflow ids (docs/PRIVACY.md)"
+                )
+        if not on:
             return None
         if m.user_key_secret is None or not m.user_key_secret.get_secret_value():
             raise ValueError("MNEMOFLOW_PSEUDONYMOUS_USER_KEYS needs MNEMOFLOW_USER_KEY_SECRET")
@@ -414,7 +462,7 @@ class Settings(BaseModel):
 
 #: Field names whose type is a secret (reported as set/unset even when unset).
 _SECRET_FIELDS = frozenset(
-    {"api_key", "token", "encryption_keys", "codec_token", "user_key_secret"}
+    {"api_key", "token", "encryption_keys", "codec_token", "user_key_secret", "data_keys_url"}
 )
 
 #: (section attribute, settings class) in documentation order.

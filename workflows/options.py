@@ -90,7 +90,7 @@ def round_search_attributes(
     if trigger is not None:
         pairs.append(SearchAttributePair(sa.TRIGGER, trigger))
     if theme is not None:
-        pairs.append(SearchAttributePair(sa.THEME, theme[:200]))
+        pairs.append(SearchAttributePair(sa.THEME, sa.theme_value(theme)))
     if outcome is not None:
         pairs.append(SearchAttributePair(sa.OUTCOME, outcome))
     return TypedSearchAttributes(pairs)
@@ -100,7 +100,7 @@ def upsert_round_attributes(*, theme: str | None = None, outcome: str | None = N
     """Record a round's theme or outcome as it becomes known (visible in the Temporal UI)."""
     updates: list = []
     if theme is not None:
-        updates.append(sa.THEME.value_set(theme[:200]))
+        updates.append(sa.THEME.value_set(sa.theme_value(theme)))
     if outcome is not None:
         updates.append(sa.OUTCOME.value_set(outcome))
     if updates:

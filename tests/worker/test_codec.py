@@ -58,6 +58,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(("MNEMOFLOW_", "TEMPORAL_")):
             monkeypatch.delenv(name)
+    # With keys, user keys are pseudonymous by default, which needs its secret.
+    monkeypatch.setenv("MNEMOFLOW_USER_KEY_SECRET", "codec-test-secret")
 
 
 def plain(text: str) -> Payload:

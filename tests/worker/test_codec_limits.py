@@ -121,7 +121,9 @@ async def test_thirty_unauthenticated_large_uploads_get_401_and_cost_no_memory(
     started = time.monotonic()
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MNEMOFLOW_", "TEMPORAL_"))}
-    env.update(MNEMOFLOW_ENCRYPTION_KEYS=KEYS, MNEMOFLOW_CODEC_TOKEN=TOKEN)
+    env.update(
+        MNEMOFLOW_ENCRYPTION_KEYS=KEYS, MNEMOFLOW_CODEC_TOKEN=TOKEN, MNEMOFLOW_USER_KEY_SECRET="s"
+    )
     log = (tmp_path / "codec.log").open("wb")
     argv = ["-m", "mnemoflow.ops.cli", "codec-server", "--port", str(port)]
     proc = await asyncio.create_subprocess_exec(

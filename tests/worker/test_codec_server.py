@@ -190,6 +190,7 @@ def test_cli_command_without_token_exits_2(
         if name.startswith(("MNEMOFLOW_", "TEMPORAL_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("MNEMOFLOW_ENCRYPTION_KEYS", keys(("k1", K1)))
+    monkeypatch.setenv("MNEMOFLOW_USER_KEY_SECRET", "codec-test-secret")
     assert cli.main(["codec-server", "--port", "0"]) == 2
     assert "MNEMOFLOW_CODEC_TOKEN" in capsys.readouterr().err
 
