@@ -9,8 +9,14 @@ Errors: operations other than `context` raise `MemoryUnavailableError` when Temp
 reached in time, and ValueError for an unusable user id or argument.
 
 Two timeouts: the hot path's (`query_timeout_s`, at most 2 s: a turn must not wait longer) and
-the operator's (`operator_timeout_s`, for scripts: `status`, `settle`). Use the client as
-`async with MemoryClient(...) as memory:` or call `aclose()`.
+the operator's (`operator_timeout_s`, for scripts: `status`, `settle`).
+
+Delivery (docs/ARCHITECTURE.md, "Delivery"): the middleware hands messages to `hand_over`,
+which never raises; the client's outbox (middleware/outbox.py) retries every hand-over in the
+background until the user workflow accepted it. Use the client as
+`async with MemoryClient(...) as memory:` or call `aclose()`: closing waits up to
+`close_timeout_s` for what is still undelivered. A process that died before delivering re-sends
+from its checkpointer with `resync`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.service import RPCError, RPCStatusCode
 
+from mnemoflow.middleware.outbox import MAX_OUTBOX_MESSAGES, Outbox, OutboxMetrics
 from mnemoflow.middleware.payloads import split_event, trim_turn
 from mnemoflow.middleware.read_path import ContextReader
 from mnemoflow.middleware.search import FragmentSearch
@@ -55,6 +62,7 @@ from mnemoflow.models.contracts import (
     ReinforceEvent,
     RememberRequest,
     RememberResult,
+    ResyncResult,
     RetryRoundRequest,
     RetryRoundResult,
     SubmitEvent,
@@ -67,12 +75,12 @@ from mnemoflow.models.ids import (
     pseudonymous_workflow_id,
     search_user_value,
     thread_key,
-    turn_event_id,
+    turns_event_id,
     user_workflow_id,
     validate_user_id,
 )
 from mnemoflow.models.profile import UserProfile
-from mnemoflow.models.turns import ChatTurn
+from mnemoflow.models.turns import ChatTurn, turn_identity
 from mnemoflow.models.usage import LLMUsage, PriceTable
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
@@ -101,11 +109,16 @@ class MemoryClient:
         search_attributes: bool = True,
         user_key_secret: str | bytes | None = None,
         embeddings: Embeddings | None = None,
+        close_timeout_s: float = 10.0,
+        max_outbox_messages: int = MAX_OUTBOX_MESSAGES,
+        metrics_registry: Any = None,
     ) -> None:
         """`user_key_secret` turns on pseudonymous user keys: workflow ids and search attributes
         then carry hashes, never the raw user id (search attributes are not encrypted).
         `embeddings` (the worker's model) embeds questions for the per-call search in this
-        process; without it that search is lexical only (middleware.search)."""
+        process; without it that search is lexical only (middleware.search).
+        `close_timeout_s` bounds how long `aclose` waits for undelivered hand-overs;
+        `metrics_registry` (a prometheus CollectorRegistry) receives the outbox gauges."""
         if not isinstance(temporal, Client):
             raise TypeError("temporal must be a temporalio.client.Client")
         converter = temporal.data_converter.payload_converter_class
@@ -123,6 +136,7 @@ class MemoryClient:
             ("signal_timeout_s", signal_timeout_s),
             ("update_timeout_s", update_timeout_s),
             ("operator_timeout_s", operator_timeout_s),
+            ("close_timeout_s", close_timeout_s),
         ):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -137,6 +151,12 @@ class MemoryClient:
         self.signal_timeout_s = signal_timeout_s
         self.update_timeout_s = update_timeout_s
         self.operator_timeout_s = operator_timeout_s
+        self.close_timeout_s = close_timeout_s
+        self.outbox = Outbox(
+            self._deliver,
+            max_messages=max_outbox_messages,
+            metrics=OutboxMetrics(metrics_registry),
+        )
         self.search_attributes = search_attributes
         if isinstance(user_key_secret, str):
             user_key_secret = user_key_secret.encode("utf-8")
@@ -150,6 +170,50 @@ class MemoryClient:
 
     # --- hand-over ------------------------------------------------------------------------
 
+    def hand_over(self, user_id: str, turns: Sequence[ChatTurn], *, hold: bool = False) -> int:
+        """Queue messages for delivery in the background, retried until accepted; never raises
+        for an unreachable memory (ValueError for an unusable user id). Returns how many were
+        new to the outbox; `hold` keeps them until `release` (a turn still in progress)."""
+        uid = validate_user_id(user_id)
+        return self.outbox.add(uid, turns, hold=hold)
+
+    def release(
+        self,
+        user_id: str,
+        thread_id: str,
+        *,
+        urgent: bool = False,
+        trigger: Trigger = "handover",
+        chat_usage: LLMUsage | None = None,
+    ) -> None:
+        """Deliver the thread's queued messages now, with the turn's trigger and chat tokens."""
+        uid = validate_user_id(user_id)
+        self.outbox.release(uid, thread_id, urgent=urgent, trigger=trigger, chat_usage=chat_usage)
+
+    def accepted(self, user_id: str, thread_id: str, identities: Sequence[str]) -> set[str]:
+        """Which of these message identities this client saw the workflow accept."""
+        return self.outbox.accepted(validate_user_id(user_id), thread_id, identities)
+
+    async def flush(self, timeout_s: float = 10.0) -> int:
+        """Deliver everything queued, waiting up to `timeout_s`; returns how many messages are
+        still undelivered (they stay queued and keep being retried)."""
+        return await self.outbox.flush(timeout_s)
+
+    async def resync(self, user_id: str, thread_id: str, messages: Sequence[Any]) -> ResyncResult:
+        """Re-send a thread's messages (LangChain messages, e.g. from a checkpointer's state)
+        after a process died before delivering them. Idempotent: the workflow accepts each
+        message identity once, so messages it has are no-ops. Messages another user's turns
+        stamped, and summaries other middleware wrote, are skipped. Raises
+        MemoryUnavailableError when Temporal cannot be reached."""
+        from mnemoflow.middleware.window import to_turns  # the middleware's own conversion
+
+        uid = validate_user_id(user_id)
+        thread = thread_key(thread_id)
+        turns = to_turns(messages, thread, time.time(), uid)
+        if turns:
+            await self.submit(uid, turns, trigger="explicit")
+        return ResyncResult(thread_id=thread, sent=len(turns), skipped=len(messages) - len(turns))
+
     async def submit(
         self,
         user_id: str,
@@ -159,33 +223,46 @@ class MemoryClient:
         trigger: Trigger = "handover",
         chat_usage: LLMUsage | None = None,
     ) -> str:
-        """Hand turns of one thread to the user's workflow; returns the (last) event id.
+        """Hand turns of one thread to the user's workflow now; returns the (last) event id.
+        Raises MemoryUnavailableError when Temporal cannot be reached (`hand_over` retries).
 
-        The event id comes from the thread and positions, so a re-send is a no-op. Each turn is
-        trimmed to `config.max_turn_chars`, and the turns are split into several events when
-        one would come near Temporal's payload limit. `chat_usage` (the chat model's tokens
-        since the last hand-over) rides on the last event: it is in the ledger once all are in.
+        Each message is accepted once by its identity (`models.turns.turn_identity`), so a
+        re-send is a no-op. Each turn is trimmed to `config.max_turn_chars`, and the turns are
+        split into several events when one would come near Temporal's payload limit.
+        `chat_usage` (the chat model's tokens since the last hand-over) rides on the last event:
+        it is in the ledger once all are in. With no turns, an event carries only the usage.
         """
         uid = validate_user_id(user_id)
-        if not turns:
+        if not turns and chat_usage is None:
             raise ValueError("submit needs at least one turn")
-        if len({t.thread_id for t in turns}) != 1:
+        if len({t.thread_id for t in turns}) > 1:
             raise ValueError("submit takes the turns of one thread at a time")
         trimmed = [trim_turn(t, self.config.max_turn_chars) for t in turns]
-        trimmed.sort(key=lambda t: t.position)
+        thread = trimmed[0].thread_id if trimmed else ""
+        chunks = list(split_event(trimmed)) or [[]]
         event_id = ""
-        chunks = list(split_event(trimmed))
         for i, chunk in enumerate(chunks):
-            event_id = turn_event_id(chunk[0].thread_id, chunk[0].position, chunk[-1].position + 1)
+            last = i == len(chunks) - 1
+            event_id = turns_event_id(thread, [turn_identity(t) for t in chunk])
             event = SubmitEvent(
                 event_id=event_id,
                 turns=chunk,
                 urgent=urgent,
                 trigger=trigger,
-                chat_usage=chat_usage if i == len(chunks) - 1 else None,
+                chat_usage=chat_usage if last else None,
             )
             await self._start(uid, start_signal="submit", start_signal_args=[event])
         return event_id
+
+    async def _deliver(
+        self,
+        uid: str,
+        turns: list[ChatTurn],
+        urgent: bool,
+        trigger: Trigger,
+        chat_usage: LLMUsage | None,
+    ) -> None:
+        await self.submit(uid, turns, urgent=urgent, trigger=trigger, chat_usage=chat_usage)
 
     async def reinforce(self, user_id: str, call_id: str, fragment_ids: Sequence[str]) -> None:
         """Tell the workflow which fragments one model call used (applied once per call id)."""
@@ -242,9 +319,11 @@ class MemoryClient:
         uid = validate_user_id(user_id)
         try:
             seconds = self.operator_timeout_s if timeout_s is None else timeout_s
-            return await self._query(uid, UserMemoryWorkflow.status, seconds)
+            status: UserStatus = await self._query(uid, UserMemoryWorkflow.status, seconds)
         except LookupError:
             return None
+        status.undelivered = self.outbox.pending(uid)
+        return status
 
     async def settle(
         self, user_id: str, timeout_s: float = 60.0, *, inducted: bool = False
@@ -266,6 +345,7 @@ class MemoryClient:
             each = min(self.operator_timeout_s, max(0.2, deadline - time.monotonic()))
             try:
                 status = await self._query(uid, UserMemoryWorkflow.status, each)
+                status.undelivered = self.outbox.pending(uid)
                 pending = pending_work(status, await self._published(uid, each), inducted=inducted)
             except LookupError:
                 return None
@@ -377,8 +457,13 @@ class MemoryClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the Redis client if this client built it (the Temporal client is the caller's)."""
-        await self.reader.aclose()
+        """Deliver what is queued (up to `close_timeout_s`; what is left is logged, see
+        `resync`), then close the Redis client if this client built it (the Temporal client
+        is the caller's)."""
+        try:
+            await self.outbox.aclose(self.close_timeout_s)
+        finally:
+            await self.reader.aclose()
 
     # --- plumbing -------------------------------------------------------------------------
 

@@ -4,9 +4,10 @@ Mounted as `create_agent(model, tools, middleware=[DurableMemoryMiddleware(clien
 checkpointer=...)`. It declares its own state schema, so the positions it records survive in the
 checkpointer (the predecessor wrote to undeclared channels, and LangGraph silently dropped them).
 
-Per turn (docs/ARCHITECTURE.md, "Triggers"):
-- before the agent: resolve the user id (a clear ValueError without one), stamp new messages,
-  and record in state what earlier background hand-overs got accepted;
+Per turn (docs/ARCHITECTURE.md, "Triggers", "Message identity", "Delivery"):
+- before the agent: resolve the user id (a clear ValueError without one), stamp new messages
+  with their time and owner, hand the user's messages not yet accepted to the client's outbox
+  (held until the turn ends), and record in state which of them the workflow accepted;
 - every model call: one read of the injected context (never raises, never waits for a round);
   the search of all of the user's fragments for the latest human message (started before the
   agent, awaited with a deadline; on timeout or failure the published fragments are used);
@@ -14,10 +15,13 @@ Per turn (docs/ARCHITECTURE.md, "Triggers"):
   rewrite the system prompt as core -> profile -> fragments, packed into the memory budget;
   after a call whose answer drew on injected fragments, signal those ids in the background;
   count the tokens the response reports (Prometheus, and the user's ledger with the next
-  hand-over: middleware/chat_usage.py);
-- after the agent: stamp what the turn added and hand the messages after the accepted watermark
-  over to the user's workflow as a background task (the turn never awaits it; the next turn
-  re-sends whatever was not accepted). The graph state keeps every message.
+  hand-over: middleware/chat_usage.py); the reply is given an id and captured at once;
+- every tool call: its result is given an id and captured at once (other middleware may
+  rewrite the list before the turn ends: summaries replace messages);
+- after the agent: stamp what the turn added and release everything captured to the outbox,
+  which delivers it in the background and retries until it is accepted (the turn never awaits
+  it). Messages are known by identity, never by position; summaries other middleware writes
+  and messages another user's turns added to a shared thread are not this user's memory.
 """
 
 from __future__ import annotations
@@ -37,8 +41,10 @@ from langchain.agents.middleware.types import (
     ModelResponse,
     OmitFromInput,
 )
-from langchain_core.messages import AnyMessage, SystemMessage
+from langchain_core.messages import AnyMessage, BaseMessage, SystemMessage, ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 
 from mnemoflow.memory.prompt import assemble_system_prompt
 from mnemoflow.memory.rerank import drawn_on
@@ -47,18 +53,25 @@ from mnemoflow.middleware.chat_usage import ChatTokenMetrics, PendingUsage, resp
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.search import PendingSearches
 from mnemoflow.middleware.window import (
+    OWNER_KEY,
+    TIME_KEY,
+    belongs_to,
     handover_trigger,
+    is_derived,
+    message_identity,
     message_text,
+    message_time,
+    owner_of,
     resolve_thread_id,
     resolve_user_id,
     stamp_messages,
     to_turns,
+    window_from,
     window_start,
 )
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.contracts import ContextFragment, Trigger
+from mnemoflow.models.contracts import ContextFragment, InjectedContext
 from mnemoflow.models.profile import UserProfile
-from mnemoflow.models.turns import ChatTurn
 
 log = logging.getLogger(__name__)
 
@@ -66,19 +79,31 @@ log = logging.getLogger(__name__)
 MAX_TRACKED_THREADS = 10_000
 
 
-def merge_accepted(left: dict[str, int] | None, right: dict[str, int] | None) -> dict[str, int]:
-    """Reducer of `memory_accepted`: per thread, the highest accepted position wins."""
+Accepted = dict[str, Any]  # state key -> identities accepted (an int in checkpoints before them)
+
+
+def merge_accepted(left: Accepted | None, right: Accepted | None) -> Accepted:
+    """Reducer of `memory_accepted`: a list of identities replaces the key's value (the writer
+    computed it from the current messages); an old position count keeps the highest."""
     merged = dict(left or {})
-    for thread, position in (right or {}).items():
-        merged[thread] = max(merged.get(thread, 0), position)
+    for key, value in (right or {}).items():
+        if isinstance(value, list):
+            merged[key] = value
+        elif isinstance(merged.get(key), int | None):
+            merged[key] = max(int(merged.get(key) or 0), int(value))
     return merged
+
+
+def accepted_key(user_id: str, thread: str) -> str:
+    """The `memory_accepted` key of a (user, thread): users sharing a thread id stay apart."""
+    return f"{owner_of(user_id)}:{thread}"
 
 
 class DurableMemoryState(AgentState[Any]):
     """The agent state plus what the middleware needs to keep across turns."""
 
     user_id: NotRequired[str]
-    memory_accepted: NotRequired[Annotated[dict[str, int], OmitFromInput, merge_accepted]]
+    memory_accepted: NotRequired[Annotated[Accepted, OmitFromInput, merge_accepted]]
 
 
 class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
@@ -110,9 +135,6 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         # Chat tokens per (user, thread) that the next hand-over carries to the ledger.
         self._chat_usage = PendingUsage()
         self._tasks: set[asyncio.Task[Any]] = set()
-        # Latest hand-over task and highest accepted position per (user, thread), in process.
-        self._handovers: OrderedDict[tuple[str, str], asyncio.Task[int]] = OrderedDict()
-        self._accepted: dict[tuple[str, str], int] = {}
         # First position the model saw on the last call, for the ceiling check after the turn.
         self._window: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._searches = PendingSearches(MAX_TRACKED_THREADS)
@@ -122,17 +144,13 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
     async def abefore_agent(
         self, state: DurableMemoryState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Check the user id, stamp new input, record accepted hand-overs of earlier turns."""
+        """Check the user id, stamp new input, capture what is not accepted yet."""
         user_id = resolve_user_id(state, runtime.context)
         thread = resolve_thread_id(runtime)
-        update: dict[str, Any] = {}
-        stamped = stamp_messages(state["messages"], self._clock())
-        if stamped:
-            update["messages"] = stamped
-        accepted = self._harvest(user_id, thread)
-        if accepted > state.get("memory_accepted", {}).get(thread, 0):
-            update["memory_accepted"] = {thread: accepted}
-        query = _latest_human_text(state["messages"])
+        messages, update = self._stamped(state, user_id)
+        self._offer(state, user_id, thread, messages)
+        update.update(self._accepted_update(state, user_id, thread, messages))
+        query = _latest_human_text(messages)
         if query.strip():  # as early as the turn allows: the model call awaits it
             self._searches.start((user_id, thread), query, self._search_for(user_id, query))
         return update or None
@@ -140,24 +158,20 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
     async def aafter_agent(
         self, state: DurableMemoryState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Stamp the turn's messages and hand everything not yet accepted over, not awaited."""
+        """Stamp the turn's messages and release everything not accepted yet to the outbox,
+        which delivers it in the background (never awaited by the turn)."""
         user_id = resolve_user_id(state, runtime.context)
         thread = resolve_thread_id(runtime)
-        self._searches.forget((user_id, thread))
-        now = self._clock()
-        stamped = stamp_messages(state["messages"], now)
-        by_id = {m.id: m for m in stamped}
-        messages = [by_id.get(m.id, m) for m in state["messages"]]
-        update: dict[str, Any] = {"messages": stamped} if stamped else {}
-        known = state.get("memory_accepted", {}).get(thread, 0)
-        accepted = max(known, self._harvest(user_id, thread))
-        if accepted > known:
-            update["memory_accepted"] = {thread: accepted}
-        if len(messages) > accepted:
-            seen = messages[self._window.get((user_id, thread), 0) :]
-            urgent, trigger = handover_trigger(seen, self.config)
-            turns = to_turns(messages, thread, accepted, now)
-            self._schedule_handover(user_id, thread, turns, urgent, trigger)
+        key = (user_id, thread)
+        self._searches.forget(key)
+        messages, update = self._stamped(state, user_id)
+        self._offer(state, user_id, thread, messages)
+        seen = messages[self._window.get(key, 0) :]
+        urgent, trigger = handover_trigger(seen, self.config)
+        self.client.release(
+            user_id, thread, urgent=urgent, trigger=trigger, chat_usage=self._chat_usage.take(key)
+        )
+        update.update(self._accepted_update(state, user_id, thread, messages))
         return update or None
 
     async def awrap_model_call(
@@ -181,13 +195,12 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
                 self._search_for(user_id, query),
             )
 
-        indexed = 0
-        if context is not None and thread in context.watermarks:
-            indexed = context.watermarks[thread].indexed
+        indexed = self._indexed_prefix(state, user_id, thread, history, context)
         start = window_start(history, indexed, self.config)
         self._remember_window(user_id, thread, start)
         profile = context.profile if context is not None else UserProfile()
-        fragments = choose_fragments(found, context, thread, start, query, self.config)
+        since = window_from(history, start)
+        fragments = choose_fragments(found, context, thread, since, query, self.config)
 
         overrides: dict[str, Any] = {}
         if start > 0:
@@ -201,6 +214,8 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         if prompt != current or (prompt and request.system_message is None):
             overrides["system_message"] = SystemMessage(content=prompt) if prompt else None
         response = await handler(request.override(**overrides) if overrides else request)
+        replies = list(getattr(response, "result", None) or [])
+        self._capture(user_id, thread, replies, len(history))
         usage = response_usage(response)
         if usage is not None:
             self.metrics.record(usage)
@@ -213,59 +228,132 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             self._spawn(self.client.reinforce(user_id, call_id, ids), "reinforce")
         return response
 
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """Capture the tool's result as soon as it exists (given an id if it has none)."""
+        result = await handler(request)
+        if isinstance(result, ToolMessage):
+            try:
+                user_id = resolve_user_id(request.state or {}, request.runtime.context)
+                thread = resolve_thread_id(request.runtime)
+            except Exception:
+                return result
+            state = request.state if isinstance(request.state, dict) else {}
+            self._capture(user_id, thread, [result], len(state.get("messages", ())))
+        return result
+
     # --- background work ------------------------------------------------------------------
 
-    async def flush(self) -> None:
-        """Wait for every pending background hand-over and reinforcement (errors are logged)."""
+    async def flush(self, timeout_s: float = 10.0) -> int:
+        """Wait for pending reinforcements and up to `timeout_s` for the client to deliver
+        every hand-over; returns how many messages are still undelivered (they keep being
+        retried in the background)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        return await self.client.flush(timeout_s)
 
     async def aclose(self) -> None:
-        """Flush the background work (the MemoryClient belongs to the caller)."""
+        """Flush the background work (the MemoryClient belongs to the caller: close it too)."""
         await self.flush()
 
-    def _schedule_handover(
-        self, user_id: str, thread: str, turns: list[ChatTurn], urgent: bool, trigger: Trigger
+    def _capture(
+        self, user_id: str, thread: str, messages: list[BaseMessage], position: int
     ) -> None:
-        """Submit the turns after any earlier hand-over of this thread, skipping what it sent."""
-        key = (user_id, thread)
-        previous = self._handovers.get(key)
-        usage = self._chat_usage.take(key)
+        """Give new messages an id, time and owner now, and hold them in the outbox until the
+        turn ends: other middleware may rewrite the list before then. `position` is where the
+        first one will sit in the list (informational; the end of the turn corrects it)."""
+        now = self._clock()
+        owner = owner_of(user_id)
+        for message in messages:
+            if message.id is None:
+                message.id = f"mf-{uuid.uuid4().hex}"
+            if message_time(message) is None:
+                message.additional_kwargs[TIME_KEY] = now
+            message.additional_kwargs.setdefault(OWNER_KEY, owner)
+        turns = [
+            t.model_copy(update={"position": position + t.position})
+            for t in to_turns(messages, thread, now, user_id)
+        ]
+        try:
+            self.client.hand_over(user_id, turns, hold=True)
+        except Exception as err:
+            log.warning("memory capture failed (the turn went on): %r", err)
 
-        async def handover() -> int:
-            if previous is not None:
-                await asyncio.wait([previous])  # its failure is logged; we re-send its turns
-            done = self._accepted.get(key, 0)
-            todo = [t for t in turns if t.position >= done]
-            if not todo:
-                self._chat_usage.add(key, usage)  # the next hand-over carries it
-                return done
-            try:
-                await self.client.submit(
-                    user_id, todo, urgent=urgent, trigger=trigger, chat_usage=usage
-                )
-            except BaseException:
-                self._chat_usage.add(key, usage)
-                raise
-            self._accepted[key] = max(self._accepted.get(key, 0), todo[-1].position + 1)
-            return self._accepted.get(key, 0)
+    def _stamped(
+        self, state: DurableMemoryState, user_id: str
+    ) -> tuple[list[AnyMessage], dict[str, Any]]:
+        """The state's messages with time and owner stamps, and the update that stores them."""
+        stamped = stamp_messages(state["messages"], self._clock(), owner_of(user_id))
+        by_id = {m.id: m for m in stamped}
+        messages = [by_id.get(m.id, m) for m in state["messages"]]
+        return messages, ({"messages": stamped} if stamped else {})
 
-        self._handovers[key] = self._spawn(handover(), "hand-over")
-        self._handovers.move_to_end(key)
-        while len(self._handovers) > MAX_TRACKED_THREADS:
-            old, _ = self._handovers.popitem(last=False)
-            self._accepted.pop(old, None)
+    def _known_accepted(
+        self, state: DurableMemoryState, user_id: str, thread: str, messages: Sequence[AnyMessage]
+    ) -> set[str]:
+        """Identities of `messages` known accepted: recorded in state, or seen by the client."""
+        identities = [message_identity(m) for m in messages]
+        recorded = state.get("memory_accepted", {})
+        value = recorded.get(accepted_key(user_id, thread))
+        if value is None:
+            value = recorded.get(thread)  # a checkpoint from before identities: a count
+        if isinstance(value, int):
+            known = set(identities[:value])
+        else:
+            known = set(value or ())
+        known |= self.client.accepted(user_id, thread, identities)
+        return known & set(identities)
 
-    def _harvest(self, user_id: str, thread: str) -> int:
-        """Highest position accepted by Temporal in this process (0 if unknown); forgets
-        finished bookkeeping once read, since the state then holds it."""
-        key = (user_id, thread)
-        accepted = self._accepted.get(key, 0)
-        task = self._handovers.get(key)
-        if task is not None and task.done():
-            del self._handovers[key]
-            self._accepted.pop(key, None)
-        return accepted
+    def _offer(
+        self, state: DurableMemoryState, user_id: str, thread: str, messages: list[AnyMessage]
+    ) -> None:
+        """Hold the user's messages in the list that are not known accepted in the outbox."""
+        known = self._known_accepted(state, user_id, thread, messages)
+        turns = to_turns(messages, thread, self._clock(), user_id)
+        self.client.hand_over(user_id, [t for t in turns if t.message_id not in known], hold=True)
+
+    def _accepted_update(
+        self, state: DurableMemoryState, user_id: str, thread: str, messages: list[AnyMessage]
+    ) -> dict[str, Any]:
+        """The `memory_accepted` update, when what is known accepted changed."""
+        known = self._known_accepted(state, user_id, thread, messages)
+        ordered = [i for i in (message_identity(m) for m in messages) if i in known]
+        key = accepted_key(user_id, thread)
+        if ordered == state.get("memory_accepted", {}).get(key, []):
+            return {}
+        return {"memory_accepted": {key: ordered}}
+
+    def _indexed_prefix(
+        self,
+        state: Any,
+        user_id: str,
+        thread: str,
+        history: Sequence[AnyMessage],
+        context: InjectedContext | None,
+    ) -> int:
+        """How many leading messages are indexed: accepted, and said before the oldest message
+        still waiting for its round (a summary or another user's message ends the run)."""
+        mark = context.watermarks.get(thread) if context is not None else None
+        if mark is None:
+            return 0
+        known = self._known_accepted(state, user_id, thread, history)
+        owner = owner_of(user_id)
+        count = 0
+        for message in history:
+            stamp = message_time(message)
+            if (
+                is_derived(message)
+                or not belongs_to(message, owner)
+                or message_identity(message) not in known
+                or stamp is None
+                or (mark.pending_since is not None and stamp >= mark.pending_since)
+            ):
+                break
+            count += 1
+        return count
 
     def _spawn(self, work: Coroutine[Any, Any, Any], what: str) -> asyncio.Task[Any]:
         """Run work in the background, keeping a reference until it ends; failures are logged."""

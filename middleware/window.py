@@ -1,4 +1,5 @@
-"""Pure helpers of the middleware: stamping, LangChain -> ChatTurn conversion, ids, trimming.
+"""Pure helpers of the middleware: stamping, identity, LangChain -> ChatTurn conversion, ids,
+trimming.
 
 Nothing here does I/O, so every rule the middleware applies to a window is unit-testable alone.
 """
@@ -15,10 +16,16 @@ from mnemoflow.memory.text import estimate_tokens
 from mnemoflow.memory.triggers import budget_reached, ceiling_reached, trim_start
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import Trigger
-from mnemoflow.models.ids import thread_key, validate_user_id
-from mnemoflow.models.turns import ChatTurn, Role
+from mnemoflow.models.ids import thread_key, user_key, validate_user_id
+from mnemoflow.models.turns import MAX_MESSAGE_ID_CHARS, ChatTurn, Role, content_identity
 
 TIME_KEY = "time"
+#: Whose turn added the message (a hash of the user id): a thread id two users share never
+#: hands one user's messages to the other's memory.
+OWNER_KEY = "mnemoflow_owner"
+#: Messages other middleware writes from earlier ones (LangChain's summaries): not said by
+#: anyone, so never stored as memory.
+DERIVED_SOURCES = frozenset({"summarization"})
 DEFAULT_THREAD = "default"
 _ROLES: dict[str, Role] = {
     "human": "human",
@@ -44,18 +51,59 @@ def message_time(message: BaseMessage) -> float | None:
     return stamp if math.isfinite(stamp) else None
 
 
-def stamp_messages(messages: Sequence[AnyMessage], now: float) -> list[AnyMessage]:
-    """Copies (same ids) of the messages that have no stamp, stamped `now`; others are untouched.
+def owner_of(user_id: str) -> str:
+    """The owner stamp of a user's messages (a hash: the graph state never holds the raw id)."""
+    return user_key(user_id)[:24]
+
+
+def stamp_messages(
+    messages: Sequence[AnyMessage], now: float, owner: str | None = None
+) -> list[AnyMessage]:
+    """Copies (same ids) of the messages missing a time stamp (or, given `owner`, an owner
+    stamp), stamped `now` and `owner`; other messages are untouched.
 
     Returned as a state update, add_messages replaces each message by id; an existing stamp is
-    never overwritten, because an external stamp (set at ingestion) is the more exact one.
+    never overwritten, because an external stamp (set at ingestion) is the more exact one, and
+    a message keeps the owner whose turn added it.
     """
     stamped: list[AnyMessage] = []
     for message in messages:
-        if message_time(message) is None and message.id is not None:
-            kwargs = {**message.additional_kwargs, TIME_KEY: now}
+        if message.id is None:
+            continue
+        kwargs = dict(message.additional_kwargs)
+        if message_time(message) is None:
+            kwargs[TIME_KEY] = now
+        if owner is not None and not kwargs.get(OWNER_KEY):
+            kwargs[OWNER_KEY] = owner
+        if kwargs != message.additional_kwargs:
             stamped.append(message.model_copy(update={"additional_kwargs": kwargs}))
     return stamped
+
+
+def is_derived(message: BaseMessage) -> bool:
+    """Written by other middleware from earlier messages (a summary), not said by anyone."""
+    return message.additional_kwargs.get("lc_source") in DERIVED_SOURCES
+
+
+def belongs_to(message: BaseMessage, owner: str) -> bool:
+    """Said in this user's turns (messages from before owner stamps count as theirs)."""
+    stamp = message.additional_kwargs.get(OWNER_KEY)
+    return not stamp or stamp == owner
+
+
+def message_identity(message: BaseMessage) -> str:
+    """A message's stable identity (docs/ARCHITECTURE.md, "Message identity"): its id; for a
+    tool result without one, its tool call id; else a hash of role, content and time."""
+    if message.id:
+        ident = str(message.id)
+    elif isinstance(message, ToolMessage) and message.tool_call_id:
+        ident = f"tool:{message.tool_call_id}"
+    else:
+        stamp = message_time(message)
+        return content_identity(message_role(message), message_text(message), stamp or 0.0)
+    if len(ident) > MAX_MESSAGE_ID_CHARS:
+        return content_identity("id", ident, 0.0)
+    return ident
 
 
 def message_text(message: BaseMessage) -> str:
@@ -86,12 +134,16 @@ def message_role(message: BaseMessage) -> Role:
 
 
 def to_turns(
-    messages: Sequence[BaseMessage], thread_id: str, start: int, now: float
+    messages: Sequence[BaseMessage], thread_id: str, now: float, user_id: str | None = None
 ) -> list[ChatTurn]:
-    """ChatTurns of messages[start:], positioned by their index in the thread's state."""
+    """ChatTurns of the messages to remember: with `user_id`, only that user's (see
+    `belongs_to`); never summaries other middleware wrote. Each carries its identity; its
+    position is where it sits in this list (informational)."""
+    owner = owner_of(user_id) if user_id is not None else None
     turns = []
-    for position in range(max(0, start), len(messages)):
-        message = messages[position]
+    for position, message in enumerate(messages):
+        if is_derived(message) or (owner is not None and not belongs_to(message, owner)):
+            continue
         stamp = message_time(message)
         turns.append(
             ChatTurn(
@@ -101,6 +153,7 @@ def to_turns(
                 content=message_text(message),
                 time=now if stamp is None else stamp,
                 name=message.name,
+                message_id=message_identity(message),
             )
         )
     return turns
@@ -129,8 +182,16 @@ def last_human_position(messages: Sequence[BaseMessage]) -> int | None:
     return None
 
 
+def window_from(messages: Sequence[BaseMessage], start: int) -> float | None:
+    """When the oldest message the model sees from `start` on was said (None: no stamp)."""
+    stamps = [message_time(m) for m in messages[start:] if not is_derived(m)]
+    known = [t for t in stamps if t is not None]
+    return min(known) if known else None
+
+
 def window_start(messages: Sequence[BaseMessage], indexed: int, config: MemoryConfig) -> int:
-    """The first position the model sees: trimmed below `indexed` only over the budget.
+    """The first position the model sees: trimmed below `indexed` (how many leading messages
+    are known to be indexed) only over the budget.
 
     Never past the latest human message; and never starting on a tool result whose tool call
     would be cut off (providers reject that), so the start moves back to the calling message.

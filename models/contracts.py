@@ -91,6 +91,14 @@ class SubmitEvent(BaseModel):
     )
 
 
+class ResyncResult(BaseModel):
+    """What `MemoryClient.resync` re-sent of a thread (the workflow keeps each message once)."""
+
+    thread_id: str
+    sent: int = Field(0, description="messages re-sent (those already accepted are no-ops)")
+    skipped: int = Field(0, description="another user's messages and other middleware's summaries")
+
+
 class ReinforceEvent(BaseModel):
     """Signal: the fragments a model call actually used (applied once per call id)."""
 

@@ -10,6 +10,8 @@ import hashlib
 import hmac
 import re
 import unicodedata
+import uuid
+from collections.abc import Sequence
 
 MAX_USER_ID_CHARS = 4096
 USER_WORKFLOW_PREFIX = "mnemoflow-user"
@@ -98,10 +100,14 @@ def thread_key(thread_id: str) -> str:
     return f"{thread_id[:_THREAD_HEAD_CHARS]}~{digest}"
 
 
-def turn_event_id(thread_id: str, start: int, end: int) -> str:
-    """Event id of a hand-over of positions [start, end) of a thread."""
-    digest = hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:16]
-    return f"turns-{digest}-{start}-{end}"
+def turns_event_id(thread_id: str, identities: Sequence[str]) -> str:
+    """Event id of a hand-over of these message identities of a thread: the same messages give
+    the same id, so a re-sent event is a no-op. An event with no messages (only chat usage) gets
+    a fresh id."""
+    if not identities:
+        return f"usage-{uuid.uuid4().hex}"
+    digest = hashlib.sha256("\x1f".join([thread_id, *identities]).encode("utf-8", "surrogatepass"))
+    return f"turns-{digest.hexdigest()[:40]}"
 
 
 def context_key(prefix: str, user_id: str) -> str:

@@ -73,11 +73,11 @@ def absorb_submit(s: UserMemoryState, event: SubmitEvent, cfg: MemoryConfig, now
         touched.add(turn.thread_id)
     trigger = "ceiling" if event.urgent else event.trigger
     for thread_id in {t.thread_id for t in event.turns}:
-        ts = s.threads.get(thread_id)
-        if ts is None:
+        known = s.threads.get(thread_id)
+        if known is None:
             continue
-        ts.urgent = ts.urgent or (event.urgent and bool(ts.pending))
-        ts.trigger = stronger_trigger(ts.trigger, trigger)
+        known.urgent = known.urgent or (event.urgent and bool(known.pending))
+        known.trigger = stronger_trigger(known.trigger, trigger)
     if touched:
         _bound_seen(s)
     _prune_idle_threads(s)
@@ -345,7 +345,9 @@ def round_watermarks(
     after = watermarks(s)
     ts = s.threads[thread_id]
     done = {turn_identity(t) for t in batch}
-    rest = ts.model_copy(update={"pending": [t for t in ts.pending if turn_identity(t) not in done]})
+    rest = ts.model_copy(
+        update={"pending": [t for t in ts.pending if turn_identity(t) not in done]}
+    )
     after[thread_id] = Watermark(
         accepted=ts.accepted, indexed=ts.indexed + len(done), pending_since=pending_since(rest)
     )

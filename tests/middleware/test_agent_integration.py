@@ -27,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.devstack.processes import free_port
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient, memory_tools
+from mnemoflow.middleware.durable_memory import accepted_key
 from mnemoflow.models.config import BudgetPattern, MemoryConfig
 from mnemoflow.models.ids import user_workflow_id
 from tests.support.drive import eventually
@@ -164,6 +165,11 @@ async def stack(
             await client.aclose()
 
 
+def accepted_count(state: dict[str, Any], user: str, thread: str) -> int:
+    """How many of the thread's messages the state records as accepted by the workflow."""
+    return len(state.get("memory_accepted", {}).get(accepted_key(user, thread), []))
+
+
 async def wait_indexed(client: MemoryClient, user: str, thread: str, end: int) -> None:
     """Until the thread's messages [0, end) are in Milvus and the workflow is idle.
 
@@ -212,12 +218,12 @@ async def test_state_survives_and_nothing_is_handed_over_twice(
         for text in FACTS:
             await h.turn(user, thread, text)
             await h.mw.flush()
-            accepted.append((await h.state(thread)).get("memory_accepted", {}).get(thread, 0))
+            accepted.append(accepted_count(await h.state(thread), user, thread))
         # Each turn records what the previous turn's background hand-over got accepted.
         assert accepted == [0, 2, 4, 6]
         await h.turn(user, thread, "Thanks, that is all.")
         await h.mw.flush()
-        assert (await h.state(thread))["memory_accepted"][thread] == 8
+        assert accepted_count(await h.state(thread), user, thread) == 8
         await wait_indexed(client, user, thread, 10)
         await assert_covered_once(mw, client, user, thread, 10)
         assert all("time" in m.additional_kwargs for m in (await h.state(thread))["messages"]), (
@@ -260,16 +266,17 @@ async def test_temporal_down_then_up_hands_everything_over(
             redis=redis_url,
             key_prefix=mw.read_model.prefix,
             config=CFG,
+            close_timeout_s=0.2,
         )
         saver, user, thread = InMemorySaver(), new_user("c"), "thread-c"
         h = harness(down, saver=saver)
         for text in [*FACTS, "One more thing.", "And another."]:
             await h.turn(user, thread, text)
-        await h.mw.flush()
+        assert await h.mw.flush(timeout_s=0.2) == 12  # kept, retried, never delivered
         await down.aclose()
         # Over the budget, yet nothing trimmed: without memory nothing is known to be indexed.
         assert [len(call) for call in h.model.seen] == [2 * i + 2 for i in range(6)]
-        assert (await h.state(thread)).get("memory_accepted", {}).get(thread, 0) == 0
+        assert accepted_count(await h.state(thread), user, thread) == 0
 
         up = harness(client, saver=saver, clock=h.clock)
         await up.turn(user, thread, "Is my order on its way?")
@@ -322,7 +329,7 @@ async def test_no_worker_gives_the_no_memory_fallback_in_time(
             await h.mw.flush()
         assert all(h.model.system_prompt(i) == CORE for i in range(3))
         # Temporal accepted the hand-overs although no worker runs them.
-        assert (await h.state(thread))["memory_accepted"][thread] == 4
+        assert accepted_count(await h.state(thread), user, thread) == 4
     finally:
         await env.client.get_workflow_handle(user_workflow_id(user)).terminate("test over")
         await client.aclose()

@@ -1,14 +1,15 @@
-"""Two agent processes serving the same user at once, and the same turn submitted twice, on the
-dev server with the real worker, Redis and Milvus Lite.
+"""Two agent processes serving the same user and thread at once, and the same turns re-sent, on
+the dev server with the real worker, Redis and Milvus Lite.
 
-Each "process" has its own MemoryClient, DurableMemoryMiddleware and checkpointer; both hold the
-same thread with the same messages, so their hand-overs overlap position for position. The user
-workflow recognises every position once: each message is indexed exactly once.
+Each "process" has its own MemoryClient, DurableMemoryMiddleware and checkpointer and says its
+own lines, so their lists hold different messages at the same positions. Every line said must be
+stored exactly once: messages are known by identity, never by position.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -27,18 +28,30 @@ from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from mnemoflow.middleware.window import to_turns
 from mnemoflow.models.ids import user_workflow_id
 from tests.support.drive import eventually
-from tests.support.invariants import Monotonic, indexed_once
+from tests.support.invariants import Monotonic, said_vs_stored
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
 
 pytestmark = pytest.mark.integration
 
-LINES = [
-    "Hi, I'm Ada Lovelace, a data engineer.",
-    "My order number is 7734-221 and it is late.",
-    "I prefer email, and I'm busy on Wednesdays.",
-    "My cat is called Pixel.",
-]
+LINES = {
+    "a": [
+        "Hi, I'm Ada Lovelace, a data engineer.",
+        "My order number is 7734-221 and it is late.",
+        "I prefer email, and I'm busy on Wednesdays.",
+        "My cat is called Pixel.",
+    ],
+    "b": [
+        "Quick one from the phone: my flat is on Keswick Road 12.",
+        "The parcel locker code they gave me was 5519.",
+        "Please never call before ten in the morning.",
+        "My sister Maud will pick it up if I am out.",
+    ],
+}
+
+
+def receipt(text: str) -> str:
+    return f"Noted under receipt R-{hashlib.sha256(text.encode()).hexdigest()[:10]}."
 
 
 @dataclass
@@ -47,7 +60,8 @@ class Ctx:
 
 
 class EchoModel(BaseChatModel):
-    """Answers "noted: <last human text>", the same in every process for the same input."""
+    """Answers with a receipt number derived from the last human text (distinct per turn, and
+    never containing the human's words, so each line can be counted on its own)."""
 
     @property
     def _llm_type(self) -> str:
@@ -60,7 +74,7 @@ class EchoModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
     ) -> ChatResult:
         last = next(m for m in reversed(messages) if m.type == "human")
-        reply = AIMessage(f"noted: {last.content}")
+        reply = AIMessage(receipt(str(last.content)))
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
@@ -77,64 +91,70 @@ async def test_two_agent_processes_same_user_same_thread(
     ) as mw:
         user, thread = f"twin-{uuid.uuid4().hex[:8]}", "shared"
         mw.track(user_workflow_id(user))
-        clients = [MemoryClient(temporal=dev_env.client, task_queue=mw.task_queue) for _ in "ab"]
+        clients = {k: MemoryClient(temporal=dev_env.client, task_queue=mw.task_queue) for k in "ab"}
         t0 = time.time() - 3 * 3600
-        agents = []
-        for client in clients:
-            # Same clock in both processes: the same message gets the same stamp.
+        agents = {}
+        for key, client in clients.items():
             middleware = DurableMemoryMiddleware(client=client, clock=lambda: t0)
             agent = create_agent(
                 EchoModel(), [], middleware=[middleware], context_schema=Ctx,
                 checkpointer=InMemorySaver(),
             )  # fmt: skip
-            agents.append((agent, middleware))
+            agents[key] = (agent, middleware)
         config = {"configurable": {"thread_id": thread}}
-        for i, text in enumerate(LINES):
-            stamp = {"time": t0 + 70 * i}
+        for i in range(len(LINES["a"])):
             results = await asyncio.gather(
                 *(
                     agent.ainvoke(
-                        {"messages": [HumanMessage(text, additional_kwargs=stamp)]},
+                        {
+                            "messages": [
+                                HumanMessage(
+                                    LINES[k][i], additional_kwargs={"time": t0 + 70 * i + len(k)}
+                                )
+                            ]
+                        },
                         config,
                         context=Ctx(user),
                     )
-                    for agent, _ in agents
+                    for k, (agent, _) in agents.items()
                 )
             )
-            assert all(r["messages"][-1].content == f"noted: {text}" for r in results)
-        for _, middleware in agents:
-            await middleware.flush()
-        total = 2 * len(LINES)
+            for k, result in zip(agents, results, strict=True):
+                assert result["messages"][-1].content == receipt(LINES[k][i])
+        for _, middleware in agents.values():
+            assert await middleware.flush() == 0
+        said = [line for k in "ab" for text in LINES[k] for line in (text, receipt(text))]
         watch = Monotonic()
 
         async def indexed() -> bool:
-            s = await clients[0].status(user)
-            return bool(s and watch.see(s) and s.watermarks[thread].indexed == total)
+            s = await clients["a"].status(user)
+            return bool(s and watch.see(s) and s.watermarks[thread].indexed == len(said))
 
         await eventually(indexed, deadline_s=60, what="both processes' turns indexed")
-        before = await clients[0].status(user)
+        before = await clients["a"].status(user)
         assert before is not None
-        # The same turn submitted twice more (a retried hand-over): nothing new happens.
-        state = await agents[1][0].aget_state(config)
-        turns = to_turns(state.values["messages"], thread, 0, t0)
-        await clients[1].submit(user, turns)
-        await clients[1].submit(user, turns[-2:])
-        after = await clients[1].settle(user, 30)  # the re-sends absorbed
+        # Every turn of b's list re-sent twice more (a retried hand-over, a resync).
+        state = await agents["b"][0].aget_state(config)
+        sent = await clients["b"].resync(user, thread, state.values["messages"])
+        assert sent.sent == len(said) // 2
+        await clients["b"].submit(user, to_turns(state.values["messages"], thread, t0)[-2:])
+        after = await clients["b"].settle(user, 30)  # the re-sends absorbed
         assert after is not None and watch.see(after)
         assert after.rounds_started == before.rounds_started and after.pending_turns == 0
-        outcome = await indexed_once(mw.store, user, after, {thread: total})
+        assert after.watermarks[thread].accepted == len(said)
+        outcome = await said_vs_stored(mw.store, user, after, {thread: said})
         assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
-        for client in clients:
+        for client in clients.values():
             await client.aclose()
     reliability.record(
         request,
         key="two-agent-processes",
         kind="fault",
         what="Two agent processes (own MemoryClient, middleware, checkpointer) serving the same "
-        "user and thread at once; then the same turns submitted twice more",
-        happened=f"overlapping hand-overs deduplicated by thread position; {outcome.rounds} "
-        f"rounds, {outcome.fragments} fragments; re-sends started no round; every turn of both "
-        "agents answered",
+        "user and thread at once, each saying its own lines; then one's turns re-sent twice",
+        happened=f"each message accepted once by its identity: {len(said)} lines said, each "
+        f"stored once; {outcome.rounds} rounds, {outcome.fragments} fragments; re-sends started "
+        "no round",
         lost=outcome.lost,
         duplicated=outcome.duplicated,
         started=started,

@@ -25,9 +25,13 @@ from mnemoflow.devstack.processes import free_port
 from mnemoflow.memory.prompt import FRAGMENTS_HEADING, PROFILE_HEADING
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from mnemoflow.middleware.payloads import MAX_EVENT_BYTES, split_event, trim_turn
+from mnemoflow.middleware.durable_memory import accepted_key
 from mnemoflow.middleware.window import (
+    OWNER_KEY,
     handover_trigger,
+    message_identity,
     message_text,
+    owner_of,
     resolve_user_id,
     stamp_messages,
     to_turns,
@@ -79,6 +83,7 @@ async def down_client() -> AsyncIterator[MemoryClient]:
         redis=f"redis://127.0.0.1:{free_port()}/0",
         config=SMALL,
         query_timeout_s=0.5,
+        close_timeout_s=0.5,
     )
     try:
         yield client
@@ -111,12 +116,39 @@ def test_conversion_to_chat_turns() -> None:
         AIMessage("", id="a", tool_calls=[{"name": "lookup", "args": {}, "id": "c1"}]),
         ToolMessage("", tool_call_id="c1", id="t", name="lookup"),
     ]
-    turns = to_turns(msgs, "th", start=1, now=T0 + 9)
+    turns = to_turns(msgs, "th", now=T0 + 9)[1:]
     assert [(t.position, t.role) for t in turns] == [(1, "human"), (2, "ai"), (3, "tool")]
+    assert [t.message_id for t in turns] == ["h", "a", "t"]
     assert turns[0].content == "look at this\n[image_url]" and turns[0].time == T0
     assert turns[1].content == "[tool call: lookup]" and turns[1].time == T0 + 9
     assert turns[2].content == "" and turns[2].name == "lookup"
     assert message_text(msgs[0]) == "be kind"
+
+
+def test_identity_survives_rewrites_and_owners_and_summaries_are_respected() -> None:
+    ada, bob = owner_of("ada"), owner_of("bob")
+    msgs = [
+        HumanMessage(
+            "summary of the talk so far", id="s1", additional_kwargs={"lc_source": "summarization"}
+        ),
+        HumanMessage("Ada's line", id="a1", additional_kwargs={"time": T0, OWNER_KEY: ada}),
+        HumanMessage("Bob's line", id="b1", additional_kwargs={"time": T0 + 1, OWNER_KEY: bob}),
+        AIMessage("an old reply without an owner", id="o1", additional_kwargs={"time": T0 + 2}),
+    ]
+    kept = to_turns(msgs, "th", now=T0 + 9, user_id="ada")
+    assert [t.message_id for t in kept] == ["a1", "o1"]  # no summary, none of Bob's
+    assert [t.message_id for t in to_turns(msgs, "th", now=T0, user_id="bob")] == ["b1", "o1"]
+    # An id is the identity wherever the message sits; without one, tool call id or content.
+    moved = [msgs[3], msgs[1]]
+    assert [message_identity(m) for m in moved] == ["o1", "a1"]
+    tool = ToolMessage("42", tool_call_id="call-7")
+    assert message_identity(tool) == "tool:call-7"
+    bare = AIMessage("no id", additional_kwargs={"time": T0})
+    assert (
+        message_identity(bare)
+        == message_identity(bare.model_copy())
+        != message_identity(AIMessage("no id", additional_kwargs={"time": T0 + 1}))
+    )
 
 
 def test_trigger_is_local_budget_then_ceiling() -> None:
@@ -174,8 +206,11 @@ async def test_before_agent_stamps_only_unstamped_messages(down_client: MemoryCl
     msgs = [*chat(2), HumanMessage("new", id="n")]
     update = await mw.abefore_agent({"messages": msgs}, runtime("u"))
     assert update is not None
-    assert [(m.id, m.additional_kwargs["time"]) for m in update["messages"]] == [("n", T0 + 1000)]
+    times = [(m.id, m.additional_kwargs["time"]) for m in update["messages"]]
+    assert times == [("m0", T0), ("m1", T0 + 35), ("n", T0 + 1000)]  # old stamps kept
+    assert {m.additional_kwargs[OWNER_KEY] for m in update["messages"]} == {owner_of("u")}
     assert "memory_accepted" not in update
+    assert down_client.outbox.pending("u") == 3  # held for the end of the turn
 
 
 async def test_memory_down_the_turn_goes_on_untrimmed(down_client: MemoryClient) -> None:
@@ -204,9 +239,16 @@ async def test_memory_down_the_turn_goes_on_untrimmed(down_client: MemoryClient)
     assert seen[0].system_message.content == "CORE"
 
     update = await mw.aafter_agent({"messages": msgs}, runtime("u"))
-    await mw.flush()  # the hand-over failed in the background, the turn did not
+    # The hand-over fails in the background, the turn did not; the outbox keeps every message
+    # (and the reply the model call gave) and retries.
+    assert await mw.flush(timeout_s=0.3) == 10
     assert update is None or "memory_accepted" not in update
-    assert (await mw.abefore_agent({"messages": msgs}, runtime("u"))) is None
+    again = await mw.abefore_agent({"messages": msgs}, runtime("u"))
+    assert again is None or "memory_accepted" not in again
+    assert (
+        down_client.outbox.pending("u") == 10
+        and down_client.outbox.metrics.retries._value.get() >= 1
+    )
 
 
 async def test_client_fails_fast_and_clearly(down_client: MemoryClient) -> None:
@@ -232,28 +274,33 @@ async def test_prompt_rewrite_trim_and_fragment_filter(redis_url: str, unique_na
         f"127.0.0.1:{free_port()}", lazy=True, data_converter=pydantic_data_converter
     )
     client = MemoryClient(
-        temporal=temporal, task_queue="q", redis=redis_url, key_prefix=prefix, config=SMALL
+        temporal=temporal,
+        task_queue="q",
+        redis=redis_url,
+        key_prefix=prefix,
+        config=SMALL,
+        close_timeout_s=0.1,
     )
-    frag = lambda i, thread, s, e: ContextFragment(  # noqa: E731
+    frag = lambda i, thread, newest: ContextFragment(  # noqa: E731
         id=f"f{i}",
         theme=f"theme {i}",
         types=["fact"],
         content=f"fact {i}",
         thread_id=thread,
-        start_pos=s,
-        end_pos=e,
+        created_at=0.0 if newest is None else T0 + 35 * newest,
     )
     context = InjectedContext(
         user_id="u",
         version=3,
         profile=UserProfile(name="Ada"),
         fragments=[
-            frag(1, "t1", 0, 4),
-            frag(2, "t1", 4, 8),
-            frag(3, "other", 0, 2),
-            frag(4, "", 0, 0),
+            frag(1, "t1", 3),
+            frag(2, "t1", 7),
+            frag(3, "other", 1),
+            frag(4, "", None),
         ],
-        watermarks={"t1": Watermark(accepted=10, indexed=6)},
+        # Messages 0-5 are indexed: 6 still waits for its round.
+        watermarks={"t1": Watermark(accepted=10, indexed=6, pending_since=T0 + 35 * 6)},
         top_k=2,
     )
     raw = aioredis.Redis.from_url(redis_url)
@@ -273,12 +320,15 @@ async def test_prompt_rewrite_trim_and_fragment_filter(redis_url: str, unique_na
         tool_choice=None,
         tools=[],
         response_format=None,
-        state={"messages": msgs},
+        state={
+            "messages": msgs,
+            "memory_accepted": {accepted_key("u", "t1"): [f"m{i}" for i in range(10)]},
+        },
         runtime=runtime("u"),
     )
     try:
         await mw.awrap_model_call(request, handler)
-        await mw.flush()  # the reinforce signal fails in the background (Temporal down)
+        await mw.flush(timeout_s=0.1)  # the reinforce signal fails in the background
     finally:
         await raw.aclose()
         await client.aclose()
@@ -287,7 +337,7 @@ async def test_prompt_rewrite_trim_and_fragment_filter(redis_url: str, unique_na
     prompt = str(sent.system_message.content if sent.system_message else "")
     assert prompt.startswith("You are the shop assistant.")
     assert prompt.index(PROFILE_HEADING) < prompt.index(FRAGMENTS_HEADING)
-    # f2 covers 4..8, still in the window from 6: skipped; then top_k=2 of the rest.
+    # f2's newest message (7) is still in the window from 6: skipped; then top_k=2 of the rest.
     assert "fact 1" in prompt and "fact 3" in prompt
     assert "fact 2" not in prompt and "fact 4" not in prompt
     assert len(request.messages) == 10, "the request (and state) keep every message"

@@ -1,5 +1,7 @@
 """What "nothing lost, nothing duplicated" means, checked the same way by every fault test.
 
+`said_vs_stored` counts what was said against what is stored, line by line (every turn with
+distinct content). `indexed_once` checks the rounds' ordinals of each thread:
 - every expected message position of a thread is in exactly one completed round, and the
   thread's watermarks reached the end (lost: positions in no completed round, or past the
   indexed watermark; duplicated: positions in more than one);
@@ -75,3 +77,30 @@ class Monotonic:
             self.indexed[thread] = mark.indexed
         self.seen += 1
         return True
+
+
+async def said_vs_stored(
+    store: FragmentStore, user: str, status: UserStatus, said: dict[str, list[str]]
+) -> Outcome:
+    """Lost and duplicated counts of what was said (distinct lines per thread) against what the
+    user's fragments hold: each line verbatim in exactly one fragment, and each thread's
+    watermarks counting every line as accepted and indexed. Positions play no part: other
+    middleware, other writers and re-sends reorder and rewrite lists (docs/ARCHITECTURE.md,
+    "Message identity")."""
+    lines = [line for thread_lines in said.values() for line in thread_lines]
+    assert len(set(lines)) == len(lines), "give every turn distinct content"
+    fragments = await store.all_for_user(user)
+    texts = [f.content for f in fragments]
+    lost = duplicated = 0
+    for line in lines:
+        hits = sum(text.count(line) for text in texts)
+        lost += hits == 0
+        duplicated += max(0, hits - 1)
+    for thread, thread_lines in said.items():
+        mark = status.watermarks.get(thread)
+        if mark is None or mark.indexed != mark.accepted or mark.accepted < len(thread_lines):
+            lost += 1
+    ids = [f.id for f in fragments]
+    duplicated += len(ids) - len(set(ids))
+    completed = sum(1 for r in status.rounds if r.status == "completed")
+    return Outcome(lost, duplicated, len(fragments), completed)
