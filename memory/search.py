@@ -13,12 +13,19 @@ The hot path asks this on every model call with the latest human message (README
   the type floor and the theme cap hold as in a round's selection). Freshness is measured from
   when the fragment was said, never from its last reinforcement, so reinforced fragments cannot
   lock themselves in; reinforcement counts only through the bounded importance term;
-- packing: the ranked fragments that fit an explicit token budget next to the profile.
+- excerpts: what is injected is the fragments' best lines, each with its neighbours. Every line
+  (a turn, verbatim with its speaker) is scored by BM25 over lines, fused (RRF) with its
+  fragment's rank from the formula; in that order each line opens a window of LINE_WINDOW
+  lines either side within its fragment, and windows fill the token budget. A question's
+  evidence is usually one turn and the turn next to it; whole fragments spend most of the
+  budget on turns the question is not about (LoCoMo evidence recall: docs/MEMORY_QUALITY.md);
+- packing: the excerpts that fit an explicit token budget next to the profile.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +35,13 @@ import numpy as np
 from mnemoflow.memory.prompt import filter_in_window, render_profile
 from mnemoflow.memory.rerank import rerank_for_query
 from mnemoflow.memory.selection import select
-from mnemoflow.memory.text import BUDGET_CHARS_PER_TOKEN, estimate_tokens, normalise, token_list
+from mnemoflow.memory.text import (
+    BUDGET_CHARS_PER_TOKEN,
+    QUESTION_TOKENS,
+    estimate_tokens,
+    normalise,
+    token_list,
+)
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment, InjectedContext
 from mnemoflow.models.fragments import Candidate, Fragment
@@ -44,13 +57,32 @@ DENSE_WEIGHT = 0.15
 NEAR_DUPLICATE = 0.8
 #: A fragment's cost beyond its content: number, theme/type/date tag, line break.
 LINE_OVERHEAD_TOKENS = 12
+#: Okapi BM25's term-frequency saturation and length normalisation.
+BM25_K1 = 1.2
+BM25_B = 0.75
+#: Query words that only make a question a question ("what", "did", "when") are left out of the
+#: lexical query: they match every turn that asks something, not the turn that answers.
+DROP_QUESTION_WORDS = True
+#: Lines either side of a matching line that are injected with it (the turns before an answer are
+#: often its question, the turns after it often the detail).
+LINE_WINDOW = 2
+#: How deep the line ranking is read.
+LINE_DEPTH = 256
+#: Weight of a line's fragment rank (the memory formula's) against its own lexical rank.
+FRAGMENT_PRIOR = 1.0
+#: Shown between lines of one fragment that were not next to each other.
+GAP = "…"
+_SPEAKER_LINE = re.compile(r"^(?:User|Assistant)(?: \([^)\n]*\))?:")
 
 
 class BM25:
     """Okapi BM25 over pre-tokenised documents (k1 = 1.2, b = 0.75)."""
 
-    def __init__(self, docs: Sequence[Sequence[str]], k1: float = 1.2, b: float = 0.75) -> None:
-        self.k1, self.b = k1, b
+    def __init__(
+        self, docs: Sequence[Sequence[str]], k1: float | None = None, b: float | None = None
+    ) -> None:
+        self.k1 = BM25_K1 if k1 is None else k1
+        self.b = BM25_B if b is None else b
         self.lengths = [len(d) for d in docs]
         self.avg = (sum(self.lengths) / len(docs)) if docs else 0.0
         self.postings: dict[str, list[tuple[int, int]]] = {}
@@ -105,6 +137,7 @@ class SearchIndex:
     """The lexical index and vector matrix of one user's fragments, built once per corpus."""
 
     def __init__(self, docs: Sequence[SearchDoc], vectors: np.ndarray | None = None) -> None:
+        """`vectors`: one unit vector per fragment (None: the search is lexical only)."""
         if vectors is not None and len(vectors) != len(docs):
             raise ValueError(f"{len(vectors)} vectors for {len(docs)} documents")
         self.docs = list(docs)
@@ -112,10 +145,23 @@ class SearchIndex:
             [token_list(normalise(f"{d.fragment.theme} {d.fragment.content}")) for d in docs]
         )
         self.vectors = vectors
+        self.lines = [split_lines(d.fragment.content) for d in self.docs]
+        self.line_refs = [(d, n) for d, lines in enumerate(self.lines) for n in range(len(lines))]
+        self.line_bm25 = BM25([token_list(normalise(self.lines[d][n])) for d, n in self.line_refs])
+        self._position = {d.fragment.id: i for i, d in enumerate(self.docs)}
+        self._line_cost = [budget_tokens(self.lines[d][n]) for d, n in self.line_refs]
+        self._doc_cost = [budget_tokens(d.fragment.theme) + LINE_OVERHEAD_TOKENS for d in self.docs]
+        self._chain()
+
+    def _terms(self, query: str) -> list[str]:
+        terms = token_list(normalise(query))
+        if DROP_QUESTION_WORDS:
+            terms = [t for t in terms if t not in QUESTION_TOKENS] or terms
+        return terms
 
     def fused(self, query: str, query_vector: Sequence[float] | None) -> dict[int, float]:
         """RRF of the BM25 and the cosine rankings (cosine only when both vectors exist)."""
-        rankings = [_top(self.bm25.scores(token_list(normalise(query))), DEPTH)]
+        rankings = [_top(self.bm25.scores(self._terms(query)), DEPTH)]
         if query_vector is not None and self.vectors is not None and len(self.docs):
             q = np.asarray(query_vector, dtype=np.float32)
             cos = self.vectors @ (q / max(float(np.linalg.norm(q)), 1e-12))
@@ -155,6 +201,121 @@ class SearchIndex:
         params = TunedParams(alpha=alpha, beta=beta, gamma=gamma, delta=0.0)
         wide = config.model_copy(update={"published_candidates": 64})
         return select(candidates, params, wide, now).ranked
+
+    def excerpts(
+        self,
+        query: str,
+        query_vector: Sequence[float] | None,
+        config: MemoryConfig,
+        now: float,
+        budget: int | None = None,
+    ) -> list[ContextFragment]:
+        """The fragments' best lines for `query`, each with its neighbours, as fragments whose
+        content is that excerpt (lines verbatim, in their order, GAP where lines were left out),
+        most relevant first, filling `budget` tokens (default: the memory budget)."""
+        limit = config.memory_budget_tokens if budget is None else budget
+        ranked = self.search(query, query_vector, config, now)
+        prior = {self._position[f.id]: rank for rank, f in enumerate(ranked, start=1)}
+        fused: dict[int, float] = {}
+        for rank, ref in enumerate(_top(self.line_bm25.scores(self._terms(query)), LINE_DEPTH), 1):
+            fused[ref] = 1.0 / (RRF_K + rank)
+        for ref, (doc, _) in enumerate(self.line_refs):
+            if doc in prior:
+                fused[ref] = fused.get(ref, 0.0) + FRAGMENT_PRIOR / (RRF_K + prior[doc])
+        chosen: dict[int, set[int]] = {}
+        used = 0
+        for ref in sorted(fused, key=lambda ref: (-fused[ref], ref)):
+            new = [
+                r
+                for r in self._window(ref)
+                if self.line_refs[r][1] not in chosen.get(self.line_refs[r][0], set())
+            ]
+            if not new:
+                continue
+            cost = sum(self._line_cost[r] for r in new)
+            opened = {self.line_refs[r][0] for r in new} - set(chosen)
+            cost += sum(self._doc_cost[d] for d in opened)
+            if used + cost > limit:
+                continue
+            # the matching line's fragment first, then a neighbour fragment the window reached
+            for r in sorted(new, key=lambda r: r != ref):
+                doc, n = self.line_refs[r]
+                chosen.setdefault(doc, set()).add(n)
+            used += cost
+        out = []
+        for doc, keep in chosen.items():  # in the order each fragment was first chosen
+            fragment = self.docs[doc].fragment
+            out.append(fragment.model_copy(update={"content": _excerpt(self.lines[doc], keep)}))
+        return out
+
+    def _window(self, ref: int) -> list[int]:
+        """The line and LINE_WINDOW lines either side, in conversation order: across into the
+        fragment said just before or after it in the same thread."""
+        before: list[int] = []
+        after: list[int] = []
+        r: int | None = ref
+        for _ in range(LINE_WINDOW):
+            r = self._prev[r] if r is not None else None
+            if r is not None:
+                before.insert(0, r)
+        r = ref
+        for _ in range(LINE_WINDOW):
+            r = self._next[r] if r is not None else None
+            if r is not None:
+                after.append(r)
+        return [*before, ref, *after]
+
+    def _chain(self) -> None:
+        """Each line's neighbours: the lines next to it in its fragment, and at a fragment's
+        edge the edge line of the fragment whose messages come right before (after) it."""
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for ref, (doc, _) in enumerate(self.line_refs):
+            first.setdefault(doc, ref)
+            last[doc] = ref
+        self._prev: list[int | None] = [None] * len(self.line_refs)
+        self._next: list[int | None] = [None] * len(self.line_refs)
+        for ref, (doc, n) in enumerate(self.line_refs):
+            if n > 0:
+                self._prev[ref] = ref - 1
+            if n + 1 < len(self.lines[doc]):
+                self._next[ref] = ref + 1
+        starts = {}
+        for doc, d in enumerate(self.docs):
+            f = d.fragment
+            if f.thread_id and f.end_pos > f.start_pos and doc in first:
+                starts[(f.thread_id, f.start_pos)] = doc
+        for doc, d in enumerate(self.docs):
+            f = d.fragment
+            following = starts.get((f.thread_id, f.end_pos)) if f.thread_id else None
+            if following is not None and following != doc and doc in last:
+                self._next[last[doc]] = first[following]
+                self._prev[first[following]] = last[doc]
+
+
+def split_lines(content: str) -> list[str]:
+    """A fragment's lines: one per speaker turn (`User (...): ...`, `Assistant: ...`), a line
+    without a speaker joining the turn before it."""
+    lines: list[str] = []
+    for line in content.splitlines():
+        if not line.strip():
+            continue
+        if lines and not _SPEAKER_LINE.match(line) and _SPEAKER_LINE.match(lines[0]):
+            lines[-1] = f"{lines[-1]}\n{line}"
+        else:
+            lines.append(line)
+    return lines
+
+
+def _excerpt(lines: Sequence[str], keep: set[int]) -> str:
+    out: list[str] = []
+    previous = -1
+    for k in sorted(keep):
+        if out and k != previous + 1:
+            out.append(GAP)
+        out.append(lines[k])
+        previous = k
+    return "\n".join(out)
 
 
 def budget_tokens(text: str) -> int:

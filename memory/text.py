@@ -86,6 +86,12 @@ _QUESTION_WORDS = content_tokens(
 )
 
 
+#: Tokens of words that only make a sentence a question (interrogatives and auxiliaries).
+QUESTION_TOKENS = _QUESTION_WORDS | content_tokens(
+    normalise("did does do is are was were has have had am")
+)
+
+
 def query_overlap(query: str, text: str) -> float:
     """Share of the query's content tokens found in text (exact, or a shared 4-char prefix).
 

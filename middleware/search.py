@@ -110,9 +110,10 @@ class FragmentSearch:
     async def search(
         self, user_id: str, query: str, config: MemoryConfig, now: float
     ) -> list[ContextFragment]:
-        """The user's fragments ranked for `query` (errors propagate; the caller falls back)."""
+        """Excerpts of the user's fragments for `query`, most relevant first, filling the memory
+        budget (`SearchIndex.excerpts`; errors propagate, the caller falls back)."""
         index, vector = await asyncio.gather(self.index(user_id), self._embed(query))
-        return await asyncio.to_thread(index.search, query, vector, config, now)
+        return await asyncio.to_thread(index.excerpts, query, vector, config, now)
 
 
 class PendingSearches:

@@ -41,13 +41,20 @@ MAX_FRAGMENT_TOKENS = 160
 
 @dataclass
 class _Group:
-    """Whole turns of one theme, in conversation order, with the turns they came from."""
+    """Consecutive whole turns, with the turns they came from and their themes' votes."""
 
     theme: Theme
     lines: list[str] = field(default_factory=list)
     human_text: list[str] = field(default_factory=list)
     indexes: list[int] = field(default_factory=list)
     tokens: int = 0
+    votes: list[Theme] = field(default_factory=list)
+
+    def vote(self, theme: Theme) -> None:
+        """Count a human turn's theme; the group's theme is the most voted specific one."""
+        if theme is not GENERAL:
+            self.votes.append(theme)
+            self.theme = _dominant(self.votes)
 
     def add(self, line: str, idx: int, human: str = "") -> None:
         self.lines.append(line)
@@ -115,28 +122,29 @@ class HeuristicMemoryModels:
             await asyncio.sleep(self.latency_s)  # simulated LLM latency, not synchronisation
 
     async def slice(self, turns: list[ChatTurn], max_fragments: int) -> SlicedDrafts:
-        """Group whole turns, verbatim with their speaker, by keyword theme; an assistant turn
-        joins the theme of the human turn before it. Tool and system turns are left out.
-        Fragments stay under MAX_FRAGMENT_TOKENS (estimated) unless max_fragments forces more
-        into each."""
+        """Consecutive whole turns, verbatim with their speaker, up to MAX_FRAGMENT_TOKENS
+        (estimated) a fragment, labelled with the keyword theme of their human turns. Tool and
+        system turns are left out. Fragments follow the conversation rather than gather a theme
+        from all over it: a question's evidence is a turn and the turns next to it, and the
+        per-call search injects a matching line with its neighbours (memory.search)."""
         await self._call("slice")
-        groups: dict[str, list[_Group]] = {}
-        last_theme: Theme = GENERAL
+        chunks: list[_Group] = [_Group(GENERAL)]
         for idx, turn in enumerate(turns):
             text = turn.content.strip()
             if not text or turn.role in ("system", "tool"):
                 continue
+            theme = GENERAL
             if turn.role == "human":
-                last_theme = _dominant(themes_of(split_sentences(text)))
+                theme = _dominant(themes_of(split_sentences(text)))
             # Types come from what the human states: a question is stored, never as a fact.
             stated = " ".join(s for s in split_sentences(text) if not is_question(s))
-            chain = groups.setdefault(last_theme.key, [_Group(last_theme)])
             for line in _pieces(turn, text):
                 cost = estimate_tokens(line)
-                if chain[-1].lines and chain[-1].tokens + cost > MAX_FRAGMENT_TOKENS:
-                    chain.append(_Group(last_theme))
-                chain[-1].add(line, idx, stated if turn.role == "human" else "")
-        chunks = [g for chain in groups.values() for g in chain]
+                if chunks[-1].lines and chunks[-1].tokens + cost > MAX_FRAGMENT_TOKENS:
+                    chunks.append(_Group(GENERAL))
+                chunks[-1].add(line, idx, stated if turn.role == "human" else "")
+                chunks[-1].vote(theme)
+        chunks = [c for c in chunks if c.lines]
         drafts = [self._draft(g) for g in self._bounded(chunks, max_fragments)]
         prompt = "\n".join(f"[{i}] {t.role}: {t.content}" for i, t in enumerate(turns))
         return SlicedDrafts(drafts=drafts, usage=_usage(prompt, drafts))
@@ -153,6 +161,7 @@ class HeuristicMemoryModels:
                 first.theme = second.theme
             first.lines.extend(second.lines)
             first.human_text.extend(second.human_text)
+            first.votes.extend(second.votes)
             first.indexes.extend(second.indexes)
             first.tokens += second.tokens
         return groups

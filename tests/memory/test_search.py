@@ -190,3 +190,64 @@ def test_choose_packs_what_the_search_found_else_falls_back_to_the_published_con
         "f2",
     ]
     assert choose_fragments(None, None, "here", 500.0, "fact", config) == []
+
+
+def _turns(thread: str, start: int, lines: list[str], i: int) -> SearchDoc:
+    """A fragment of consecutive turns of `thread` from position `start`."""
+    frag = ContextFragment(
+        id=f"f{i}",
+        theme="t",
+        types=["chat"],
+        content="\n".join(lines),
+        thread_id=thread,
+        start_pos=start,
+        end_pos=start + len(lines),
+    )
+    return SearchDoc(fragment=frag, created_at=NOW - 86400)
+
+
+CHAT = [f"User (Ann): small talk line {n} about the weather and the bus" for n in range(40)]
+
+
+def test_excerpts_inject_the_matching_line_with_its_neighbours_across_fragments() -> None:
+    import mnemoflow.memory.search as search
+
+    lines = list(CHAT)
+    lines[21] = "Assistant (Bo): how did the interview go?"
+    lines[22] = "User (Ann): it went well, they offered me the job at the aquarium"
+    lines[23] = "Assistant (Bo): congratulations!"
+    docs = [_turns("s1", 0, lines[:20], 0), _turns("s1", 20, lines[20:], 1)]
+    lines2 = list(CHAT[:10])
+    lines2[0] = "User (Ann): the aquarium fed the otters today"
+    docs.append(_turns("s2", 0, lines2, 2))
+    index = SearchIndex(docs)
+    found = index.excerpts("Where did Ann get a job?", None, MemoryConfig(), NOW, budget=120)
+    text = "\n".join(f.content for f in found)
+    # the line that matches, and the window of lines either side of it, verbatim
+    window = range(22 - search.LINE_WINDOW, 22 + search.LINE_WINDOW + 1)
+    assert all(lines[k] in text for k in window)
+    assert found[0].id == "f1"  # the best line's fragment first
+    assert lines[30] not in text  # far from any match: not spent on
+    # lines left out between kept ones are marked, and the excerpt keeps the fragment's id
+    assert search.GAP not in found[0].content.splitlines()[:3]
+
+    edge = list(CHAT[:20])
+    edge[19] = "User (Ann): my sister Mia moved to Lisbon"
+    docs = [_turns("s1", 0, edge, 0), _turns("s1", 20, CHAT[20:40], 1)]
+    found = SearchIndex(docs).excerpts("Where did Mia move?", None, MemoryConfig(), NOW, budget=90)
+    by_id = {f.id: f.content for f in found}
+    assert edge[19] in by_id["f0"]
+    assert CHAT[20] in by_id["f1"]  # the next turn lives in the next fragment of the thread
+
+
+def test_excerpts_fill_the_budget_and_stop() -> None:
+    docs = [
+        _turns("s", 10 * i, [f"User: line {i}-{n} about pottery class" for n in range(10)], i)
+        for i in range(20)
+    ]
+    config = MemoryConfig(memory_budget_tokens=300)
+    found = SearchIndex(docs).excerpts("pottery class", None, config, NOW)
+    assert found
+    assert sum(fragment_cost(f) for f in found) <= 300 + 12 * len(found)
+    assert sum(budget_tokens(f.content) for f in found) <= 300
+    assert SearchIndex(docs).excerpts("zebra quantum", None, config, NOW) == []

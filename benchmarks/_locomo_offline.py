@@ -1,0 +1,151 @@
+"""An in-process replica of benchmarks/locomo.py's mnemoflow side, for iterating on retrieval.
+
+No Temporal, Redis or Milvus: each session is sliced by the heuristic slicer as one round, the
+index step's repeat filter applies, fragments are embedded with USE, and each question runs the
+same pure search, packing and prompt rendering the middleware runs. It leaves out what only the
+real run has (question threads handed over as memory, reinforcement, the induced profile's
+exact timing), so its figures are a guide; the committed figures come from benchmarks/locomo.py.
+
+    python benchmarks/_locomo_offline.py [--conversations N] [--questions N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import ROOT
+from _locomo_data import CATEGORIES, Baselines, evidence_texts, judge, load
+from _locomo_report import token_counter
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
+CACHE = Path("/tmp/locomo_offline_vectors")
+
+
+async def fragments_of(conv: Any, user: str) -> list[Any]:
+    from mnemoflow.activities.fragments import new_information
+    from mnemoflow.activities.llm.base import validate_drafts
+    from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+    from mnemoflow.models.contracts import RoundInput
+    from mnemoflow.models.turns import ChatTurn
+    from mnemoflow.workflows.memory_round import build_fragments
+
+    models = HeuristicMemoryModels()
+    stored: list[Any] = []
+    for n in sorted(conv.sessions):
+        thread = f"session-{n}"
+        turns = [
+            ChatTurn(
+                thread_id=thread,
+                position=i,
+                role="human" if t.speaker == conv.speaker_a else "ai",
+                content=t.text,
+                time=t.time,
+                name=t.speaker,
+            )
+            for i, t in enumerate(conv.sessions[n])
+            if t.text.strip()
+        ]
+        for start in range(0, len(turns), 64):
+            batch = turns[start : start + 64]
+            drafts = validate_drafts((await models.slice(batch, 16)).drafts, len(batch), 16)
+            inp = RoundInput.model_construct(
+                user_id=user,
+                round_no=len(stored) + 1000 * n + start,
+                thread_id=thread,
+                turns=batch,
+                event_id="e",
+                first_seq=0,
+            )
+            frags = build_fragments(inp, drafts, 1e12)
+            stored.extend(new_information(frags, stored))
+    return stored
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", default=str(DEFAULT_DATA))
+    parser.add_argument("--conversations", type=int, default=5)
+    parser.add_argument("--questions", type=int, default=0)
+    parser.add_argument("--budget", type=int, default=1200)
+    parser.add_argument("--baselines", action="store_true")
+    parser.add_argument("--set", action="append", default=[], help="module.NAME=python-literal")
+    parser.add_argument("--weights", default="")
+    args = parser.parse_args()
+    import ast
+    import importlib
+
+    for item in args.set:
+        target, value = item.split("=", 1)
+        module, name = target.rsplit(".", 1)
+        setattr(importlib.import_module(f"mnemoflow.{module}"), name, ast.literal_eval(value))
+
+    import numpy as np
+
+    from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
+    from mnemoflow.activities.llm.heuristic_profile import extract_profile
+    from mnemoflow.memory.profile_merge import merge_profile
+    from mnemoflow.memory.prompt import assemble_system_prompt, date_label
+    from mnemoflow.memory.search import SearchDoc, SearchIndex, choose_fragments
+    from mnemoflow.models.config import MemoryConfig
+    from mnemoflow.models.contracts import ContextFragment, InjectedContext
+    from mnemoflow.models.profile import UserProfile
+
+    emb = UniversalSentenceEncoderEmbeddings()
+    count = token_counter()
+    config = MemoryConfig(memory_budget_tokens=args.budget)
+    if args.weights:
+        config = config.model_copy(
+            update={"search_weights": tuple(float(w) for w in args.weights.split(","))}
+        )
+    files = sorted(Path(args.data).glob("*.json"))[: args.conversations]
+    totals: dict[str, list[bool]] = {}
+    tokens: list[int] = []
+    started = time.perf_counter()
+    for path in files:
+        conv = load(path)
+        frags = asyncio.run(fragments_of(conv, "u"))
+        vectors = np.asarray(emb.embed_documents([f.content for f in frags]), dtype=np.float16)
+        vectors = vectors.astype(np.float32)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        docs = [SearchDoc(ContextFragment.of(f), f.created_at, 0) for f in frags]
+        index = SearchIndex(docs, vectors)
+        profile = merge_profile(UserProfile(), extract_profile(f.content for f in frags))
+        context = InjectedContext(user_id="u", version=1, generated_at=0, profile=profile)
+        now = max(t.time for t in conv.turns) + 86400
+        questions = conv.questions[: args.questions] if args.questions else conv.questions
+        base = Baselines(conv, emb, count, date_label) if args.baselines else None
+        qvecs = emb.embed_documents([q["question"] for q in questions])
+        for q, qv in zip(questions, qvecs, strict=True):
+            evidence = evidence_texts(conv, q)
+            if not evidence:
+                continue
+            found = index.excerpts(q["question"], qv, config, now)
+            chosen = choose_fragments(found, context, "q", 0, q["question"], config)
+            memory = assemble_system_prompt("", profile, chosen)
+            tokens.append(count(memory))
+            hit = judge(memory, evidence, q.get("answer", ""))["all"]
+            cat = CATEGORIES[q["category"]]
+            totals.setdefault(cat, []).append(hit)
+            totals.setdefault(f"conv {conv.name}", []).append(hit)
+            totals.setdefault("all", []).append(hit)
+            if base is not None:
+                b = judge(base.bm25_text(q["question"], args.budget), evidence, "")["all"]
+                totals.setdefault("bm25", []).append(b)
+        print(f"[{conv.name}] {len(frags)} fragments, profile {count(str(profile))} chars-ish")
+    out = {k: round(sum(v) / len(v), 3) for k, v in totals.items()}
+    out["median_tokens"] = sorted(tokens)[len(tokens) // 2]
+    out["s"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
