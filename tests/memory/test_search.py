@@ -234,7 +234,7 @@ def test_excerpts_inject_the_matching_line_with_its_neighbours_across_fragments(
     edge = list(CHAT[:20])
     edge[19] = "User (Ann): my sister Mia moved to Lisbon"
     docs = [_turns("s1", 0, edge, 0), _turns("s1", 20, CHAT[20:40], 1)]
-    found = SearchIndex(docs).excerpts("Where did Mia move?", None, MemoryConfig(), NOW, budget=90)
+    found = SearchIndex(docs).excerpts("Where did Mia move?", None, MemoryConfig(), NOW, budget=150)
     by_id = {f.id: f.content for f in found}
     assert edge[19] in by_id["f0"]
     assert CHAT[20] in by_id["f1"]  # the next turn lives in the next fragment of the thread
