@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mnemoflow.memory.text import query_overlap
+from mnemoflow.memory.text import QUESTION_TOKENS, content_tokens, normalise, query_overlap
 from mnemoflow.models.contracts import ContextFragment
 
 #: How much full coverage of the query is worth, in units of the published score.
@@ -32,6 +32,9 @@ def rerank_for_query(
 #: Share of an answer's content tokens a fragment must hold for the answer to count as drawing
 #: on it (a generic reply such as "Let me check." draws on nothing).
 USE_THRESHOLD = 0.5
+#: Content tokens of the answer a fragment must hold at least: a short generic reply ("I will
+#: check my notes.") shares half its few words with many fragments by chance.
+MIN_USED_TOKENS = 3
 #: Fragments one model call may reinforce at most: reinforcement stays a small, bounded signal.
 MAX_REINFORCED = 3
 
@@ -43,6 +46,10 @@ def drawn_on(
     MAX_REINFORCED: reinforcement follows evidence of use, not injection."""
     if not answer.strip():
         return []
+    size = len(content_tokens(normalise(answer)) - QUESTION_TOKENS)
     scored = [(query_overlap(answer, f.content), i, f) for i, f in enumerate(fragments)]
-    used = sorted((s for s in scored if s[0] >= threshold), key=lambda s: (-s[0], s[1]))
+    used = sorted(
+        (s for s in scored if s[0] >= threshold and s[0] * size >= MIN_USED_TOKENS - 1e-9),
+        key=lambda s: (-s[0], s[1]),
+    )
     return [f for _, _, f in used[:MAX_REINFORCED]]

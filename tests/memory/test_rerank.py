@@ -42,6 +42,9 @@ def test_reinforcement_follows_evidence_of_use_not_injection() -> None:
     order = frag(2, "User: My order 7734-221 has not arrived.")
     assert drawn_on("Lily has violin lessons on Saturdays.", [order, violin]) == [violin]
     assert drawn_on("Let me check that for you.", [order, violin]) == []
+    # a short generic reply shares half its few words with some fragment by chance: not use
+    notes = frag(4, "User: I will check the weather notes later.")
+    assert drawn_on("I will check my notes.", [notes]) == []
     assert drawn_on("", [violin]) == []
     # 您女儿 draws on a Chinese fragment by characters, without spaces.
     zh = frag(3, "User: 我女儿叫小米，她在学小提琴。")
