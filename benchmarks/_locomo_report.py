@@ -10,6 +10,7 @@ DOC = ROOT / "docs" / "MEMORY_QUALITY.md"
 SVG = ROOT / "docs" / "img" / "locomo_recall.svg"
 LABELS = {
     "mnemoflow": "mnemoflow (injected memory)",
+    "mnemoflow_reinforced": "mnemoflow, answers drawn on memory (reinforced)",
     "bm25": "BM25 over raw turns",
     "dense": "dense over raw turns (USE)",
     "recency": "recency (last turns)",
@@ -73,8 +74,12 @@ def token_counter() -> _Counter:
     return _Counter("estimate (chars/4, CJK 1 per char)", budget_tokens)
 
 
+def _sides(overall: dict[str, Any]) -> list[str]:
+    return [side for side in LABELS if side in overall]
+
+
 def _svg(overall: dict[str, Any]) -> str:
-    sides = list(LABELS)
+    sides = _sides(overall)
     width, bar_h, gap, left = 640, 22, 10, 230
     height = 40 + len(sides) * 2 * (bar_h + gap)
     out = [
@@ -118,8 +123,8 @@ def write_report(result: dict[str, Any]) -> None:
         "| side | evidence recall (all) | (any) | answer contained | median tokens |",
         "|---|---|---|---|---|",
     ]
-    for side, label in LABELS.items():
-        s = overall[side]
+    for side in _sides(overall):
+        label, s = LABELS[side], overall[side]
         lines.append(
             f"| {label} | {s['evidence_recall_all']:.2f} | {s['evidence_recall_any']:.2f} | "
             f"{s['answer_contained']:.2f} | {s['median_tokens']:.0f} |"
@@ -140,11 +145,11 @@ def write_report(result: dict[str, Any]) -> None:
         "",
         "By category (evidence recall, all):",
         "",
-        "| category | n | " + " | ".join(LABELS) + " |",
-        "|---|---|" + "---|" * len(LABELS),
+        "| category | n | " + " | ".join(_sides(overall)) + " |",
+        "|---|---|" + "---|" * len(_sides(overall)),
     ]
     for cat, c in overall["by_category"].items():
-        values = " | ".join(f"{c[side]:.2f}" for side in LABELS)
+        values = " | ".join(f"{c[side]:.2f}" for side in _sides(overall))
         lines.append(f"| {cat} | {c['n']} | {values} |")
     lines += [
         "",

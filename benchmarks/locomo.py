@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -43,30 +44,47 @@ from _locomo_report import token_counter, write_report
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
 CORE = "You are a helpful assistant with a long memory of this conversation."
 SETTLE_DEADLINE_S = 1800.0
-SIDES = ("mnemoflow", "bm25", "dense", "recency")
+SIDES = ("mnemoflow", "mnemoflow_reinforced", "bm25", "dense", "recency")
+NO_ANSWER = "I will check my notes."
 
 
-def _recorder() -> Any:
-    """A chat model that records the system prompt it is given and answers instantly."""
+def _recorder(answers_from_memory: bool = False) -> Any:
+    """A chat model that records the system prompt it is given and answers instantly: with
+    NO_ANSWER (so no injected fragment is ever drawn on, nothing is reinforced), or, with
+    `answers_from_memory`, with the line of its memory section that shares most words with
+    the question, as a model answering from memory would (that fragment is then reinforced,
+    and the reply handed over as memory like any turn)."""
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    from mnemoflow.memory.text import query_overlap
 
     class Recorder(GenericFakeChatModel):
         last_system_prompt: str = ""
+        from_memory: bool = False
 
         def _generate(self, messages: Any, *a: Any, **k: Any) -> Any:
             system = [m for m in messages if m.type == "system"]
             self.last_system_prompt = system[0].text if system else ""
-            return super()._generate(messages, *a, **k)
+            if not self.from_memory:
+                return super()._generate(messages, *a, **k)
+            question = next((m.text for m in reversed(messages) if m.type == "human"), "")
+            lines = [ln.strip() for ln in _memory_part(self.last_system_prompt).splitlines()]
+            lines = [ln for ln in lines if ": " in ln and not ln.startswith("#")]
+            scored = [(query_overlap(question, ln), -i, ln) for i, ln in enumerate(lines)]
+            best = max(scored, default=(0.0, 0, NO_ANSWER))
+            reply = best[2].split(": ", 1)[1] if best[0] > 0 else NO_ANSWER
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content=reply))])
 
         def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
             return self
 
     def forever() -> Any:
         while True:
-            yield AIMessage(content="I will check my notes.")
+            yield AIMessage(content=NO_ANSWER)
 
-    return Recorder(messages=forever())
+    return Recorder(messages=forever(), from_memory=answers_from_memory)
 
 
 async def _settle(client: Any, user: str, threads: list[str]) -> Any:
@@ -120,8 +138,14 @@ def _memory_part(prompt: str) -> str:
 
 
 async def ask_all(
-    client: Any, conv: Conversation, user: str, questions: list[dict[str, Any]], args: Any
+    client: Any,
+    conv: Conversation,
+    users: dict[str, str],
+    questions: list[dict[str, Any]],
+    args: Any,
 ) -> list[dict[str, Any]]:
+    """Every question, in a new thread, to each mnemoflow side (`users`: side -> user id, each
+    ingested alike), and to the baselines."""
     from dataclasses import dataclass
 
     from langchain.agents import create_agent
@@ -139,30 +163,41 @@ async def ask_all(
     count = token_counter()
     last = max(t.time for t in conv.turns)
     clock = {"now": last + 86400.0}
-    model = _recorder()
-    memory = DurableMemoryMiddleware(client=client, core_prompt=CORE, clock=lambda: clock["now"])
-    agent = create_agent(
-        model, tools=[], middleware=[memory], checkpointer=InMemorySaver(), context_schema=Ctx
-    )
+    agents = {}
+    for side in users:
+        model = _recorder(answers_from_memory=side == "mnemoflow_reinforced")
+        memory = DurableMemoryMiddleware(
+            client=client, core_prompt=CORE, clock=lambda: clock["now"]
+        )
+        agent = create_agent(
+            model, tools=[], middleware=[memory], checkpointer=InMemorySaver(), context_schema=Ctx
+        )
+        agents[side] = (model, memory, agent)
     base = Baselines(conv, UniversalSentenceEncoderEmbeddings(), count, date_label)
     rows = []
     for i, q in enumerate(questions):
         clock["now"] += 60.0
-        message = HumanMessage(content=q["question"], additional_kwargs={"time": clock["now"]})
-        started = time.perf_counter()
-        await agent.ainvoke(
-            {"messages": [message]},
-            config={"configurable": {"thread_id": f"question-{i}"}},
-            context=Ctx(user_id=user),
-        )
-        elapsed = time.perf_counter() - started
         evidence = evidence_texts(conv, q)
-        texts = {
-            "mnemoflow": _memory_part(model.last_system_prompt),
-            "bm25": base.bm25_text(q["question"], args.budget),
-            "dense": base.dense_text(q["question"], args.budget),
-            "recency": base.recency_text(args.budget),
-        }
+        texts: dict[str, str] = {}
+        elapsed = 0.0
+        for side, (model, _memory, agent) in agents.items():
+            message = HumanMessage(content=q["question"], additional_kwargs={"time": clock["now"]})
+            started = time.perf_counter()
+            await agent.ainvoke(
+                {"messages": [message]},
+                config={"configurable": {"thread_id": f"question-{i}"}},
+                context=Ctx(user_id=users[side]),
+            )
+            if side == "mnemoflow":
+                elapsed = time.perf_counter() - started
+            texts[side] = _memory_part(model.last_system_prompt)
+        texts.update(
+            {
+                "bm25": base.bm25_text(q["question"], args.budget),
+                "dense": base.dense_text(q["question"], args.budget),
+                "recency": base.recency_text(args.budget),
+            }
+        )
         row: dict[str, Any] = {
             "q": i,
             "category": CATEGORIES[q["category"]],
@@ -172,16 +207,32 @@ async def ask_all(
         for side, text in texts.items():
             row[side] = {**judge(text, evidence, q.get("answer", "")), "tokens": count(text)}
         rows.append(row)
-    await memory.flush()
+    for _model, memory, _agent in agents.values():
+        await memory.flush()
     for row in rows:
         row["full_context_tokens"] = base.full_context_tokens
     return rows
 
 
+def _count_reinforcements(client: Any) -> Counter[str]:
+    """Count the reinforcement signals the client sends, per user (wraps client.reinforce)."""
+    counts: Counter[str] = Counter()
+    send = getattr(client, "_locomo_unwrapped_reinforce", None) or client.reinforce
+    client._locomo_unwrapped_reinforce = send
+
+    async def counted(user_id: str, call_id: str, fragment_ids: Any) -> None:
+        counts[user_id] += 1
+        await send(user_id, call_id, fragment_ids)
+
+    client.reinforce = counted
+    return counts
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     judged = [r for r in rows if r["evidence_turns"]]
     out: dict[str, Any] = {"questions": len(rows), "with_evidence": len(judged)}
-    for side in SIDES:
+    sides = [side for side in SIDES if rows and side in rows[0]]
+    for side in sides:
         out[side] = {
             "evidence_recall_all": _mean([r[side]["all"] for r in judged]),
             "evidence_recall_any": _mean([r[side]["any"] for r in judged]),
@@ -191,7 +242,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["by_category"] = {
         cat: {
             "n": len(sel := [r for r in judged if r["category"] == cat]),
-            **{side: _mean([r[side]["all"] for r in sel]) for side in SIDES},
+            **{side: _mean([r[side]["all"] for r in sel]) for side in sides},
         }
         for cat in CATEGORIES.values()
     }
@@ -223,12 +274,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             for path in files:
                 conv = load(path)
-                user = f"locomo-{conv.name}-{uuid.uuid4().hex[:6]}"
-                print(f"[{conv.name}] ingesting {len(conv.turns)} turns", flush=True)
-                ingested = await ingest(client, conv, user)
+                tag = uuid.uuid4().hex[:6]
+                users = {"mnemoflow": f"locomo-{conv.name}-{tag}"}
+                if args.reinforcement == "both":
+                    users["mnemoflow_reinforced"] = f"locomo-{conv.name}-{tag}-r"
+                print(f"[{conv.name}] ingesting {len(conv.turns)} turns x{len(users)}", flush=True)
+                done = await asyncio.gather(*(ingest(client, conv, u) for u in users.values()))
+                ingested = done[0]
                 print(f"[{conv.name}] {ingested}", flush=True)
                 questions = conv.questions[: args.questions] if args.questions else conv.questions
-                rows = await ask_all(client, conv, user, questions, args)
+                signals = _count_reinforcements(client)
+                rows = await ask_all(client, conv, users, questions, args)
+                ingested["reinforce_signals"] = dict(signals)
                 summary = summarise(rows)
                 print(f"[{conv.name}] {_line(summary)}", flush=True)
                 per_conv[conv.name] = {"ingest": ingested, "summary": summary, "rows": rows}
@@ -261,6 +318,7 @@ def _line(s: dict[str, Any]) -> str:
         f"{side} {s[side]['evidence_recall_all']:.2f}/{s[side]['evidence_recall_any']:.2f}"
         f" ({s[side]['median_tokens']:.0f} tok)"
         for side in SIDES
+        if side in s
     )
 
 
@@ -271,6 +329,12 @@ def main() -> int:
     parser.add_argument("--questions", type=int, default=0, help="per conversation; 0 = all")
     parser.add_argument("--budget", type=int, default=1200, help="memory tokens (all sides)")
     parser.add_argument("--short", action="store_true", help="1 conversation, 30 questions")
+    parser.add_argument(
+        "--reinforcement",
+        choices=("both", "off"),
+        default="both",
+        help="both: also a side whose answers draw on memory (so fragments are reinforced)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
     parser.add_argument(
         "--report-only", action="store_true", help="rewrite the doc from the last results"
