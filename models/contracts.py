@@ -250,6 +250,9 @@ class RoundInput(BaseModel):
     context_version: int = 0
     llm_task_queue: str | None = None
     search_attributes: bool = True
+    shape: int = Field(
+        1, description="1: classic (five activities); 2: lean (local store step, one upsert)"
+    )
 
 
 class RoundResult(BaseModel):

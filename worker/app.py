@@ -218,11 +218,17 @@ def user_key_activities(settings: Settings, res: WorkerResources) -> Any:
     return keys
 
 
+#: Workflows kept in memory per worker (the SDK's default). An evicted user workflow is
+#: replayed from its history on its next task; docs/CAPACITY.md sizes this for active users.
+MAX_CACHED_WORKFLOWS = 1000
+
+
 def build_workers(client: Client, settings: Settings, res: WorkerResources) -> list[Worker]:
     """The Workers of `worker_plans`, their activities bound to the resolved components."""
     from mnemoflow.activities.fragments import FragmentActivities
     from mnemoflow.activities.llm_activities import LLMActivities
     from mnemoflow.activities.read_model import ReadModelActivities
+    from mnemoflow.activities.round_store import RoundStoreActivities
     from mnemoflow.activities.search_corpus import SearchCorpus
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
     from mnemoflow.workflows.user_memory import UserMemoryWorkflow
@@ -233,6 +239,8 @@ def build_workers(client: Client, settings: Settings, res: WorkerResources) -> l
         *activity_methods(FragmentActivities(res.store, corpus)),
         *activity_methods(ReadModelActivities(res.read_model)),
         *activity_methods(user_key_activities(settings, res)),
+        # The lean round's store step, run as a local activity by the round (workflow side).
+        *activity_methods(RoundStoreActivities(res.store, res.read_model, corpus)),
     ]
     llm_acts = activity_methods(LLMActivities(res.models, fragments=res.store))
     limit = settings.mnemoflow.max_concurrent_activities
@@ -260,6 +268,7 @@ def build_workers(client: Client, settings: Settings, res: WorkerResources) -> l
                 activity_executor=executor,
                 max_concurrent_activities=limit,
                 max_task_queue_activities_per_second=plan.activities_per_second,
+                max_cached_workflows=MAX_CACHED_WORKFLOWS,
                 graceful_shutdown_timeout=timedelta(seconds=settings.mnemoflow.graceful_shutdown_s),
                 **options,
             )

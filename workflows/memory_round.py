@@ -7,6 +7,17 @@ retried or replayed round writes the same fragment rows (ids derive from user, r
 Each step is an activity with explicit timeouts and a retry policy. An LLM outage of hours is
 absorbed by retries up to the schedule-to-close bound; past it the round fails visibly and its
 messages stay un-indexed for a later round or an operator retry.
+
+Two shapes (docs/ARCHITECTURE.md, "The round"), chosen by the input's `shape` (the user
+workflow sets it; rounds recorded before the lean shape have none and replay unchanged):
+
+- lean (every new round): slice, then tune for cache misses only, then one local activity that
+  indexes, selects and publishes (`activities/round_store.py`), then one search-attribute
+  upsert (theme and outcome together). When the stores do not answer within a short bound the
+  store step goes on as an ordinary activity, so an outage is visible with its attempts. Slice
+  and tune stay ordinary activities (LLM queue, rate limit, heartbeats). The result carries
+  ids, counts and the picked lines of the scoring log, not the whole log, nor the profile.
+- classic (histories from before): five activities, two upserts, the whole scoring log.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.contracts import (
@@ -34,15 +46,18 @@ with workflow.unsafe.imports_passed_through():
         TuneInput,
         TuneOutput,
     )
-    from mnemoflow.models.fragments import Fragment, FragmentDraft, theme_key
+    from mnemoflow.models.fragments import Fragment, FragmentDraft, SelectionLog, theme_key
     from mnemoflow.models.ids import fragment_id
     from mnemoflow.models.params import TunedParams
+    from mnemoflow.models.profile import UserProfile
+    from mnemoflow.models.round_store import STORE_ROUND, StoreRoundInput, StoreRoundOutput
     from mnemoflow.models.usage import LLMUsage
     from mnemoflow.workflows.options import (
         PUBLISH_START_TO_CLOSE,
         STORE_HEARTBEAT,
         llm_activity,
         store_activity,
+        store_local_activity,
         upsert_round_attributes,
     )
 
@@ -50,6 +65,11 @@ MAX_TUNES_PER_ROUND = 4
 QUERY_TURNS = 6
 QUERY_CHARS = 2000
 TUNE_SAMPLE_CHARS = 1500
+#: The input's `shape` from which a round is lean. Versioned by input, not by
+#: `workflow.patched`: a patch records a marker and upserts the TemporalChangeVersion search
+#: attribute in every round (one more visibility write per round); rounds recorded before the
+#: lean shape have no `shape` in their input (1, classic) and replay unchanged.
+LEAN_SHAPE = 2
 
 
 @workflow.defn
@@ -59,6 +79,8 @@ class MemoryRoundWorkflow:
     @workflow.run
     async def run(self, inp: RoundInput) -> RoundResult:
         """Slice, index, tune (cache misses only), select and publish; record the outcome."""
+        if inp.shape >= LEAN_SHAPE:
+            return await self._run_lean(inp)
         try:
             result = await self._run(inp)
         except asyncio.CancelledError:
@@ -72,6 +94,75 @@ class MemoryRoundWorkflow:
         if inp.search_attributes:
             upsert_round_attributes(outcome="completed")
         return result
+
+    # --- the lean shape ------------------------------------------------------------------
+
+    async def _run_lean(self, inp: RoundInput) -> RoundResult:
+        """The lean round; its theme and outcome go to the search attributes in one upsert."""
+        self._theme: str | None = None
+        try:
+            result = await self._lean(inp)
+        except asyncio.CancelledError:
+            self._record("cancelled", inp)
+            raise
+        except Exception:
+            self._record("failed", inp)
+            raise
+        self._record("completed", inp)
+        return result
+
+    def _record(self, outcome: str, inp: RoundInput) -> None:
+        if inp.search_attributes:
+            upsert_round_attributes(theme=self._theme, outcome=outcome)
+
+    async def _lean(self, inp: RoundInput) -> RoundResult:
+        usage: dict[str, LLMUsage] = {}
+        sliced = await self._slice(inp)
+        usage["slice"] = sliced.usage
+        now = workflow.now().timestamp()
+        fragments = build_fragments(inp, sliced.drafts, now)
+        themes = _ordered_themes(fragments)
+        self._theme = themes[0] if themes else None
+        # Tuning needs only the drafts, so it runs before the store step, which then does
+        # index, select and publish in one local activity.
+        tuned_new, tune_usage = await self._tune_missing(inp, fragments)
+        if tune_usage.calls:
+            usage["tune"] = tune_usage
+        select = self._select_input(inp, fragments, tuned_new)
+        skeleton = InjectedContext(
+            user_id=inp.user_id,
+            version=inp.context_version + 1,
+            generated_at=workflow.now().timestamp(),
+            profile=inp.profile,
+            watermarks=inp.watermarks_after,
+            top_k=inp.config.top_k,
+        )
+        stored = await store_round(
+            StoreRoundInput(fragments=fragments, select=select, context=skeleton),
+            f"index {len(fragments)} fragments, select, publish v{skeleton.version}",
+        )
+        return RoundResult(
+            round_no=inp.round_no,
+            fragments=[
+                FragmentRef(id=f.id, created_at=f.created_at, seq=inp.first_seq + i)
+                for i, f in enumerate(fragments)
+            ],
+            themes=themes,
+            tuned_new=tuned_new,
+            # The profile came from the user workflow, which puts it back: not sent twice.
+            context=skeleton.model_copy(
+                update={"fragments": stored.fragments, "profile": UserProfile()}
+            ),
+            selection=SelectionLog(
+                at=select.now,
+                theme=select.theme,
+                params_source=select.params_source,
+                candidates=stored.picked,
+            ),
+            usage=usage,
+        )
+
+    # --- the classic shape (shape 1: rounds recorded before the lean one) ----------------
 
     async def _run(self, inp: RoundInput) -> RoundResult:
         usage: dict[str, LLMUsage] = {}
@@ -149,23 +240,55 @@ class MemoryRoundWorkflow:
     async def _select(
         self, inp: RoundInput, fragments: list[Fragment], tuned_new: dict[str, TunedParams]
     ) -> SelectOutput:
-        theme = fragments[-1].theme if fragments else ""
-        key = theme_key(theme)
-        params = tuned_new.get(key) or inp.tuned.get(key)
         return await workflow.execute_activity(
             ActivityName.SELECT,
-            SelectInput(
-                user_id=inp.user_id,
-                query=query_text(inp),
-                theme=theme,
-                params=params or TunedParams(),
-                params_source=f"tuned:{key}" if params else "default",
-                config=inp.config,
-                now=workflow.now().timestamp(),
-            ),
+            self._select_input(inp, fragments, tuned_new),
             result_type=SelectOutput,
             **store_activity("select fragments"),
         )
+
+    @staticmethod
+    def _select_input(
+        inp: RoundInput, fragments: list[Fragment], tuned_new: dict[str, TunedParams]
+    ) -> SelectInput:
+        """Select for the latest turns with the weights of the round's last theme."""
+        theme = fragments[-1].theme if fragments else ""
+        key = theme_key(theme)
+        params = tuned_new.get(key) or inp.tuned.get(key)
+        return SelectInput(
+            user_id=inp.user_id,
+            query=query_text(inp),
+            theme=theme,
+            params=params or TunedParams(),
+            params_source=f"tuned:{key}" if params else "default",
+            config=inp.config,
+            now=workflow.now().timestamp(),
+        )
+
+
+async def store_round(inp: StoreRoundInput, summary: str) -> StoreRoundOutput:
+    """The store step: a local activity first (one marker event when the stores answer); when
+    it has not succeeded within LOCAL_STORE_BOUND, the same idempotent step as an ordinary
+    activity, which heartbeats and retries for the store bound, visible in the Temporal UI with
+    its attempts and last failure while a store is down."""
+    try:
+        return await workflow.execute_local_activity(
+            STORE_ROUND, inp, result_type=StoreRoundOutput, **store_local_activity(summary)
+        )
+    except FailureError as err:
+        # A failed local activity surfaces as ActivityError or as its cause (an
+        # ApplicationError, a TimeoutError): a permanent error or a cancellation ends here.
+        cause = err.cause if isinstance(err, ActivityError) else err
+        if isinstance(cause, CancelledError) or (
+            isinstance(cause, ApplicationError) and cause.non_retryable
+        ):
+            raise
+    return await workflow.execute_activity(
+        STORE_ROUND,
+        inp,
+        result_type=StoreRoundOutput,
+        **store_activity(summary, heartbeat=STORE_HEARTBEAT),
+    )
 
 
 async def publish_context(context: InjectedContext, **bounds: Any) -> PublishOutput:

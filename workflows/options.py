@@ -40,6 +40,15 @@ STORE_RETRY = _backoff(timedelta(seconds=1), timedelta(seconds=60))
 # The index activity heartbeats while it embeds and upserts: a worker killed mid-index is
 # noticed after this long (not after STORE_START_TO_CLOSE) and another worker retries it.
 STORE_HEARTBEAT = timedelta(seconds=10)
+# The lean round's store step runs as a local activity for this long at most (a local activity
+# is invisible to operators while it retries); then as an ordinary activity with the bounds above.
+LOCAL_STORE_BOUND = timedelta(seconds=10)
+LOCAL_STORE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_attempts=3,
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
 # A publish is one small Redis write: an attempt that takes longer is stuck.
 PUBLISH_START_TO_CLOSE = timedelta(seconds=15)
 
@@ -69,6 +78,17 @@ def store_activity(
         "schedule_to_close_timeout": schedule_to_close,
         "heartbeat_timeout": heartbeat,
         "retry_policy": STORE_RETRY,
+        "summary": summary,
+    }
+
+
+def store_local_activity(summary: str) -> dict[str, Any]:
+    """Options of the lean round's store step as a local activity: three quick attempts within
+    LOCAL_STORE_BOUND, after which the round runs it as an ordinary activity (`store_activity`)."""
+    return {
+        "start_to_close_timeout": LOCAL_STORE_BOUND,
+        "schedule_to_close_timeout": LOCAL_STORE_BOUND,
+        "retry_policy": LOCAL_STORE_RETRY,
         "summary": summary,
     }
 

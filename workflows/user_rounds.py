@@ -38,6 +38,9 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.workflows.user_state import UserRun
 
 MAX_ROUND_ID_PROBES = 24
+#: The shape of the rounds this code starts (workflows/memory_round.py): 2 is the lean one.
+#: It travels in the round's input, so rounds started by older code replay their own shape.
+ROUND_SHAPE = 2
 
 
 async def maybe_round(run: UserRun) -> bool:
@@ -68,6 +71,10 @@ async def maybe_round(run: UserRun) -> bool:
         run.round_task = handle
         result = await handle
     except (ChildWorkflowError, ApplicationError) as err:
+        if run.forget_request is not None:  # the forget cancelled it: count it in the receipt
+            state_ops.round_failed(s, record, "cancelled by forget", now, cfg)
+            run.rounds_cancelled += 1
+            return True
         state_ops.round_failed(s, record, failure_text(err), now, cfg)
         return True
     except asyncio.CancelledError:
@@ -79,6 +86,8 @@ async def maybe_round(run: UserRun) -> bool:
     finally:
         run.round_task = None
     floor = run.context().version
+    # A lean round leaves the profile (its own input) out of its result: put it back.
+    result.context = result.context.model_copy(update={"profile": s.profile})
     state_ops.round_completed(s, record, result, batch, workflow.now().timestamp(), run.inp.prices)
     await _keep_remembered(run, floor)
     return True
@@ -157,6 +166,7 @@ def _round_input(
         context_version=run.context().version,
         llm_task_queue=inp.llm_task_queue,
         search_attributes=inp.search_attributes,
+        shape=ROUND_SHAPE,
     )
 
 

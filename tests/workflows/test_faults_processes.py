@@ -37,6 +37,7 @@ from mnemoflow.middleware import MemoryClient
 from mnemoflow.models.contracts import ActivityName, UserStatus
 from mnemoflow.models.errors import MemoryUnavailableError
 from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.models.round_store import STORE_ROUND
 from mnemoflow.worker.search_attributes import wanted
 from tests.support.drive import STARTED, conversation, eventually, status, submit, wait_status
 from tests.support.invariants import Monotonic, indexed_once
@@ -108,7 +109,8 @@ async def activity_running(client: Client, round_id: str, name: str) -> bool:
 #: Which activity the first worker is slowed in (and killed during): the index activity (a store
 #: write) or the slice activity (an LLM call). Both heartbeat, so either is retried in seconds.
 KILLED_DURING = {
-    ActivityName.INDEX: ("worker-sigkill", {"slow_index_s": 120}),
+    # A lean round indexes in its store step: after its local attempts (10 s), an activity.
+    STORE_ROUND: ("worker-sigkill", {"slow_index_s": 120}),
     ActivityName.SLICE: ("worker-sigkill-llm", {"slow_llm_s": 120}),
 }
 

@@ -1,0 +1,74 @@
+"""The lean round's store step as one activity: index, select, publish (local activity first).
+
+The same work as the `index`, `select` and `publish` activities, in one call on the workflow's
+worker, so a round leaves one marker event in its history instead of three activities and their
+workflow tasks (docs/ARCHITECTURE.md, "The round"). Every step is idempotent (business-id keys,
+a version-monotonic publish), so a retried call rewrites the same rows and context. The round
+runs it as an ordinary activity when the local attempts did not succeed soon (then it
+heartbeats, like `index`). Permanent errors become non-retryable ApplicationErrors with the
+searchable type of models/errors.py.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.heartbeat import heartbeating
+from mnemoflow.activities.read_model import ReadModel
+from mnemoflow.activities.search_corpus import SearchCorpus
+from mnemoflow.memory.selection import select as select_fragments
+from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
+from mnemoflow.models.round_store import STORE_ROUND, StoreRoundInput, StoreRoundOutput
+
+
+class RoundStoreActivities:
+    """The store step of a lean round over the worker's fragment store and read model."""
+
+    def __init__(
+        self, store: FragmentStore, read_model: ReadModel, corpus: SearchCorpus | None = None
+    ) -> None:
+        self.store = store
+        self.read_model = read_model
+        self.corpus = corpus
+
+    @activity.defn(name=STORE_ROUND)
+    async def store_round(self, inp: StoreRoundInput) -> StoreRoundOutput:
+        """Upsert the round's fragments, select the context and publish it."""
+        if activity.info().is_local:
+            return await self._store(inp)
+        # As an ordinary activity (the stores were slow or down): heartbeat, so a killed worker
+        # is noticed in seconds and another one retries.
+        async with heartbeating():
+            return await self._store(inp)
+
+    async def _store(self, inp: StoreRoundInput) -> StoreRoundOutput:
+        sel, config = inp.select, inp.select.config
+        try:
+            written = await self.store.upsert_vectors(inp.fragments) if inp.fragments else []
+            if self.corpus is not None and written:
+                await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
+            candidates = await self.store.candidates(sel.user_id, sel.query, config.retrieve_k)
+            selection = select_fragments(
+                candidates,
+                sel.params,
+                config,
+                sel.now,
+                theme=sel.theme,
+                params_source=sel.params_source,
+            )
+            ranked = selection.ranked[: sel.limit or config.published_candidates]
+            if self.corpus is not None:
+                await self.corpus.reconcile(self.store, sel.user_id)
+            context = inp.context.model_copy(update={"fragments": ranked})
+            published = await self.read_model.publish(context)
+        except (InvalidInputError, PayloadTooLargeError) as exc:
+            raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
+        return StoreRoundOutput(
+            indexed=[f.id for f, _ in written],
+            fragments=ranked,
+            candidates=len(selection.log.candidates),
+            picked=[c for c in selection.log.candidates if c.picked],
+            published_bytes=published.bytes,
+        )

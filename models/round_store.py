@@ -1,0 +1,43 @@
+"""Contracts of the lean round's one store step (docs/ARCHITECTURE.md, "The round").
+
+The lean round does its store work (index, select, publish) in one local activity,
+`STORE_ROUND`: local activities leave one marker event in the round's history instead of an
+activity's three events and a workflow task each. Its result is slim on purpose, because it is
+recorded in the history: ids, counts and the picked fragments, never the scoring log of every
+candidate (which grew with the user's fragments) or the published context a second time.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from mnemoflow.models.contracts import ContextFragment, InjectedContext, SelectInput
+from mnemoflow.models.fragments import Fragment, ScoredCandidate
+
+#: The activity's registered name (workflows call activities by name).
+STORE_ROUND = "mnemoflow.store_round"
+
+
+class StoreRoundInput(BaseModel):
+    """Index these fragments, select for the query, publish the context with the selection."""
+
+    fragments: list[Fragment] = Field(default_factory=list)
+    select: SelectInput
+    context: InjectedContext = Field(description="the context to publish, without fragments")
+
+
+class StoreRoundOutput(BaseModel):
+    """What the round needs to record: ids and counts, the published fragments, the picks."""
+
+    indexed: list[str] = Field(default_factory=list, description="fragment ids upserted")
+    fragments: list[ContextFragment] = Field(
+        default_factory=list, description="the ranked fragments published"
+    )
+    candidates: int = Field(0, description="fragments scored")
+    picked: list[ScoredCandidate] = Field(
+        default_factory=list, description="scoring lines of the picked fragments only"
+    )
+    published_bytes: int = 0
+
+
+__all__ = ["STORE_ROUND", "StoreRoundInput", "StoreRoundOutput"]
