@@ -1,10 +1,12 @@
 """Fragment activities: index (embed + upsert), select (candidates + scoring), reinforce.
 
-Index stores nothing that only repeats the user's memory: a fragment whose content one earlier
-fragment of the user already holds (`memory.text.restates`) is skipped, the earlier one standing
-for both. That is how a turn in which the agent only read memory back ("What am I allergic to?"
-"You are allergic to shellfish.") stays out of the store, and how a fact told twice keeps one
-fragment; the round slices one batch of turns and cannot see what earlier rounds stored.
+Index stores nothing that adds no fact to the user's memory (`adds_nothing`): a fragment whose
+content one earlier fragment of the user already holds (`memory.text.restates`) is skipped, the
+earlier one standing for both, and so is an exchange in which the human only asks and the reply
+states nothing ("When did I move?" / "Let me check."). That is how a turn in which the agent only
+read memory back ("What am I allergic to?" / "You are allergic to shellfish.") stays out of the
+store, and how a fact told twice keeps one fragment; the round slices one batch of turns and
+cannot see what earlier rounds stored.
 
 Each is a thin shell over the FragmentStore and the pure selection of memory.selection. Store
 and network failures propagate unchanged so Temporal's retry policy retries them; permanent
@@ -75,17 +77,35 @@ def asks_only(content: str) -> bool:
     return bool(asked) and all(is_question(s) for s in asked)
 
 
+def replies(content: str) -> str:
+    """The lines of a fragment that are not the human's (`Assistant ...:` and unlabelled)."""
+    out: list[str] = []
+    human = False
+    for line in content.splitlines():
+        if _ANY_SPEAKER.match(line):
+            human = _HUMAN_LINE.match(line) is not None
+        if not human:
+            out.append(line)
+    return "\n".join(out)
+
+
+def adds_nothing(fragment: Fragment, peers: list[set[str]]) -> bool:
+    """Whether the fragment holds no fact its user's memory lacks: the human only asks and the
+    reply states nothing ("When did I move?" / "Let me check."), or one earlier fragment holds
+    what it says (`memory.text.restates`)."""
+    asking = asks_only(fragment.content)
+    if asking and not fact_tokens(replies(fragment.content)):
+        return True
+    tokens = fact_tokens(fragment.content)
+    return any(restates(tokens, other, asking) for other in peers)
+
+
 def new_information(fragments: list[Fragment], earlier: list[Fragment]) -> list[Fragment]:
     """The fragments that add something to `earlier` (the user's stored fragments of other
     rounds; a retried index compares with nothing of its own round)."""
     rounds = {f.round_no for f in fragments}
     peers = [fact_tokens(f.content) for f in earlier if f.round_no not in rounds]
-    kept = []
-    for fragment in fragments:
-        tokens, asking = fact_tokens(fragment.content), asks_only(fragment.content)
-        if not any(restates(tokens, other, asking) for other in peers):
-            kept.append(fragment)
-    return kept
+    return [f for f in fragments if not adds_nothing(f, peers)]
 
 
 def bounded_log(log: SelectionLog, limit: int = MAX_LOG_CANDIDATES) -> SelectionLog:

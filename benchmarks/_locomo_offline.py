@@ -69,6 +69,34 @@ async def fragments_of(conv: Any, user: str) -> list[Any]:
     return stored
 
 
+def _unit(rows: Any) -> Any:
+    import numpy as np
+
+    m = np.asarray(rows, dtype=np.float16).astype(np.float32)
+    return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+
+
+def _asked(question: str, n: int, now: float, stored: list[Any]) -> list[Any]:
+    """The fragment a question's thread becomes (question + NO_ANSWER), unless a repeat."""
+    from mnemoflow.activities.fragments import new_information
+    from mnemoflow.models.fragments import Fragment
+
+    frag = Fragment(
+        id=f"q{n}",
+        user_id="u",
+        theme="general",
+        types=["chat"],
+        content=f"User: {question}\nAssistant: I will check my notes.",
+        created_at=now,
+        reinforced_at=now,
+        round_no=10**6 + n,
+        thread_id=f"question-{n}",
+        start_pos=0,
+        end_pos=2,
+    )
+    return new_information([frag], stored)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", default=str(DEFAULT_DATA))
@@ -78,6 +106,7 @@ def main() -> int:
     parser.add_argument("--baselines", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="module.NAME=python-literal")
     parser.add_argument("--weights", default="")
+    parser.add_argument("--question-threads", action="store_true")
     args = parser.parse_args()
     import ast
     import importlib
@@ -112,9 +141,7 @@ def main() -> int:
     for path in files:
         conv = load(path)
         frags = asyncio.run(fragments_of(conv, "u"))
-        vectors = np.asarray(emb.embed_documents([f.content for f in frags]), dtype=np.float16)
-        vectors = vectors.astype(np.float32)
-        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        vectors = _unit(emb.embed_documents([f.content for f in frags]))
         docs = [SearchDoc(ContextFragment.of(f), f.created_at, 0) for f in frags]
         index = SearchIndex(docs, vectors)
         profile = merge_profile(UserProfile(), extract_profile(f.content for f in frags))
@@ -123,7 +150,15 @@ def main() -> int:
         questions = conv.questions[: args.questions] if args.questions else conv.questions
         base = Baselines(conv, emb, count, date_label) if args.baselines else None
         qvecs = emb.embed_documents([q["question"] for q in questions])
-        for q, qv in zip(questions, qvecs, strict=True):
+        for n, (q, qv) in enumerate(zip(questions, qvecs, strict=True)):
+            if args.question_threads and n:
+                # the previous question's thread, handed over as memory like any turn
+                asked = _asked(questions[n - 1]["question"], n - 1, now, frags)
+                if asked:
+                    frags.extend(asked)
+                    vectors = np.vstack([vectors, _unit(emb.embed_documents([asked[0].content]))])
+                    docs.append(SearchDoc(ContextFragment.of(asked[0]), asked[0].created_at, 0))
+                    index = SearchIndex(docs, vectors)
             evidence = evidence_texts(conv, q)
             if not evidence:
                 continue

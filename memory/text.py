@@ -107,12 +107,13 @@ def query_overlap(query: str, text: str) -> float:
     return hits / len(wanted)
 
 
-# Words of reading memory back ("from what I have", "you mentioned", "according to my notes") or
-# of asking for a name: they make no fact of their own.
+# Words of reading memory back ("from what I have", "you mentioned", "according to my notes"),
+# of not answering yet ("let me check") or of asking for a name: they make no fact of their own.
 _RECALL_WORDS = content_tokens(
     normalise(
         "from have got noted note notes recall remember remind memory mentioned mention told said "
-        "saying earlier before according yes yeah sure okay ok still again name named called"
+        "saying earlier before according yes yeah sure okay ok still again name named called "
+        "check checking look looking let moment"
     )
 )
 #: CJK characters that carry no fact in a question or an answer read back: pronouns, particles,

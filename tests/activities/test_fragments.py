@@ -239,6 +239,8 @@ RECALLS = [
     ],
     [("human", "我对什么过敏？"), ("ai", "根据之前的记录，您对芒果过敏。")],
     [("human", "你还记得我儿子叫什么名字吗"), ("ai", "记得，您儿子叫豆豆。")],
+    # asked, and the reply states nothing: no fact either, whatever was asked about
+    [("human", "When did I last renew my passport?"), ("ai", "Let me check my notes.")],
 ]
 NEWS = [
     ("human", "What am I allergic to?"),
@@ -277,13 +279,14 @@ async def test_recall_only_turns_and_repeats_are_not_stored(acts: FragmentActivi
 
 
 def test_asks_only_and_restates() -> None:
-    from mnemoflow.activities.fragments import asks_only, new_information
+    from mnemoflow.activities.fragments import asks_only, new_information, replies
     from mnemoflow.memory.text import fact_tokens, restates
 
     assert asks_only("User (Ann): Where do I live?\nAssistant: In Leeds.")
     assert asks_only("User: 告诉我我的借书证号\nAssistant: LB-30917")
     assert not asks_only("User: Where do I live? I forgot.\nAssistant: In Leeds.")
     assert not asks_only("Assistant: In Leeds.")  # no human side: nothing was asked
+    assert replies("User (Ann): Where?\nAssistant: In Leeds.\nmore") == "Assistant: In Leeds.\nmore"
     fact = fact_tokens("User: I live in Leeds, on Cross Street, with two cats and a dog.")
     assert restates(fact_tokens("User: Where do I live?\nAssistant: In Leeds."), fact, True)
     assert not restates(fact_tokens("User: Where do I live?\nAssistant: In York."), fact, True)
