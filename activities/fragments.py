@@ -91,12 +91,14 @@ def replies(content: str) -> str:
 
 def adds_nothing(fragment: Fragment, peers: list[set[str]]) -> bool:
     """Whether the fragment holds no fact its user's memory lacks: the human only asks and the
-    reply states nothing ("When did I move?" / "Let me check."), or one earlier fragment holds
-    what it says (`memory.text.restates`)."""
+    reply states nothing ("When did I move?" / "Let me check.") or only what one earlier
+    fragment holds (memory read back), or one earlier fragment holds all it says
+    (`memory.text.restates`)."""
     asking = asks_only(fragment.content)
-    if asking and not fact_tokens(replies(fragment.content)):
+    # When the human only asks, what the fragment could add is in the reply.
+    tokens = fact_tokens(replies(fragment.content) if asking else fragment.content)
+    if asking and not tokens:
         return True
-    tokens = fact_tokens(fragment.content)
     return any(restates(tokens, other, asking) for other in peers)
 
 
