@@ -136,7 +136,13 @@ class FragmentStore:
         return opts
 
     async def _run(self, fn: Callable[[MilvusClient], T]) -> T:
-        return await asyncio.to_thread(self._call, fn)
+        try:
+            return await asyncio.to_thread(self._call, fn)
+        except MilvusException as exc:
+            # pymilvus chains its reconnect attempts into a cause chain deep enough to overflow
+            # Temporal's failure converter (RecursionError, measured with Milvus down): the
+            # activity fails with the last error alone, and is retried as before.
+            raise MilvusException(code=exc.code, message=exc.message) from None
 
     def _call(self, fn: Callable[[MilvusClient], T]) -> T:
         client = self._connected()

@@ -45,6 +45,8 @@ class MemoryNotSettledError(TimeoutError):
 def pending_work(status: UserStatus, published: Published, *, inducted: bool) -> list[str]:
     """What keeps the user's memory from being settled, in words; empty when it is settled."""
     pending: list[str] = []
+    if status.forget_pending:
+        pending.append("a forget is under way")
     if status.undelivered:
         pending.append(f"{status.undelivered} messages not yet delivered by this client")
     behind = {t: m for t, m in status.watermarks.items() if m.indexed < m.accepted}

@@ -228,6 +228,9 @@ class UserStatus(BaseModel):
     undelivered: int = Field(
         0, description="messages this client holds that the workflow has not accepted yet"
     )
+    forget_pending: bool = Field(
+        False, description="a forget is under way (waiting for a store: see last_error)"
+    )
 
 
 # --- round workflow --------------------------------------------------------------------------

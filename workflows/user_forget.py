@@ -5,11 +5,19 @@ for in-flight writes, clears the state, deletes the fragments and the read model
 user's data keys (crypto-shredding, docs/PRIVACY.md) and keeps a receipt, which the update
 returns. It leaves nothing a later round could resurrect. After destroying keys the run
 continues as new, so no live history needs the destroyed key.
+
+A store outage never fails the user workflow (which would lose its state to a fresh run): each
+store step is retried on a durable timer until it succeeds; meanwhile `status` shows the forget
+as pending and the caller's update waits for the receipt.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.contracts import (
@@ -27,11 +35,13 @@ with workflow.unsafe.imports_passed_through():
         DestroyUserKeyOutput,
     )
     from mnemoflow.workflows import state_ops
-    from mnemoflow.workflows.options import store_activity
+    from mnemoflow.workflows.options import failure_text, store_activity
     from mnemoflow.workflows.user_state import UserRun, absorb, absorb_requests
 
 #: Patch id of the crypto-shredding step (histories of forgets before it replay without it).
 SHRED_KEYS = "forget-shreds-user-keys-1"
+#: After a store step of the forget gave up (its own retries over), wait this long and try again.
+FORGET_RETRY = timedelta(minutes=5)
 
 
 async def forget(run: UserRun, req: ForgetRequest) -> ForgetReceipt:
@@ -58,27 +68,30 @@ async def maybe_forget(run: UserRun) -> bool:
     # off, a re-send from a checkpointer) is refused, never indexed again.
     run.state.fence = max(run.state.fence, workflow.now().timestamp())
     user_id = run.inp.user_id
-    fragments = await workflow.execute_activity(
+    fragments = await _until_done(
+        run,
         ActivityName.DELETE_FRAGMENTS,
         DeleteFragmentsInput(user_id=user_id),
-        result_type=DeleteFragmentsOutput,
-        **store_activity("forget: delete fragments"),
+        DeleteFragmentsOutput,
+        "forget: delete fragments",
     )
-    read_model = await workflow.execute_activity(
+    read_model = await _until_done(
+        run,
         ActivityName.DELETE_READ_MODEL,
         DeleteReadModelInput(user_id=user_id),
-        result_type=DeleteReadModelOutput,
-        **store_activity("forget: delete read model"),
+        DeleteReadModelOutput,
+        "forget: delete read model",
     )
     # Last store step: erase the user's data keys, so no payload of theirs Temporal keeps
     # (histories until their retention, copies of the database) can be decrypted again.
     keys = DestroyUserKeyOutput(destroyed=0)
     if workflow.patched(SHRED_KEYS):
-        keys = await workflow.execute_activity(
+        keys = await _until_done(
+            run,
             DESTROY_USER_KEY,
             DestroyUserKeyInput(user_id=user_id),
-            result_type=DestroyUserKeyOutput,
-            **store_activity("forget: destroy the user's data keys"),
+            DestroyUserKeyOutput,
+            "forget: destroy the user's data keys",
         )
     cancelled, run.rounds_cancelled = run.rounds_cancelled, 0
     run.remembered_during_round.clear()
@@ -99,6 +112,19 @@ async def maybe_forget(run: UserRun) -> bool:
     if keys.destroyed:
         await _continue_past_shredded_history(run)
     return True
+
+
+async def _until_done(run: UserRun, name: str, arg: Any, result_type: type, what: str) -> Any:
+    """Run a store step of the forget until it succeeds: past its retry bound, record the forget
+    as pending (status shows it) and try again after FORGET_RETRY, never failing the workflow."""
+    while True:
+        try:
+            return await workflow.execute_activity(
+                name, arg, result_type=result_type, **store_activity(what)
+            )
+        except ActivityError as err:
+            run.state.last_error = f"forget pending: {what} failed: {failure_text(err)}"
+            await workflow.sleep(FORGET_RETRY, summary=f"{what}: retry")
 
 
 async def _continue_past_shredded_history(run: UserRun) -> None:

@@ -148,4 +148,5 @@ def status_of(run: UserRun, history_length: int) -> UserStatus:
         continued=s.continued,
         history_length=history_length,
         config=run.config_change or run.config,
+        forget_pending=run.forget_request is not None,
     )

@@ -1,0 +1,117 @@
+"""Forget during a Milvus outage longer than the store deadline (hours of workflow time on the
+time-skipping server, with the real worker, a Milvus Lite server of its own and Redis).
+
+The user workflow must never go FAILED: the forget waits, `status` shows it pending, and once
+Milvus is back the receipt arrives and the user's workflow (and its state) carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
+from temporalio.testing import WorkflowEnvironment
+
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.devstack.processes import LOOPBACK, free_port, start_milvus_lite
+from mnemoflow.models.contracts import ForgetRequest
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+from tests.support.drive import conversation, submit, wait_status
+from tests.support.memory_worker import memory_worker
+from tests.support.reliability import Ledger
+
+pytestmark = pytest.mark.integration
+
+LINES = [
+    "My name is Ines Carvalho and my flat is above the bakery on Rua Augusta.",
+    "Hello Ines, noted.",
+    "My insurance number is PT-5521-0931, please keep it on file.",
+    "Kept on file.",
+]
+
+
+async def test_forget_through_a_milvus_outage_of_hours_never_fails_the_workflow(
+    time_skipping_env: WorkflowEnvironment,
+    redis_url: str,
+    tmp_path: Path,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    started = time.monotonic()
+    env = time_skipping_env
+    port = free_port()
+    milvus = await asyncio.to_thread(start_milvus_lite, port, tmp_path / "milvus")
+    uri = f"http://{LOOPBACK}:{port}"
+    try:
+        async with memory_worker(
+            env.client, milvus_uri=uri, redis_url=redis_url, models=HeuristicMemoryModels()
+        ) as mw:
+            user = f"forget-outage-{uuid.uuid4().hex[:8]}"
+            t0 = (await env.get_current_time()).timestamp()
+            handle = await submit(
+                env.client, mw.task_queue, user, conversation("t", LINES, t0), urgent=True
+            )
+            await wait_status(
+                handle, lambda s: s.rounds_completed == 1, env=env, what="the first round"
+            )
+            assert await mw.store.count(user) > 0
+            await asyncio.to_thread(milvus.stop)
+
+            update = await handle.start_update(
+                UserMemoryWorkflow.forget,
+                ForgetRequest(reason="outage test"),
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            )
+            # Past the store deadline (1 h): the forget waits, it does not fail.
+            pending = await wait_status(
+                handle,
+                lambda s: s.forget_pending and "forget pending" in (s.last_error or ""),
+                env=env,
+                step_s=600,
+                deadline_s=180,
+                what="forget pending after the store deadline",
+            )
+            desc = await handle.describe()
+            assert desc.status == WorkflowExecutionStatus.RUNNING
+            assert pending.watermarks["t"].indexed == len(LINES), "state kept while waiting"
+
+            milvus = await asyncio.to_thread(start_milvus_lite, port, tmp_path / "milvus")
+            deadline = time.monotonic() + 180
+            while True:  # virtual time jumps to the next retry of the forget's store step
+                try:
+                    receipt = await update.result(rpc_timeout=timedelta(seconds=5))
+                    break
+                except WorkflowUpdateRPCTimeoutOrCancelledError:
+                    assert time.monotonic() < deadline, "no receipt after Milvus came back"
+                    await env.sleep(300)
+            assert receipt.fragments_deleted > 0 and receipt.profile_cleared
+            assert await mw.store.count(user) == 0
+            after = await wait_status(
+                handle, lambda s: not s.forget_pending, env=env, what="forget done"
+            )
+            assert after.rounds_completed == 1, "the same workflow's state, not a fresh run"
+            assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    finally:
+        await asyncio.to_thread(milvus.stop)
+    reliability.record(
+        request,
+        key="forget-store-outage",
+        kind="fault",
+        what="Forget requested while Milvus is down for over two hours of workflow time (past "
+        "the store deadline of 1 h)",
+        happened="the user workflow kept running with its state, status showed the forget "
+        "pending; once Milvus was back the forget's store step was retried and the receipt "
+        f"returned ({receipt.fragments_deleted} fragments deleted)",
+        lost=0,
+        duplicated=0,
+        started=started,
+    )
