@@ -79,15 +79,17 @@ log = logging.getLogger(__name__)
 MAX_TRACKED_THREADS = 10_000
 
 
-Accepted = dict[str, Any]  # state key -> identities accepted (an int in checkpoints before them)
+#: state key -> what is accepted ({"upto": identity, "more": [identities]}; a position count in
+#: checkpoints written before message identities).
+Accepted = dict[str, Any]
 
 
 def merge_accepted(left: Accepted | None, right: Accepted | None) -> Accepted:
-    """Reducer of `memory_accepted`: a list of identities replaces the key's value (the writer
-    computed it from the current messages); an old position count keeps the highest."""
+    """Reducer of `memory_accepted`: a new record replaces the key's value (the writer computed
+    it from the current messages); an old position count keeps the highest."""
     merged = dict(left or {})
     for key, value in (right or {}).items():
-        if isinstance(value, list):
+        if isinstance(value, dict | list):
             merged[key] = value
         elif isinstance(merged.get(key), int | None):
             merged[key] = max(int(merged.get(key) or 0), int(value))
@@ -300,10 +302,16 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         value = recorded.get(accepted_key(user_id, thread))
         if value is None:
             value = recorded.get(thread)  # a checkpoint from before identities: a count
+        known: set[str] = set()
         if isinstance(value, int):
-            known = set(identities[:value])
-        else:
-            known = set(value or ())
+            known.update(identities[:value])
+        elif isinstance(value, dict):  # {"upto": last of the accepted head, "more": the rest}
+            upto = value.get("upto")
+            if upto in identities:
+                known.update(identities[: identities.index(upto) + 1])
+            known.update(value.get("more") or ())
+        elif isinstance(value, list):
+            known.update(value)
         known |= self.client.accepted(user_id, thread, identities)
         return known & set(identities)
 
@@ -318,13 +326,29 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
     def _accepted_update(
         self, state: DurableMemoryState, user_id: str, thread: str, messages: list[AnyMessage]
     ) -> dict[str, Any]:
-        """The `memory_accepted` update, when what is known accepted changed."""
+        """The `memory_accepted` update, when what is known accepted changed. Compact, so a
+        long thread's checkpoints do not grow with it: the last message of the head of the
+        list whose messages are all accepted (or not this user's memory), plus the accepted
+        identities after it (usually none: messages are accepted in order)."""
         known = self._known_accepted(state, user_id, thread, messages)
-        ordered = [i for i in (message_identity(m) for m in messages) if i in known]
+        owner = owner_of(user_id)
+        upto: str | None = None
+        more: list[str] = []
+        in_head = True
+        for message in messages:
+            identity = message_identity(message)
+            memory = not is_derived(message) and belongs_to(message, owner)
+            if in_head and (identity in known or not memory):
+                upto = identity
+            else:
+                in_head = False
+                if identity in known:
+                    more.append(identity)
+        value = {"upto": upto, "more": more}
         key = accepted_key(user_id, thread)
-        if ordered == state.get("memory_accepted", {}).get(key, []):
+        if value == state.get("memory_accepted", {}).get(key) or (upto is None and not more):
             return {}
-        return {"memory_accepted": {key: ordered}}
+        return {"memory_accepted": {key: value}}
 
     def _indexed_prefix(
         self,

@@ -167,7 +167,12 @@ async def stack(
 
 def accepted_count(state: dict[str, Any], user: str, thread: str) -> int:
     """How many of the thread's messages the state records as accepted by the workflow."""
-    return len(state.get("memory_accepted", {}).get(accepted_key(user, thread), []))
+    record = state.get("memory_accepted", {}).get(accepted_key(user, thread))
+    if not record:
+        return 0
+    ids = [m.id for m in state["messages"]]
+    head = ids.index(record["upto"]) + 1 if record["upto"] in ids else 0
+    return head + len(record["more"])
 
 
 async def wait_indexed(client: MemoryClient, user: str, thread: str, end: int) -> None:

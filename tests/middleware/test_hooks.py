@@ -322,7 +322,7 @@ async def test_prompt_rewrite_trim_and_fragment_filter(redis_url: str, unique_na
         response_format=None,
         state={
             "messages": msgs,
-            "memory_accepted": {accepted_key("u", "t1"): [f"m{i}" for i in range(10)]},
+            "memory_accepted": {accepted_key("u", "t1"): {"upto": "m9", "more": []}},
         },
         runtime=runtime("u"),
     )
