@@ -53,6 +53,67 @@ def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
     }
 
 
+# --- processes, read from /proc -------------------------------------------------------------
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces: the fields after it start past the last ')'.
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def _kids(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def process_cpu_s(pid: int, *, children: bool) -> float:
+    """CPU seconds (user + system) of one process; with `children`, plus its live descendants.
+
+    The benchmark process is the parent of the services it starts (Temporal, Milvus, Redis), so
+    it is read with children=False and each service by its own pid; waited-for children's
+    times (cutime) are never included.
+    """
+    fields = _stat(pid) if pid else None
+    if fields is None:
+        return 0.0
+    total = (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+    if children:
+        total += sum(process_cpu_s(k, children=True) for k in _kids(pid))
+    return total
+
+
+def process_nice(pid: int) -> int | None:
+    """The nice level of a process (None when it is gone)."""
+    fields = _stat(pid) if pid else None
+    return int(fields[16]) if fields is not None else None
+
+
+def machine_busy_s() -> float:
+    """Busy CPU seconds of the whole machine since boot (all cores; idle and iowait excluded)."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in first[1:8])
+    # guest time is already counted in user; steal is time this machine did not get.
+    return (user + nice + system + irq + softirq) / _TICKS
+
+
 def _commit() -> str:
     try:
         out = subprocess.run(
@@ -71,6 +132,7 @@ def meta(args: Any) -> dict[str, Any]:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "nice": os.nice(0),
         "args": {k: v for k, v in vars(args).items()} if args is not None else {},
     }
 

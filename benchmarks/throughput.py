@@ -5,15 +5,29 @@ zero-latency heuristic memory models and the default embedding model (USE, 512 d
 each hand over R rounds one after the other (a user's next event goes in once its previous one
 is published, as a conversation would); the users run concurrently. Events are urgent (due at
 once) and stamped now, so induction (due ~53 min after a fragment) stays out of the measured
-rounds, as it would at conversation pace. Measured:
+rounds, as it would at conversation pace.
+
+Each round shape named by `--shapes` (workflows/memory_round.py: 1 classic, 2 lean) is measured
+in turn on the same stack, with its own users, so the shapes compare side by side as ratios.
+Measured per shape:
 
 - rounds/s = U*R / wall time;
 - latency from "event accepted" (signal-with-start returned) to "context published" (the read
   model in Redis holds a version whose indexed watermark covers the event);
-- CPU seconds per process: this process (worker + load driver), Temporal dev server, Milvus Lite,
-  Redis.
+- CPU seconds per process, each counted apart: this process (worker + load driver; its
+  children are not included), the Temporal dev server, Milvus Lite, Redis (each with its own
+  descendants), read by pid; and the whole machine's busy time, so the CPU of everything else
+  that ran meanwhile is on record;
+- from the histories of every measured user and round: history events, workflow tasks and
+  history bytes per round, for the user workflows and the rounds apart;
+- load average and nice level of every process, at the start and the end.
 
-    python benchmarks/throughput.py [--short] [--users U] [--rounds R]
+`--one-user N` adds a single user handing over N rounds one after the other: history bytes of
+each round, the user workflow's history length and bytes after each, and at the end how long a
+status query and a full replay of that history take (what the continue-as-new bound trades).
+
+    python benchmarks/throughput.py [--short] [--users U] [--rounds R] [--shapes 1,2]
+        [--one-user N] [--cache N]
 """
 
 from __future__ import annotations
@@ -21,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 import uuid
@@ -29,30 +44,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import stack, summary_ms, write_result
+from _common import machine_busy_s, process_cpu_s, process_nice, stack, summary_ms, write_result
 
 TARGET_ROUNDS_PER_S = 20.0
+TARGET_CPU_MS_PER_ROUND = 60.0
+TARGET_EVENTS_PER_ROUND = 20.0
+TARGET_WORKFLOW_TASKS_PER_ROUND = 4.0
 #: Events are marked urgent (due at once) and stamped now, so fragments reach the long-term gate
 #: ~53 min later, as in a real conversation: induction is not part of each measured round.
 URGENT = True
 POLL_S = 0.025
-
-
-def _cpu(pid: int) -> float:
-    """CPU seconds (user + system) of a process and its children."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        total = sum(proc.cpu_times()[:2])
-        for kid in proc.children(recursive=True):
-            try:
-                total += sum(kid.cpu_times()[:2])
-            except psutil.Error:
-                pass
-        return total
-    except psutil.Error:
-        return 0.0
+HISTORY_FETCHES = 16
 
 
 class Watcher:
@@ -113,6 +115,7 @@ async def _user(client: Any, watcher: Watcher, user: str, rounds: int, lat: list
                 time=t0 + (pos + 1) * 35,
             ),
         ]
+        # The watermark counts the thread's messages indexed so far (2 per round).
         done = watcher.wait(user, thread, pos + 2)
         await client.submit(user, turns, urgent=URGENT)
         accepted = time.perf_counter()
@@ -120,57 +123,333 @@ async def _user(client: Any, watcher: Watcher, user: str, rounds: int, lat: list
         lat.append(published - accepted)
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    import os
+# --- histories -----------------------------------------------------------------------------
 
+
+def history_figures(history: Any) -> dict[str, int]:
+    """Events, workflow tasks (completed) and bytes (serialized events) of one history."""
+    from temporalio.api.enums.v1 import EventType
+
+    events = list(history.events)
+    return {
+        "events": len(events),
+        "workflow_tasks": sum(
+            1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        ),
+        "bytes": sum(e.ByteSize() for e in events),
+        "activities": sum(
+            1 for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        ),
+        "markers": sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED),
+        "upserts": sum(
+            1
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        ),
+    }
+
+
+async def _fetch_all(temporal: Any, ids: list[str]) -> list[dict[str, int]]:
+    gate = asyncio.Semaphore(HISTORY_FETCHES)
+
+    async def one(workflow_id: str) -> dict[str, int]:
+        async with gate:
+            history = await temporal.get_workflow_handle(workflow_id).fetch_history()
+            return history_figures(history)
+
+    return list(await asyncio.gather(*(one(w) for w in ids)))
+
+
+def _sum(rows: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for row in rows:
+        for k, v in row.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+async def histories_per_round(temporal: Any, users: list[str], rounds: int) -> dict[str, Any]:
+    """Sum the histories of the users' workflows and of their rounds, per round."""
+    from mnemoflow.models.ids import round_workflow_id, user_workflow_id
+
+    parents = [user_workflow_id(u) for u in users]
+    children = [round_workflow_id(p, n) for p in parents for n in range(1, rounds + 1)]
+    parent = _sum(await _fetch_all(temporal, parents))
+    child = _sum(await _fetch_all(temporal, children))
+    total = len(users) * rounds
+
+    def per(d: dict[str, int]) -> dict[str, float]:
+        return {k: round(v / total, 2) for k, v in d.items()}
+
+    both = {k: parent.get(k, 0) + child.get(k, 0) for k in parent}
+    return {"user_workflow": per(parent), "round_workflow": per(child), "total": per(both)}
+
+
+# --- one measured phase ----------------------------------------------------------------------
+
+
+class CpuMeter:
+    """CPU seconds of each process (by pid, apart) and of the whole machine, between marks."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.t0 = time.perf_counter()
+        self.cpu0 = {
+            k: process_cpu_s(p, children=k != "worker_and_driver") for k, p in pids.items()
+        }
+        self.busy0 = machine_busy_s()
+
+    def read(self) -> dict[str, Any]:
+        wall = time.perf_counter() - self.t0
+        cpu = {
+            k: round(process_cpu_s(p, children=k != "worker_and_driver") - self.cpu0[k], 2)
+            for k, p in self.pids.items()
+        }
+        ours = sum(cpu.values())
+        machine = machine_busy_s() - self.busy0
+        cores = os.cpu_count() or 2
+        return {
+            "wall_s": round(wall, 2),
+            "cpu_s": cpu,
+            "cpu_s_ours": round(ours, 2),
+            "cpu_s_machine": round(machine, 2),
+            "cpu_s_others": round(max(0.0, machine - ours), 2),
+            "utilisation_ours": round(ours / (wall * cores), 3),
+            "utilisation_machine": round(machine / (wall * cores), 3),
+        }
+
+
+async def _phase(
+    client: Any,
+    temporal: Any,
+    watcher: Watcher,
+    pids: dict[str, int],
+    shape: int,
+    users: int,
+    rounds: int,
+) -> dict[str, Any]:
+    from mnemoflow.workflows import user_rounds
+
+    user_rounds.ROUND_SHAPE = shape  # the user workflow module is shared with the sandbox
+    tag = uuid.uuid4().hex[:6]
+    names = [f"tput-{tag}-{u}" for u in range(users)]
+    # Warm-up (not measured): the first workflows of this shape, their sandboxes.
+    await asyncio.gather(*(_user(client, watcher, f"warm-{tag}-{i}", 1, []) for i in range(4)))
+    load0 = [round(x, 2) for x in os.getloadavg()]
+    lat: list[float] = []
+    print(f"shape {shape}: {users} users x {rounds} rounds ...", flush=True)
+    meter = CpuMeter(pids)
+    await asyncio.gather(*(_user(client, watcher, n, rounds, lat) for n in names))
+    usage = meter.read()
+    total = users * rounds
+    wall = usage["wall_s"]
+    result: dict[str, Any] = {
+        "shape": shape,
+        "users": users,
+        "rounds_per_user": rounds,
+        "rounds": total,
+        "rounds_per_s": round(total / wall, 2),
+        "accepted_to_published": summary_ms(lat),
+        **usage,
+        "cpu_ms_per_round": {k: round(1000 * v / total, 1) for k, v in usage["cpu_s"].items()},
+        "cpu_ms_per_round_all": round(1000 * usage["cpu_s_ours"] / total, 1),
+        "load_avg_1_5_15": {"start": load0, "end": [round(x, 2) for x in os.getloadavg()]},
+        "nice": {k: process_nice(p) for k, p in pids.items()},
+        "worker_rss_mb": _rss_mb(),
+    }
+    result["history_per_round"] = await histories_per_round(temporal, names, rounds)
+    # Floor of this shape on these cores: rounds/s if our processes had both cores to
+    # themselves, at the CPU per round measured here.
+    cores = os.cpu_count() or 2
+    result["rounds_per_s_if_cpu_bound"] = round(
+        1000 * cores / max(result["cpu_ms_per_round_all"], 1e-9), 1
+    )
+    return result
+
+
+def _rss_mb() -> float:
+    """Resident memory of this process (the worker holds its cached workflows here)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -> dict[str, Any]:
+    """One user, `rounds` rounds in a row: bytes per round, the user history's growth, and the
+    cost of a status query and of a replay at the end."""
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.client import WorkflowHistory
+
+    from mnemoflow.models.ids import round_workflow_id, user_workflow_id
+    from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+    from mnemoflow.workflows.user_rounds import ROUND_SHAPE
+
+    user = f"one-{uuid.uuid4().hex[:6]}"
+    parent = user_workflow_id(user)
+    print(f"one user x {rounds} rounds (shape {ROUND_SHAPE}) ...", flush=True)
+    await _user(client, watcher, user, rounds, [])
+    # Every run of the user workflow (it continues as new past its history bound); the first
+    # one is the longest and shows the growth.
+    runs = sorted(
+        [w async for w in temporal.list_workflows(f"WorkflowId = '{parent}'")],
+        key=lambda w: w.start_time,
+    )
+    runs_events = []
+    for w in runs:
+        h = await temporal.get_workflow_handle(parent, run_id=w.run_id).fetch_history()
+        runs_events.append(len(h.events))
+    history = await temporal.get_workflow_handle(parent, run_id=runs[0].run_id).fetch_history()
+    # The user workflow's length and bytes after each round (at its child's completion).
+    grown: list[tuple[int, int]] = []
+    size = 0
+    for i, e in enumerate(history.events, start=1):
+        size += e.ByteSize()
+        if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
+            grown.append((i, size))
+    children = await _fetch_all(
+        temporal, [round_workflow_id(parent, n) for n in range(1, rounds + 1)]
+    )
+    per_round_bytes = [c["bytes"] for c in children]
+    user_bytes = [b - a for (_, a), (_, b) in zip([(0, 0), *grown[:-1]], grown, strict=True)]
+    handle = temporal.get_workflow_handle(parent)
+    queries = []
+    for _ in range(5):
+        t = time.perf_counter()
+        await handle.query(UserMemoryWorkflow.status)
+        queries.append(time.perf_counter() - t)
+    replay_s = await asyncio.to_thread(_replay_seconds, history)  # the first run, whole
+    # Replay of the history's first ~n events (cut after a workflow task): cost vs length.
+    completed = [
+        i
+        for i, e in enumerate(history.events)
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    ]
+    replay_at: dict[str, float] = {}
+    for n in (250, 500, 1000, 2000):
+        cut = next((i for i in completed if i + 1 >= n), None)
+        if cut is None:
+            break
+        prefix = WorkflowHistory(history.workflow_id, list(history.events[: cut + 1]))
+        replay_at[str(cut + 1)] = round(await asyncio.to_thread(_replay_seconds, prefix), 3)
+
+    def at(values: list[int], n: int) -> int:
+        return values[min(n, len(values)) - 1]
+
+    marks = sorted({1, 10, 50, 100, rounds} & set(range(1, rounds + 1)))
+    first = [n for n in sorted({*marks, len(grown)}) if n <= len(grown)]
+    return {
+        "rounds": rounds,
+        "round_history_bytes": {str(n): at(per_round_bytes, n) for n in marks},
+        # the first run of the user workflow, after its n-th round
+        "user_history_bytes_per_round": {str(n): at(user_bytes, n) for n in first},
+        "user_history_events_after": {str(n): grown[n - 1][0] for n in first},
+        "user_history_bytes_first_run": size,
+        "user_history_events_first_run": len(history.events),
+        "user_workflow_runs": len(runs),
+        "user_history_events_per_run": runs_events,
+        "status_query": summary_ms(queries),
+        "replay_s": round(replay_s, 3),
+        "replay_s_at_events": replay_at,
+        "replay_ms_per_1000_events": round(1000 * replay_s / len(history.events) * 1000, 1),
+    }
+
+
+def _replay_seconds(history: Any) -> float:
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Replayer
+
+    from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
+    from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+
+    replayer = Replayer(
+        workflows=[UserMemoryWorkflow, MemoryRoundWorkflow], data_converter=pydantic_data_converter
+    )
+    t = time.perf_counter()
+    asyncio.run(replayer.replay_workflow(history))
+    return time.perf_counter() - t
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
+    from mnemoflow.worker import app
     from mnemoflow.worker.memory_client import memory_client
 
     users = args.users or (40 if args.short else 100)
     rounds = args.rounds or (5 if args.short else 10)
+    shapes = [int(s) for s in args.shapes.split(",") if s]
+    if args.cache:
+        app.MAX_CACHED_WORKFLOWS = args.cache
     async with stack(latency_s=0.0, tag="tput") as (info, settings, temporal):
         client = memory_client(temporal, settings)
         redis = aioredis.Redis.from_url(info.redis_url)
         watcher = Watcher(redis, settings.redis.key_prefix)
         poller = asyncio.create_task(watcher.run())
-        # Warm-up (not measured): loads the embedding model, creates the first workflows.
-        await asyncio.gather(*(_user(client, watcher, f"warm-{i}", 1, []) for i in range(4)))
         pids = {
             "worker_and_driver": os.getpid(),
             "temporal": info.service_pids.get("temporal", 0),
             "milvus": info.service_pids.get("milvus-lite", 0),
             "redis": info.service_pids.get("redis", 0),
         }
-        cpu0 = {k: _cpu(p) for k, p in pids.items()}
-        lat: list[float] = []
-        tag = uuid.uuid4().hex[:6]
-        print(f"{users} users x {rounds} rounds ...", flush=True)
-        t0 = time.perf_counter()
-        await asyncio.gather(
-            *(_user(client, watcher, f"tput-{tag}-{u}", rounds, lat) for u in range(users))
-        )
-        wall = time.perf_counter() - t0
-        cpu = {k: round(_cpu(p) - cpu0[k], 1) for k, p in pids.items()}
+        phases = []
+        for shape in shapes:
+            phases.append(await _phase(client, temporal, watcher, pids, shape, users, rounds))
+            p = phases[-1]
+            print(
+                f"  {p['rounds_per_s']} rounds/s, {p['cpu_ms_per_round_all']} CPU-ms/round, "
+                f"{p['history_per_round']['total']['events']} events and "
+                f"{p['history_per_round']['total']['workflow_tasks']} workflow tasks per round",
+                flush=True,
+            )
+        one = None
+        if args.one_user:
+            from mnemoflow.workflows import user_rounds
+
+            user_rounds.ROUND_SHAPE = shapes[-1]
+            one = await _one_user(client, temporal, watcher, args.one_user)
         poller.cancel()
         await redis.aclose()
         await client.aclose()
-    total = users * rounds
-    busy = sum(cpu.values())
-    return {
-        "users": users,
-        "rounds_per_user": rounds,
-        "rounds": total,
-        "wall_s": round(wall, 2),
-        "rounds_per_s": round(total / wall, 2),
-        "accepted_to_published": summary_ms(lat),
-        "cpu_s": cpu,
-        "cpu_share": {k: round(v / busy, 3) if busy else 0.0 for k, v in cpu.items()},
-        "cpu_utilisation_of_2_cores": round(busy / (wall * (os.cpu_count() or 2)), 3),
+    chosen = phases[-1]
+    out: dict[str, Any] = {
+        "phases": phases,
         "service_pids": {k: v for k, v in pids.items() if k != "worker_and_driver"},
-        "target_rounds_per_s": TARGET_ROUNDS_PER_S,
-        "met": total / wall >= TARGET_ROUNDS_PER_S,
+        "worker_cache": app.MAX_CACHED_WORKFLOWS,
+        "targets": {
+            "rounds_per_s": TARGET_ROUNDS_PER_S,
+            "cpu_ms_per_round": TARGET_CPU_MS_PER_ROUND,
+            "events_per_round": TARGET_EVENTS_PER_ROUND,
+            "workflow_tasks_per_round": TARGET_WORKFLOW_TASKS_PER_ROUND,
+        },
+        "chosen_shape": chosen["shape"],
+        "met": {
+            "rounds_per_s": chosen["rounds_per_s"] >= TARGET_ROUNDS_PER_S,
+            "cpu_ms_per_round": chosen["cpu_ms_per_round_all"] <= TARGET_CPU_MS_PER_ROUND,
+            "events_per_round": chosen["history_per_round"]["total"]["events"]
+            <= TARGET_EVENTS_PER_ROUND,
+            "workflow_tasks_per_round": chosen["history_per_round"]["total"]["workflow_tasks"]
+            <= TARGET_WORKFLOW_TASKS_PER_ROUND,
+        },
     }
+    if len(phases) > 1:
+        base = phases[0]
+        out["ratios_last_to_first"] = {
+            "rounds_per_s": round(chosen["rounds_per_s"] / base["rounds_per_s"], 2),
+            "cpu_ms_per_round_all": round(
+                chosen["cpu_ms_per_round_all"] / base["cpu_ms_per_round_all"], 2
+            ),
+            **{
+                f"{k}_per_round": round(
+                    chosen["history_per_round"]["total"][k] / base["history_per_round"]["total"][k],
+                    2,
+                )
+                for k in ("events", "workflow_tasks", "bytes")
+            },
+        }
+    if one is not None:
+        out["one_user"] = one
+    return out
 
 
 def main() -> int:
@@ -178,19 +457,29 @@ def main() -> int:
     parser.add_argument("--short", action="store_true", help="40 users x 5 rounds")
     parser.add_argument("--users", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=0)
+    parser.add_argument(
+        "--shapes", default="1,2", help="round shapes measured in turn (1 classic, 2 lean)"
+    )
+    parser.add_argument("--one-user", type=int, default=0, help="rounds of one user (0: none)")
+    parser.add_argument("--cache", type=int, default=0, help="worker's workflow cache (0: default)")
     parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
     parser.add_argument("--name", default="throughput", help="results file name")
     args = parser.parse_args()
     if args.dry_run:
         return 0
     result = asyncio.run(run(args))
-    lat = result["accepted_to_published"]
-    print(
-        f"{result['rounds']} rounds in {result['wall_s']} s: {result['rounds_per_s']} rounds/s "
-        f"(target {TARGET_ROUNDS_PER_S}: {'met' if result['met'] else 'MISSED'}); "
-        f"accepted->published p50 {lat['p50_ms']:.0f} ms p95 {lat['p95_ms']:.0f} ms"
-    )
-    print("CPU seconds: " + ", ".join(f"{k} {v}" for k, v in result["cpu_s"].items()))
+    for p in result["phases"]:
+        lat = p["accepted_to_published"]
+        h = p["history_per_round"]["total"]
+        print(
+            f"shape {p['shape']}: {p['rounds']} rounds in {p['wall_s']} s = "
+            f"{p['rounds_per_s']} rounds/s; accepted->published p50 {lat['p50_ms']:.0f} ms "
+            f"p95 {lat['p95_ms']:.0f} ms; CPU-ms/round {p['cpu_ms_per_round']} "
+            f"(all {p['cpu_ms_per_round_all']}); per round {h['events']} events, "
+            f"{h['workflow_tasks']} workflow tasks, {h['bytes']:.0f} history bytes; machine "
+            f"{p['utilisation_machine']:.0%} busy (ours {p['utilisation_ours']:.0%})"
+        )
+    print(f"targets met: {result['met']}")
     write_result(args.name, result, args)
     return 0
 

@@ -66,6 +66,10 @@ class UserMemoryWorkflow:
             self._absorb()
             if await user_forget.maybe_forget(run):
                 continue
+            # Checked before any work: a busy user always has a round due, so a check at idle
+            # only let histories grow to ~8,700 events.
+            if _past_events_bound(run):
+                await self._continue_as_new()
             if await maybe_round(run):
                 continue
             if await maybe_induct(run):
@@ -73,11 +77,16 @@ class UserMemoryWorkflow:
             if await maybe_reinforce(run):
                 continue
             if _history_is_long(run):
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                self._absorb()
-                run.state.continued += 1
-                workflow.continue_as_new(run.continued_input())
+                await self._continue_as_new()
             await _sleep_until_due(run)
+
+    async def _continue_as_new(self) -> None:
+        """After every handler finished, with everything absorbed; carries state and config."""
+        run = self._run
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._absorb()
+        run.state.continued += 1
+        workflow.continue_as_new(run.continued_input())
 
     def _absorb(self) -> None:
         absorb(self._run, workflow.now().timestamp())
@@ -173,11 +182,30 @@ class UserMemoryWorkflow:
         user_requests.validate_update_config(self._run, req)
 
 
+#: The user workflow continues as new past this many events even when its input allows more
+#: (the input's default is 10,000). A worker that does not hold the workflow in its cache
+#: replays the whole history before it answers a query or runs the next task; measured in
+#: benchmarks/results/throughput.json (`one_user`), this bound keeps that replay well under the
+#: hot path's 2 s query timeout on a loaded 2-core machine (docs/PERFORMANCE.md).
+HISTORY_EVENTS_BOUND = 1_000
+#: Histories that passed the bound under the older rule (checked only when idle, the input's
+#: bound only) replay that rule: the new check is taken only where this patch is recorded.
+HISTORY_BOUND_PATCH = "history-events-bound-1000"
+
+
 def _history_is_long(run: UserRun) -> bool:
     info = workflow.info()
     return (
         info.is_continue_as_new_suggested()
         or info.get_current_history_length() >= run.inp.max_history_events
+    )
+
+
+def _past_events_bound(run: UserRun) -> bool:
+    """Past HISTORY_EVENTS_BOUND (or the input's lower bound), in runs that recorded the patch."""
+    bound = min(HISTORY_EVENTS_BOUND, run.inp.max_history_events)
+    return workflow.info().get_current_history_length() >= bound and workflow.patched(
+        HISTORY_BOUND_PATCH
     )
 
 
