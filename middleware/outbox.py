@@ -242,12 +242,15 @@ class Outbox:
     async def _send_one(self, key: Key, entry: _Entry) -> None:
         user_id, _ = key
         turns = list(entry.turns.values())
-        urgent, trigger, usage = entry.urgent, entry.trigger, entry.usage
+        urgent, trigger = entry.urgent, entry.trigger
+        usage, entry.usage = entry.usage, None  # usage added meanwhile rides on the next send
         entry.sending = True
         try:
             if turns or usage is not None:
                 await self._send(user_id, _ordered(turns), urgent, trigger, usage)
-        except Exception as err:
+        except Exception as err:  # every failure is retried
+            if usage is not None:
+                entry.usage = usage if entry.usage is None else usage + entry.usage
             entry.attempts += 1
             self.metrics.retries.inc()
             backoff = min(self.max_backoff_s, self.base_backoff_s * 2 ** (entry.attempts - 1))
