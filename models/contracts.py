@@ -184,6 +184,13 @@ class UserMemoryState(BaseModel):
         default_factory=dict,
         description="digest of a pruned idle thread -> its horizon, so re-sends stay refused",
     )
+    profile_sources: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="profile fact key (models.profile.profile_facts) -> fragment ids it came from",
+    )
+    forgotten_fragments: list[str] = Field(
+        default_factory=list, description="recently forgotten fragment ids (bounded)"
+    )
 
 
 class UserMemoryInput(BaseModel):
@@ -475,9 +482,12 @@ class ForgetFragmentRequest(BaseModel):
 
 
 class ForgetFragmentResult(BaseModel):
-    """How many rows were deleted (0 when the id was not the user's)."""
+    """How many rows were deleted (0 when the id was not the user's), the profile facts that
+    came only from that fragment and were removed, and whether the read model was republished."""
 
     deleted: int
+    profile_facts_removed: int = 0
+    republished: bool = False
 
 
 class ForgetRequest(BaseModel):

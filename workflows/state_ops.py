@@ -13,6 +13,7 @@ from mnemoflow.models.contracts import (
     ForgetReceipt,
     FragmentRef,
     InductOutput,
+    InjectedContext,
     ReinforceEvent,
     RoundRecord,
     RoundResult,
@@ -22,7 +23,7 @@ from mnemoflow.models.contracts import (
     UserMemoryState,
     Watermark,
 )
-from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.profile import UserProfile, profile_facts, without_facts
 from mnemoflow.models.turns import ChatTurn, identity_digest, turn_identity
 from mnemoflow.models.usage import PriceTable
 
@@ -35,6 +36,8 @@ MAX_PUBLISHED_THREADS = 50
 MAX_IDLE_THREADS = 200
 MAX_FORGET_RECEIPTS = 20
 MAX_SEEN_MESSAGES = 4096
+MAX_FACT_SOURCES = 32
+MAX_FORGOTTEN_FRAGMENTS = 512
 MAX_RETIRED_THREADS = 1000
 
 
@@ -289,13 +292,59 @@ def _finish(record: RoundRecord, status: str, now: float, **extra: object) -> No
 def induction_stored(
     s: UserMemoryState, batch: list[FragmentRef], out: InductOutput, prices: PriceTable
 ) -> None:
-    """The merged profile is stored: only now does the cursor move (never backwards)."""
+    """The merged profile is stored: only now does the cursor move (never backwards). Facts new
+    to the profile are attributed to the batch's fragments (provenance for forget_fragment)."""
+    before = profile_facts(s.profile)
+    after = profile_facts(out.profile)
+    sources = {k: v for k, v in s.profile_sources.items() if k in after}
+    for key in after:
+        if key not in before or key not in sources:
+            sources[key] = [r.id for r in batch][:MAX_FACT_SOURCES]
+    s.profile_sources = sources
     s.profile = out.profile
     done = {r.id for r in batch}
     s.uninducted = [r for r in s.uninducted if r.id not in done]
     s.induction_cursor = max([s.induction_cursor, *(r.seq for r in batch)])
     s.inductions += 1
     s.ledger.add("induct", out.usage, prices)
+    late = set(s.forgotten_fragments) & {r.id for r in batch}
+    for fragment_id in late:  # forgotten while this induction ran
+        forget_fragment_facts(s, fragment_id)
+
+
+def forget_fragment_facts(s: UserMemoryState, fragment_id: str) -> int:
+    """Forget a fragment in the state: the profile facts that came only from it are removed,
+    it leaves the published context, and a later round or induction cannot bring it back.
+    Returns how many profile facts were removed."""
+    _remember(s.forgotten_fragments, fragment_id, MAX_FORGOTTEN_FRAGMENTS)
+    gone: set[str] = set()
+    for key, ids in list(s.profile_sources.items()):
+        if fragment_id in ids:
+            rest = [i for i in ids if i != fragment_id]
+            if rest:
+                s.profile_sources[key] = rest
+            else:
+                gone.add(key)
+                del s.profile_sources[key]
+    if gone:
+        s.profile = without_facts(s.profile, gone)
+    if s.context is not None:
+        s.context = without_forgotten(s.context, s.forgotten_fragments, s.profile)
+    return len(gone)
+
+
+def without_forgotten(
+    context: InjectedContext, forgotten: list[str], profile: UserProfile
+) -> InjectedContext:
+    """The context without forgotten fragments and with the current profile (a new version
+    when anything changed)."""
+    dropped = set(forgotten)
+    fragments = [f for f in context.fragments if f.id not in dropped]
+    if len(fragments) == len(context.fragments) and context.profile == profile:
+        return context
+    return context.model_copy(
+        update={"fragments": fragments, "profile": profile, "version": context.version + 1}
+    )
 
 
 def forget_all(s: UserMemoryState) -> int:
@@ -314,6 +363,7 @@ def forget_all(s: UserMemoryState) -> int:
     s.uninducted = []
     s.tuned = {}
     s.profile = UserProfile()
+    s.profile_sources = {}
     s.context = None
     s.last_error = None
     return dropped

@@ -50,6 +50,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from mnemoflow.workflows.user_state import UserRun
 
+#: Patch id of forget_fragment's republish (histories before it only deleted the row).
+FORGET_FRAGMENT_REPUBLISHES = "forget-fragment-republishes"
+
 #: An explicit memory starts as if reinforced a few times: the user asked for it.
 EXPLICIT_STRENGTH = 4
 
@@ -137,7 +140,8 @@ def validate_recall(req: RecallRequest) -> None:
 
 
 async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFragmentResult:
-    """Delete one of this user's fragments (ids of other users delete nothing)."""
+    """Delete one of this user's fragments (ids of other users delete nothing), remove the
+    profile facts that came only from it, and republish the read model at once."""
     run.writes_in_flight += 1
     try:
         out = await workflow.execute_activity(
@@ -149,7 +153,20 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
     finally:
         run.writes_in_flight -= 1
     run.dropped_ids.append(req.fragment_id)
-    return ForgetFragmentResult(deleted=out.deleted)
+    if not out.deleted or not workflow.patched(FORGET_FRAGMENT_REPUBLISHES):
+        return ForgetFragmentResult(deleted=out.deleted)
+    await workflow.wait_condition(lambda: not run.publishing)
+    removed = state_ops.forget_fragment_facts(run.state, req.fragment_id)
+    republished = False
+    if run.state.context is not None and run.forget_request is None:
+        try:
+            await publish_context(run.state.context, schedule_to_close=REMEMBER_PUBLISH_BOUND)
+            republished = True
+        except ActivityError as err:  # the state holds it: the query and the next publish do
+            run.state.last_error = f"publish failed: {failure_text(err)}"
+    return ForgetFragmentResult(
+        deleted=out.deleted, profile_facts_removed=removed, republished=republished
+    )
 
 
 def retry_round(run: UserRun, req: RetryRoundRequest) -> RetryRoundResult:

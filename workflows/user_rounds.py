@@ -90,7 +90,24 @@ async def maybe_round(run: UserRun) -> bool:
     result.context = result.context.model_copy(update={"profile": s.profile})
     state_ops.round_completed(s, record, result, batch, workflow.now().timestamp(), run.inp.prices)
     await _keep_remembered(run, floor)
+    await drop_forgotten(run)
     return True
+
+
+async def drop_forgotten(run: UserRun) -> None:
+    """A fragment forgotten while a round or an induction ran may be in what it published:
+    take it out again and republish (best effort: the state holds the clean context)."""
+    s = run.state
+    if s.context is None or not s.forgotten_fragments:
+        return
+    cleaned = state_ops.without_forgotten(s.context, s.forgotten_fragments, s.profile)
+    if cleaned is s.context:
+        return
+    s.context = cleaned
+    try:
+        await publish_context(cleaned, schedule_to_close=REMEMBER_PUBLISH_BOUND)
+    except ActivityError as err:
+        s.last_error = f"publish failed: {failure_text(err)}"
 
 
 async def _keep_remembered(run: UserRun, floor: int) -> None:

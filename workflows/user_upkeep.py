@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.memory_round import publish_context
     from mnemoflow.workflows.options import failure_text, llm_activity, store_activity
+    from mnemoflow.workflows.user_rounds import drop_forgotten
     from mnemoflow.workflows.user_state import UserRun
 
 MAX_INDUCTION_BATCH = 32
@@ -65,6 +66,7 @@ async def maybe_induct(run: UserRun) -> bool:
         run.publishing = False
     s.context = context
     state_ops.induction_stored(s, batch, out, run.inp.prices)
+    await drop_forgotten(run)
     return True
 
 

@@ -40,7 +40,7 @@ _LEAD = re.compile(
 )
 
 _NAME = (
-    re.compile(r"\bmy name is ([A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"),
+    re.compile(r"\b(?i:my name is) ([A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"),
     re.compile(r"\b(?:call me|I'm|I am) ([A-Z][a-z'-]+(?: [A-Z][a-z'-]+)?)" + _END),
     re.compile(r"(?:我叫|我的名字是|我的名字叫|名字叫)([\u4e00-\u9fff·]{2,4}?)" + _ZH_END),
 )

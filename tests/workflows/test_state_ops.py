@@ -7,6 +7,7 @@ import pytest
 from mnemoflow.memory.formulas import time_to_maturity
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
+    ContextFragment,
     FragmentRef,
     InductOutput,
     InjectedContext,
@@ -268,3 +269,34 @@ def test_a_due_thread_older_than_the_published_ones_keeps_its_round_watermark() 
     after = state_ops.round_watermarks(s, "old", list(s.threads["old"].pending))
     assert after["old"] == Watermark(accepted=2, indexed=2)
     assert len(after) == state_ops.MAX_PUBLISHED_THREADS + 1
+
+
+def test_profile_facts_carry_their_fragments_and_leave_with_the_last_one() -> None:
+    s = UserMemoryState(
+        context=InjectedContext(
+            user_id="u",
+            version=3,
+            fragments=[
+                ContextFragment(id="f1", theme="t", types=["fact"], content="a"),
+                ContextFragment(id="f2", theme="t", types=["fact"], content="b"),
+            ],
+        )
+    )
+    first = [FragmentRef(id="f1", created_at=T0, seq=1)]
+    ada = UserProfile(name="Ada", goals=["run a marathon"], business_fields={"order": "7734"})
+    state_ops.induction_stored(s, first, InductOutput(profile=ada, inducted=["f1"]), PriceTable())
+    second = [FragmentRef(id="f2", created_at=T0, seq=2)]
+    more = ada.model_copy(update={"goals": ["run a marathon", "learn Welsh"]})
+    state_ops.induction_stored(s, second, InductOutput(profile=more, inducted=["f2"]), PriceTable())
+    assert state_ops.forget_fragment_facts(s, "f2") == 1  # only "learn Welsh" came from f2
+    assert s.profile.goals == ["run a marathon"] and s.profile.name == "Ada"
+    assert [f.id for f in s.context.fragments] == ["f1"] and s.context.version == 4
+    assert s.context.profile == s.profile
+    assert state_ops.forget_fragment_facts(s, "f1") == 3
+    assert s.profile == UserProfile() and not s.profile_sources
+    # An induction that ran while its fragment was forgotten drops what came from it.
+    late = [FragmentRef(id="f9", created_at=T0, seq=9)]
+    s.forgotten_fragments.append("f9")
+    out = InductOutput(profile=UserProfile(name="Ghost"), inducted=["f9"])
+    state_ops.induction_stored(s, late, out, PriceTable())
+    assert s.profile.name is None
