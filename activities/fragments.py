@@ -110,6 +110,17 @@ def new_information(fragments: list[Fragment], earlier: list[Fragment]) -> list[
     return [f for f in fragments if not adds_nothing(f, peers)]
 
 
+async def only_new(store: FragmentStore, fragments: list[Fragment]) -> list[Fragment]:
+    """The fragments that add something to their users' stored memory (`new_information`
+    against the newest MAX_REPEAT_PEERS stored fragments); what a round's store step upserts."""
+    if not fragments:
+        return []
+    earlier: list[Fragment] = []
+    for user in sorted({f.user_id for f in fragments}):
+        earlier.extend((await store.all_for_user(user))[-MAX_REPEAT_PEERS:])
+    return new_information(fragments, earlier)
+
+
 def bounded_log(log: SelectionLog, limit: int = MAX_LOG_CANDIDATES) -> SelectionLog:
     """The log with at most `limit` best lines plus every picked line, in score order."""
     if len(log.candidates) <= limit:
@@ -141,12 +152,8 @@ class FragmentActivities:
         written."""
         async with _permanent_errors(), heartbeating():
             fragments = list(inp.fragments)
-            if self.skip_repeats and fragments:
-                users = {f.user_id for f in fragments}
-                earlier = [
-                    f for user in sorted(users) for f in await self.store.all_for_user(user)
-                ][-MAX_REPEAT_PEERS:]
-                fragments = new_information(fragments, earlier)
+            if self.skip_repeats:
+                fragments = await only_new(self.store, fragments)
             written = await self.store.upsert_vectors(fragments)
             if self.corpus is not None:
                 await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])

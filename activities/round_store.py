@@ -15,6 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.fragments import only_new
 from mnemoflow.activities.heartbeat import heartbeating
 from mnemoflow.activities.read_model import ReadModel
 from mnemoflow.activities.search_corpus import SearchCorpus
@@ -46,7 +47,8 @@ class RoundStoreActivities:
     async def _store(self, inp: StoreRoundInput) -> StoreRoundOutput:
         sel, config = inp.select, inp.select.config
         try:
-            written = await self.store.upsert_vectors(inp.fragments) if inp.fragments else []
+            fresh = await only_new(self.store, list(inp.fragments))  # repeats add nothing
+            written = await self.store.upsert_vectors(fresh) if fresh else []
             if self.corpus is not None and written:
                 await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
             candidates = await self.store.candidates(sel.user_id, sel.query, config.retrieve_k)
