@@ -507,6 +507,13 @@ class ForgetReceipt(BaseModel):
     events_dropped: int
     rounds_cancelled: int
     reason: str = ""
+    keys_destroyed: int = Field(
+        0, description="the user's data keys erased: Temporal's copies unreadable (PRIVACY.md)"
+    )
+    profile_facts_removed: int = Field(0, description="facts the profile held before the forget")
+    fence: float = Field(
+        0.0, description="messages said at or before this time are refused from now on"
+    )
 
 
 class DeleteFragmentsInput(BaseModel):
@@ -518,9 +525,6 @@ class DeleteFragmentsInput(BaseModel):
 
 class DeleteFragmentsOutput(BaseModel):
     """Rows deleted."""
-    keys_destroyed: int = Field(
-        0, description="the user's data keys erased: Temporal's copies unreadable (PRIVACY.md)"
-    )
 
     deleted: int
 

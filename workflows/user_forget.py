@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         DestroyUserKeyInput,
         DestroyUserKeyOutput,
     )
+    from mnemoflow.models.profile import profile_facts
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.options import failure_text, store_activity
     from mnemoflow.workflows.user_state import UserRun, absorb, absorb_requests
@@ -63,6 +64,7 @@ async def maybe_forget(run: UserRun) -> bool:
         return False
     await workflow.wait_condition(lambda: run.writes_in_flight == 0)
     absorb_requests(run)
+    facts = len(profile_facts(run.state.profile))
     dropped = state_ops.forget_all(run.state)
     # The fence: a message said before the forget and delivered late (a writer that was cut
     # off, a re-send from a checkpointer) is refused, never indexed again.
@@ -105,6 +107,8 @@ async def maybe_forget(run: UserRun) -> bool:
         rounds_cancelled=cancelled,
         reason=req.reason,
         keys_destroyed=keys.destroyed,
+        profile_facts_removed=facts,
+        fence=run.state.fence,
     )
     state_ops.keep_receipt(run.state, receipt)
     run.forget_receipt = receipt
