@@ -47,6 +47,20 @@ NOTES = [
     "  filter, search and packing, no Temporal) in about 20 s; it was used to choose the line",
     "  window and fragment shape on these five conversations, so the figures above are not",
     "  held-out ones. Nothing in the code names their people, words or dates.",
+    "",
+    "## Before and after (issue 10)",
+    "",
+    "| step | evidence recall (all), 5 conversations | how measured |",
+    "|---|---|---|",
+    "| whole fragments grouped by theme (commit c256d00) | 0.63 (BM25 0.59), median 1,142 "
+    "tokens | this benchmark |",
+    "| same, in the offline replica | 0.626 | `_locomo_offline.py` |",
+    "| + lines with 1 neighbour either side, question words out of the query | 0.659 | replica |",
+    "| + fragments of consecutive turns, windows across fragment edges | 0.700 | replica |",
+    "| + 2 neighbours either side | 0.720 | replica |",
+    "| tried and left out: a vector per line (+0.01, needs a new corpus format), "
+    "pseudo-relevance feedback (-0.005), 300-token fragments (+0.004), the dense ranking "
+    "weighted 0.4 instead of 0.15 (-0.02), relevance alone in the formula (-0.09) | | replica |",
 ]
 
 
@@ -136,6 +150,17 @@ def write_report(result: dict[str, Any]) -> None:
             f"| {label} | {s['evidence_recall_all']:.2f} | {s['evidence_recall_any']:.2f} | "
             f"{s['answer_contained']:.2f} | {s['median_tokens']:.0f} |"
         )
+    fell = {
+        side: overall[side]["fell_back"] for side in _sides(overall) if "fell_back" in overall[side]
+    }
+    if fell:
+        lines += [
+            "",
+            "Model calls whose search missed its deadline (`search_deadline_s`, 0.25 s) on the "
+            "loaded machine and so injected the published context instead: "
+            + ", ".join(f"{LABELS[side]} {n} of {overall['questions']}" for side, n in fell.items())
+            + ".",
+        ]
     mf, bm = overall["mnemoflow"], overall["bm25"]
     recall, bm_recall = mf["evidence_recall_all"], bm["evidence_recall_all"]
     lines += [

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import statistics
 import sys
 import time
@@ -174,6 +175,11 @@ async def ask_all(
         )
         agents[side] = (model, memory, agent)
     base = Baselines(conv, UniversalSentenceEncoderEmbeddings(), count, date_label)
+    fallbacks = _Fallbacks()
+    search_log = logging.getLogger("mnemoflow.middleware.search")
+    search_log.addHandler(fallbacks)
+    search_log.setLevel(logging.INFO)
+    fell_back: dict[str, bool] = {}
     rows = []
     for i, q in enumerate(questions):
         clock["now"] += 60.0
@@ -182,6 +188,7 @@ async def ask_all(
         elapsed = 0.0
         for side, (model, _memory, agent) in agents.items():
             message = HumanMessage(content=q["question"], additional_kwargs={"time": clock["now"]})
+            before = fallbacks.count
             started = time.perf_counter()
             await agent.ainvoke(
                 {"messages": [message]},
@@ -190,6 +197,7 @@ async def ask_all(
             )
             if side == "mnemoflow":
                 elapsed = time.perf_counter() - started
+            fell_back[side] = fallbacks.count > before
             texts[side] = _memory_part(model.last_system_prompt)
         texts.update(
             {
@@ -206,12 +214,29 @@ async def ask_all(
         }
         for side, text in texts.items():
             row[side] = {**judge(text, evidence, q.get("answer", "")), "tokens": count(text)}
+            if side in fell_back:
+                row[side]["fell_back"] = fell_back[side]
         rows.append(row)
+    search_log.removeHandler(fallbacks)
     for _model, memory, _agent in agents.values():
         await memory.flush()
     for row in rows:
         row["full_context_tokens"] = base.full_context_tokens
     return rows
+
+
+class _Fallbacks(logging.Handler):
+    """Counts the model calls whose search missed its deadline or failed (the middleware then
+    injects the published context), from the search module's log."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "missed its" in message or "search failed" in message:
+            self.count += 1
 
 
 def _count_reinforcements(client: Any) -> Counter[str]:
@@ -239,6 +264,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "answer_contained": _mean([r[side]["answer"] for r in rows]),
             "median_tokens": statistics.median([r[side]["tokens"] for r in rows]) if rows else 0,
         }
+        if rows and "fell_back" in rows[0][side]:
+            # calls whose search missed its deadline (or failed): the published context was used
+            out[side]["fell_back"] = sum(r[side]["fell_back"] for r in rows)
     out["by_category"] = {
         cat: {
             "n": len(sel := [r for r in judged if r["category"] == cat]),
