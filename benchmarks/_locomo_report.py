@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from _common import ROOT
@@ -124,6 +125,47 @@ def _svg(overall: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _hot_path_section() -> list[str]:
+    """The hot path's figures (benchmarks/hot_path.py), if its results are there."""
+    path = ROOT / "benchmarks" / "results" / "hot_path.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    meta = data.get("_meta", {})
+    out = [
+        "",
+        "## Hot path, with the per-call search",
+        "",
+        "`python benchmarks/hot_path.py` (results: `benchmarks/results/hot_path.json`): the",
+        "latency a memory layer adds to each of 24 turns (instant chat model, so the turn is the",
+        "middleware plus the graph), mnemoflow's including the per-call search (question embedded",
+        "in the agent process, corpus read from Redis, ranked and packed), and the agent process's",
+        "resident memory after the run.",
+        "",
+        "| LLM latency of the memory work | agent | added p50 ms | added p95 ms | RSS MB | "
+        "load average during the run (start / end) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for latency, figures in data.get("by_latency", {}).items():
+        for config, f in figures.items():
+            load = f.get("load_avg_1_5_15", {})
+            out.append(
+                f"| {latency} | {config} | {f['added']['p50_ms']} | {f['added']['p95_ms']} | "
+                f"{f['rss_end_mb']} | {load.get('start', '?')} / {load.get('end', '?')} |"
+            )
+    target = data.get("target", {})
+    if target:
+        out += [
+            "",
+            f"Target of issue 10: mnemoflow's p95 added at 800 ms at most "
+            f"{target.get('target_ms')} ms: {target.get('mnemoflow_added_p95_ms_at_800ms')} ms, "
+            f"{'met' if target.get('met') else 'NOT met'} (commit {meta.get('commit', '?')}, "
+            f"{meta.get('run_at', '?')}, load average at the end "
+            f"{meta.get('load_avg_1_5_15', '?')}, {meta.get('cpus', '?')} CPUs shared).",
+        ]
+    return out
+
+
 def write_report(result: dict[str, Any]) -> None:
     """docs/MEMORY_QUALITY.md and its plot, from one run's results."""
     overall = result["overall"]
@@ -201,6 +243,7 @@ def write_report(result: dict[str, Any]) -> None:
             f"{s['retrieval']['p95_ms']} |"
         )
     lines += NOTES
+    lines += _hot_path_section()
     lines += [
         "",
         f"Machine: {meta.get('cpus', '?')} CPUs shared with other work, load average "

@@ -12,9 +12,13 @@ every memory layer's time gates open as in production):
   summarization   LangChain's SummarizationMiddleware, its summarizer faked with the latency
 
 The main chat model answers in 0 ms, so a turn's time is the middleware plus the agent graph;
-"added" = turn time minus the median turn time of `none` at the same turn index. Each agent runs
-in its own subprocess (clean RSS, and the worker's CPU does not share the agent's GIL), the same
-run for internal LLM latency 0 and 800 ms.
+"added" = turn time minus the median turn time of `none` at the same turn index. mnemoflow's
+includes everything a model call does for memory: the Redis read of the published context and
+the per-call search of all of the user's fragments (the question embedded in the agent process
+with USE, the user's search corpus read from Redis, BM25 + cosine fused, excerpts packed to the
+budget). Each agent runs in its own subprocess (clean RSS, and the worker's CPU does not share
+the agent's GIL), the same run for internal LLM latency 0 and 800 ms. Each child records its
+resident memory (psutil, else /proc/self/status) and the machine's load average.
 
     python benchmarks/hot_path.py [--short] [--reps N]
 """
@@ -46,7 +50,25 @@ CONFIGS = ("none", "ancestor", "summarization", "mnemoflow", "mnemoflow_same_pri
 #: priority.
 STACK_NICE = 10
 CORE_PROMPT = "You are the support agent of a small online shop. Be brief and friendly."
-TARGET_P95_MS = 10.0
+#: Issue 10's target: p95 added at 800 ms LLM latency, per-call retrieval included.
+TARGET_P95_MS = 30.0
+
+
+def _rss_mb() -> float:
+    """This process's resident memory in MB (psutil if installed, else /proc/self/status)."""
+    try:
+        import psutil
+
+        return round(psutil.Process().memory_info().rss / 2**20, 1)
+    except ImportError:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 @dataclass
@@ -147,12 +169,12 @@ async def _build(config: str, latency: float, clock: Clock, tmp: str) -> tuple[A
 
 async def child(config: str, latency: float, reps: int) -> dict[str, Any]:
     """Play the story `reps` times (plus one warm-up) and time every turn."""
-    import psutil
     from langchain_core.messages import HumanMessage
 
     from mnemoflow.devstack.demo_story import SESSION_ONE
 
-    rss_start = psutil.Process().memory_info().rss
+    rss_start = _rss_mb()
+    load_start = _load()
     clock = Clock()
     times: list[list[float]] = []
     with tempfile.TemporaryDirectory(prefix="mnemoflow-hot-") as tmp:
@@ -186,9 +208,10 @@ async def child(config: str, latency: float, reps: int) -> dict[str, Any]:
         "latency_s": latency,
         "turn_s": times,
         "hot_path_llm_calls": calls,
-        "rss_start_mb": round(rss_start / 2**20, 1),
-        "rss_end_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
+        "rss_start_mb": rss_start,
+        "rss_end_mb": _rss_mb(),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "load_avg_1_5_15": {"start": load_start, "end": _load()},
     }
 
 
@@ -219,12 +242,10 @@ async def _run_child(config: str, latency: float, reps: int, env: dict[str, str]
 
 
 def _renice(pid: int | None) -> None:
-    import psutil
-
     try:
         if pid:
-            psutil.Process(pid).nice(0)
-    except psutil.Error:
+            os.setpriority(os.PRIO_PROCESS, pid, 0)
+    except OSError:
         pass
 
 
@@ -246,6 +267,7 @@ def _figures(runs: dict[str, dict], latency: float) -> dict[str, Any]:
             "hot_path_llm_calls_incl_warmup": run["hot_path_llm_calls"],
             "rss_end_mb": run["rss_end_mb"],
             "peak_rss_mb": run["peak_rss_mb"],
+            "load_avg_1_5_15": run["load_avg_1_5_15"],
         }
     mf = max(out["mnemoflow"]["added"]["p95_ms"], 0.01)
     for config in out:
@@ -263,6 +285,7 @@ async def parent(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {"reps": reps, "turns": 24, "by_latency": {}}
     for latency in latencies:
         print(f"== internal LLM latency {latency * 1000:.0f} ms: starting the stack", flush=True)
+        results.setdefault("load_avg_1_5_15_at_start", {})[f"{int(latency * 1000)}ms"] = _load()
         async with stack(latency_s=latency, tag="hot") as (info, _settings, _client):
             _renice(info.service_pids.get("redis"))  # the read model serves the hot path
             env = {
