@@ -424,3 +424,58 @@ async def test_randomised_writers_rewrites_outage_and_worker_kill(
         duplicated=outcome.duplicated,
         started=started,
     )
+
+
+async def test_a_message_said_before_a_forget_is_never_indexed_after_it(
+    milvus_uri: str,
+    redis_url: str,
+    tmp_path: Path,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    started = time.monotonic()
+    port, db = free_port(), tmp_path / "temporal.db"
+    server = await asyncio.to_thread(start_temporal_dev, port, None, db, wanted())
+    try:
+        temporal = await Client.connect(
+            f"{LOOPBACK}:{port}", data_converter=pydantic_data_converter
+        )
+        async with memory_worker(
+            temporal, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+        ) as mw:
+            user = f"fence-{uuid.uuid4().hex[:8]}"
+            async with mw.memory_client(redis_url, signal_timeout_s=2.0) as client:
+                mw.track(client.workflow_id(user))
+                writer = Writer(client, [], True, time.time() - 3 * HOUR)
+                await writer.say(user, "t", "Hello, I am new here.")
+                assert await writer.memory.flush() == 0
+                await asyncio.to_thread(server.stop)
+                secret = "My door code is 4471-XQ, keep it."
+                await writer.say(user, "t", secret)  # said while Temporal is down
+                server = await asyncio.to_thread(start_temporal_dev, port, None, db, wanted())
+                writer.clock = time.time() + 5  # the forget happens now; later turns after it
+                receipt = await client.forget(user, "user asked")
+                after = "Please send the invoice to accounts."
+                said_after = [after, await writer.say(user, "t", after)]
+                assert await writer.memory.flush(timeout_s=60) == 0
+                status = await settled(client, user, ["t"])
+                stored = " ".join(f.content for f in await mw.store.all_for_user(user))
+                resurrected = int("4471-XQ" in stored) + int("new here" in stored)
+                kept = sum(line in stored for line in said_after)
+                assert resurrected == 0, stored
+                assert kept == len(said_after) and receipt.fence > 0
+                assert status.watermarks["t"].indexed == status.watermarks["t"].accepted
+    finally:
+        await asyncio.to_thread(server.stop)
+    reliability.record(
+        request,
+        key="forget-fence",
+        kind="fault",
+        what="A message said while the Temporal server was down, the server back, the user "
+        "forgotten, then one more turn (which offers the unaccepted message again)",
+        happened="the forget's fence refused every message said before it, however late it "
+        f"arrived; the turn after the forget was stored ({kept} lines), nothing from before",
+        lost=len(said_after) - kept,
+        duplicated=resurrected,
+        started=started,
+    )
