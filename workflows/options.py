@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.workflow import ActivityCancellationType
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
 
 from mnemoflow.models import search_attributes as sa
@@ -72,8 +73,11 @@ def store_activity(
     schedule_to_close: timedelta = STORE_SCHEDULE_TO_CLOSE,
     heartbeat: timedelta | None = None,
 ) -> dict[str, Any]:
-    """Options of an activity that reads or writes Milvus or Redis."""
+    """Options of an activity that reads or writes Milvus or Redis. A cancelled one is waited
+    for (WAIT_CANCELLATION_COMPLETED): a forget cancels the running round and deletes only
+    after its writes ended, so an index attempt still in flight cannot bring a row back."""
     return {
+        "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         "start_to_close_timeout": start_to_close,
         "schedule_to_close_timeout": schedule_to_close,
         "heartbeat_timeout": heartbeat,
@@ -84,8 +88,10 @@ def store_activity(
 
 def store_local_activity(summary: str) -> dict[str, Any]:
     """Options of the lean round's store step as a local activity: three quick attempts within
-    LOCAL_STORE_BOUND, after which the round runs it as an ordinary activity (`store_activity`)."""
+    LOCAL_STORE_BOUND, after which the round runs it as an ordinary activity (`store_activity`).
+    Cancelled, it is waited for, like `store_activity`."""
     return {
+        "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         "start_to_close_timeout": LOCAL_STORE_BOUND,
         "schedule_to_close_timeout": LOCAL_STORE_BOUND,
         "retry_policy": LOCAL_STORE_RETRY,

@@ -51,7 +51,7 @@ from tests.support.drive import eventually
 from tests.support.invariants import Outcome, said_vs_stored
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
-from tests.workflows.test_faults_processes import worker_process
+from tests.support.worker_process import worker_process
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,9 @@ embeddings; the graceful shutdown is the test workers' short one. With
 `--slow-index-s N` every fragment upsert first waits N seconds (the index activity heartbeats
 meanwhile), so a test can kill the process while an index activity is running. The ready file
 is written once the worker polls; SIGTERM shuts it down gracefully. `--slow-llm-s N` makes every
-memory-model call (slice, tune, induct) take N seconds, heartbeating meanwhile.
+memory-model call (slice, tune, induct) take N seconds, heartbeating meanwhile. With
+`--blocking-index` the wait is a blocking call in a thread that no cancellation stops (the write
+happens after it), as a slow pymilvus write would be.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ import argparse
 import asyncio
 import os
 import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mnemoflow.activities.embeddings import HashingEmbeddings
@@ -28,16 +35,28 @@ from mnemoflow.worker.app import Components, running_worker
 from mnemoflow.worker.client import connect
 from tests.support.memory_worker import worker_settings
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 class SlowStore(FragmentStore):
     """A FragmentStore whose upsert waits first (the window in which a test kills us)."""
 
-    def __init__(self, *args: object, delay_s: float, **kwargs: object) -> None:
+    def __init__(
+        self, *args: object, delay_s: float, blocking: bool = False, **kwargs: object
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.delay_s = delay_s
+        self.blocking = blocking
 
     async def upsert_vectors(self, fragments: list[Fragment]) -> list[tuple[Fragment, list[float]]]:
         # Every write path (`upsert` too) goes through here: the index activity calls this one.
+        if self.blocking:  # like a slow write in pymilvus's thread: cancelling cannot stop it
+
+            async def write() -> list[tuple[Fragment, list[float]]]:
+                await asyncio.to_thread(time.sleep, self.delay_s)
+                return await FragmentStore.upsert_vectors(self, fragments)
+
+            return await asyncio.shield(asyncio.ensure_future(write()))
         await asyncio.sleep(self.delay_s)
         return await super().upsert_vectors(fragments)
 
@@ -61,6 +80,7 @@ async def serve(args: argparse.Namespace) -> None:
             embeddings=components.embeddings,
             collection=args.collection,
             delay_s=args.slow_index_s,
+            blocking=args.blocking_index,
         )
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -74,6 +94,41 @@ async def serve(args: argparse.Namespace) -> None:
             await components.store.close()
 
 
+@contextmanager
+def worker_process(
+    tmp: Path, name: str, *, address: str, task_queue: str, milvus: str, redis: str,
+    collection: str, prefix: str, slow_index_s: float = 0.0, slow_llm_s: float = 0.0,
+    blocking_index: bool = False,
+) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
+    """A worker in its own process (python -m tests.support.worker_process), ready on entry."""
+    ready = tmp / f"{name}.ready"
+    log = (tmp / f"{name}.log").open("wb")
+    argv = [
+        sys.executable, "-m", "tests.support.worker_process", "--address", address,
+        "--task-queue", task_queue, "--milvus", milvus, "--redis", redis,
+        "--collection", collection, "--prefix", prefix, "--ready-file", str(ready),
+        "--slow-index-s", str(slow_index_s), "--slow-llm-s", str(slow_llm_s),
+        *(["--blocking-index"] if blocking_index else []),
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None, (tmp / f"{name}.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, f"worker {name} did not start"
+            time.sleep(0.05)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="a memory worker process for fault tests")
     parser.add_argument("--address", required=True)
@@ -85,6 +140,7 @@ def main() -> None:
     parser.add_argument("--ready-file", required=True)
     parser.add_argument("--slow-index-s", type=float, default=0.0)
     parser.add_argument("--slow-llm-s", type=float, default=0.0)
+    parser.add_argument("--blocking-index", action="store_true")
     asyncio.run(serve(parser.parse_args()))
 
 

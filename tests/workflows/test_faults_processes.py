@@ -13,12 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,6 +39,7 @@ from tests.support.drive import STARTED, conversation, eventually, status, submi
 from tests.support.invariants import Monotonic, indexed_once
 from tests.support.memory_worker import memory_worker, terminate_started
 from tests.support.reliability import Ledger
+from tests.support.worker_process import worker_process
 
 pytestmark = pytest.mark.integration
 
@@ -58,39 +55,6 @@ LINES = [
     "My cat Pixel chewed the last parcel's box.",
     "Poor box! I'll note that too.",
 ]
-
-
-@contextmanager
-def worker_process(
-    tmp: Path, name: str, *, address: str, task_queue: str, milvus: str, redis: str,
-    collection: str, prefix: str, slow_index_s: float = 0.0, slow_llm_s: float = 0.0,
-) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
-    """A worker in its own process (python -m tests.support.worker_process), ready on entry."""
-    ready = tmp / f"{name}.ready"
-    log = (tmp / f"{name}.log").open("wb")
-    argv = [
-        sys.executable, "-m", "tests.support.worker_process", "--address", address,
-        "--task-queue", task_queue, "--milvus", milvus, "--redis", redis,
-        "--collection", collection, "--prefix", prefix, "--ready-file", str(ready),
-        "--slow-index-s", str(slow_index_s), "--slow-llm-s", str(slow_llm_s),
-    ]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert proc.poll() is None, (tmp / f"{name}.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, f"worker {name} did not start"
-            time.sleep(0.05)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
 
 
 async def activity_running(client: Client, round_id: str, name: str) -> bool:

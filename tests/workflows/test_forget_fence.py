@@ -1,0 +1,103 @@
+"""Forget while a round is writing to Milvus, on the dev server with a worker process whose
+index write blocks in a thread (as a slow pymilvus call does: cancelling the activity cannot
+stop it, the write lands afterwards).
+
+The forget cancels the round and deletes only after the round's writes ended: no fragment comes
+back, and the receipt counts the cancelled round.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+
+from mnemoflow.activities.embeddings import HashingEmbeddings
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.middleware import MemoryClient
+from mnemoflow.models.round_store import STORE_ROUND
+from tests.support.drive import STARTED, conversation, eventually, submit, wait_status
+from tests.support.memory_worker import terminate_started
+from tests.support.reliability import Ledger
+from tests.support.worker_process import worker_process
+from tests.workflows.test_faults_processes import activity_running
+
+pytestmark = pytest.mark.integration
+
+LINES = [
+    "My passport number is X7731942, I need it for the booking.",
+    "Thanks, I have the passport number.",
+    "And my frequent flyer id is FF-220-981.",
+    "Frequent flyer id saved.",
+]
+
+
+async def test_forget_during_a_round_write_leaves_nothing_behind(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    tmp_path: Path,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    started = time.monotonic()
+    client = dev_env.client
+    tag = uuid.uuid4().hex[:10]
+    task_queue, collection, prefix = f"tq-fence-{tag}", f"t_fence_{tag}", f"test:{tag}:"
+    address = client.service_client.config.target_host
+    store = FragmentStore(uri=milvus_uri, embeddings=HashingEmbeddings(), collection=collection)
+    user = f"fence-{tag}"
+    try:
+        with worker_process(
+            tmp_path, "slow", address=address, task_queue=task_queue, milvus=milvus_uri,
+            redis=redis_url, collection=collection, prefix=prefix, slow_index_s=14,
+            blocking_index=True,
+        ):  # fmt: skip
+            handle = await submit(
+                client, task_queue, user, conversation("t", LINES, time.time() - 3 * 3600),
+                urgent=True,
+            )  # fmt: skip
+            running = await wait_status(handle, lambda s: bool(s.rounds), what="round started")
+            round_id = running.rounds[-1].workflow_id
+            # The store step's local attempt gives up after 10 s; the activity then writes.
+            await eventually(
+                lambda: activity_running(client, round_id, STORE_ROUND),
+                deadline_s=60,
+                what="the round's store write under way",
+            )
+            memory = MemoryClient(temporal=client, task_queue=task_queue, redis=redis_url,
+                                  key_prefix=prefix)  # fmt: skip
+            receipt = await memory.forget(user, "during the write")
+            count_at_receipt = await store.count(user)
+            round_handle = client.get_workflow_handle(round_id)
+            desc = await round_handle.describe()
+            assert desc.status != WorkflowExecutionStatus.RUNNING, "the round ended first"
+            pending = desc.raw_description.pending_activities
+            assert not pending, "no write of the round is left to land"
+            count_after = await store.count(user)
+            assert receipt.rounds_cancelled == 1 and count_at_receipt == count_after == 0
+            context = await memory.context(user)
+            assert context is None or not context.fragments
+            await memory.aclose()
+            await terminate_started(client, task_queue)
+    finally:
+        STARTED.pop(task_queue, None)
+        await store.drop()
+        await store.close()
+    reliability.record(
+        request,
+        key="forget-during-write",
+        kind="fault",
+        what="Forget requested while the round's store write was under way in a worker process "
+        "(a write that cancelling cannot stop)",
+        happened="the forget cancelled the round and deleted only after the round's writes "
+        f"ended; receipt: {receipt.rounds_cancelled} round cancelled, {receipt.fragments_deleted} "
+        "fragments deleted; 0 rows left",
+        lost=0,
+        duplicated=count_after,
+        started=started,
+    )
