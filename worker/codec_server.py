@@ -196,8 +196,13 @@ def build_codec_server(
 async def running_codec_server(server: CodecServer, host: str, port: int) -> AsyncIterator[int]:
     """Listen on host:port for the duration of the block (port 0 = any free port); yields the
     bound port."""
-    async with serving(server.app(), host, port, keepalive_timeout=KEEPALIVE_S) as bound:
-        yield bound
+    from mnemoflow.worker.data_keys import close_codec
+
+    try:
+        async with serving(server.app(), host, port, keepalive_timeout=KEEPALIVE_S) as bound:
+            yield bound
+    finally:
+        await close_codec(server.codec)
 
 
 async def serve_codec(settings: TemporalSettings, host: str, port: int) -> int:

@@ -313,3 +313,11 @@ class UserKeyCodec(EncryptionCodec, WithSerializationContext):
         result = Payload()
         result.ParseFromString(plain)
         return result
+
+
+async def close_codec(codec: object) -> None:
+    """Close the data key store's Redis client of a codec, if it has one (the running loop's;
+    a process that ends needs no call, a test that closes its loop does)."""
+    store = getattr(codec, "store", None)
+    if isinstance(store, DataKeyStore):
+        await store.aclose()
