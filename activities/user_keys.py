@@ -9,6 +9,8 @@ Idempotent: a retry finds nothing left and reports 0.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import redis.asyncio as aioredis
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -21,17 +23,33 @@ from mnemoflow.models.user_keys import DESTROY_USER_KEY, DestroyUserKeyInput, De
 class UserKeyActivities:
     """`destroy_user_key`, bound to the Redis of the data keys (None: per-user keys are off)."""
 
-    def __init__(self, redis: aioredis.Redis | None, prefix: str = "mnemoflow:") -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis | None,
+        prefix: str = "mnemoflow:",
+        on_destroyed: Callable[[str], None] | None = None,
+    ) -> None:
+        """`on_destroyed(data_key_user)` drops this process's cached copies of the keys (the
+        payload codec's `forget_cached`), so this process stops using them at once; other
+        processes stop within their cache bound (docs/PRIVACY.md)."""
         self.redis = redis
         self.prefix = prefix
+        self.on_destroyed = on_destroyed
 
     @classmethod
-    def from_url(cls, url: str, prefix: str, *, timeout_s: float = 2.0) -> UserKeyActivities:
+    def from_url(
+        cls,
+        url: str,
+        prefix: str,
+        on_destroyed: Callable[[str], None] | None = None,
+        *,
+        timeout_s: float = 2.0,
+    ) -> UserKeyActivities:
         """On a new client for `url`, without the client's own retries (Temporal retries)."""
         client = aioredis.Redis.from_url(
             url, retry=None, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
-        return cls(client, prefix)
+        return cls(client, prefix, on_destroyed)
 
     async def close(self) -> None:
         """Close the client's connections."""
@@ -48,10 +66,13 @@ class UserKeyActivities:
             raise ApplicationError(str(err), type=err.type, non_retryable=True) from exc
         if self.redis is None:
             return DestroyUserKeyOutput(destroyed=0)
-        name = data_key_name(self.prefix, data_key_user(user_id))
+        data_user = data_key_user(user_id)
+        name = data_key_name(self.prefix, data_user)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hkeys(name)
             pipe.delete(name)
             fields, _ = await pipe.execute()
+        if self.on_destroyed is not None:
+            self.on_destroyed(data_user)
         generations = [f for f in fields if (f.decode() if isinstance(f, bytes) else f)[:2] == "g:"]
         return DestroyUserKeyOutput(destroyed=len(generations))

@@ -202,18 +202,21 @@ def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
     )
 
 
-def user_key_activities(settings: Settings, res: WorkerResources) -> Any:
+def user_key_activities(settings: Settings, res: WorkerResources, client: Client) -> Any:
     """The forget saga's `destroy_user_key`, on the Redis of the per-user data keys (the read
-    model's client when it is the same Redis; docs/PRIVACY.md)."""
+    model's client when it is the same Redis), dropping this process's cached copies of a
+    destroyed key at once (docs/PRIVACY.md)."""
     from mnemoflow.activities.user_keys import UserKeyActivities
 
     enc = settings.temporal.encryption
     if not enc.data_keys_on or enc.data_keys_url is None:
         return UserKeyActivities(None)
     url, prefix = enc.data_keys_url.get_secret_value(), enc.data_keys_prefix or "mnemoflow:"
+    store = getattr(client.data_converter.payload_codec, "store", None)
+    forget_cached = getattr(store, "forget_cached", None)
     if url == settings.redis.url:
-        return UserKeyActivities(res.read_model.redis, prefix)
-    keys = UserKeyActivities.from_url(url, prefix)
+        return UserKeyActivities(res.read_model.redis, prefix, forget_cached)
+    keys = UserKeyActivities.from_url(url, prefix, forget_cached)
     res.owned.append(keys)
     return keys
 
@@ -238,7 +241,7 @@ def build_workers(client: Client, settings: Settings, res: WorkerResources) -> l
     store_acts = [
         *activity_methods(FragmentActivities(res.store, corpus)),
         *activity_methods(ReadModelActivities(res.read_model)),
-        *activity_methods(user_key_activities(settings, res)),
+        *activity_methods(user_key_activities(settings, res, client)),
         # The lean round's store step, run as a local activity by the round (workflow side).
         *activity_methods(RoundStoreActivities(res.store, res.read_model, corpus)),
     ]

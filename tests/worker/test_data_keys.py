@@ -199,8 +199,12 @@ async def test_destroying_a_users_key_makes_exactly_their_payloads_unreadable(
     cached = UserKeyCodec(writer.keyring, store(writer.keyring, redis_url, prefix, cache_s=3600))
     assert text_of((await cached.decode([ada_old]))[0]) == "forget me"
 
+    # The worker process that runs the destroy had it cached too: the activity drops it there.
+    local = UserKeyCodec(writer.keyring, store(writer.keyring, redis_url, prefix, cache_s=3600))
+    assert text_of((await local.decode([ada_old]))[0]) == "forget me"
+
     client = aioredis.Redis.from_url(redis_url)
-    activities = UserKeyActivities(client, prefix)
+    activities = UserKeyActivities(client, prefix, local.store.forget_cached)
     done = await activities.destroy_user_key(DestroyUserKeyInput(user_id="ada"))
     assert done.destroyed == 1
     assert (await activities.destroy_user_key(DestroyUserKeyInput(user_id="ada"))).destroyed == 0
@@ -209,6 +213,8 @@ async def test_destroying_a_users_key_makes_exactly_their_payloads_unreadable(
 
     with pytest.raises(KeyDestroyedError, match="key destroyed"):
         await writer.decode([ada_old])
+    with pytest.raises(KeyDestroyedError):
+        await local.decode([ada_old])
     assert text_of((await writer.decode([bob_payload]))[0]) == "keep me"
     # The documented bound: a process that had the key may use it for data_keys_cache_s.
     assert text_of((await cached.decode([ada_old]))[0]) == "forget me"

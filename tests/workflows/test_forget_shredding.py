@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 
 from mnemoflow.activities.embeddings import HashingEmbeddings
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
@@ -181,6 +181,14 @@ async def test_forget_leaves_nothing_readable_in_temporal_redis_or_milvus(
                 return desc.run_id != old_run
 
             await eventually(continued, deadline_s=30, what="the user workflow continued as new")
+
+            # A worker asked to replay the old run (a query of a closed run does that) cannot
+            # decode it, also in this process that had the key cached (the destroy dropped it):
+            # the query fails at once (its failure is a KeyDestroyedError, sealed), nothing is
+            # retried or stuck.
+            old_handle = client.get_workflow_handle(victim_wid, run_id=old_run)
+            with pytest.raises(WorkflowQueryFailedError):
+                await asyncio.wait_for(old_handle.query("status"), 30)
 
             # (d) Milvus and Redis: nothing of the victim; the other user is intact.
             assert await res.store.all_for_user(victim) == []
