@@ -43,7 +43,7 @@ from mnemoflow.worker.data_keys import (
     unwrap,
     wrap,
 )
-from mnemoflow.worker.settings import EncryptionSettings
+from mnemoflow.worker.settings import EncryptionSettings, Settings
 
 K1, K2 = os.urandom(32), os.urandom(32)
 
@@ -266,3 +266,45 @@ def test_settings_choose_the_codec(redis_url: str) -> None:
     off = EncryptionSettings(encryption_keys=SecretStr(keys), user_data_keys=False)
     assert not off.with_data_keys_store(redis_url, "p:").data_keys_on
     assert not EncryptionSettings().with_data_keys_store(redis_url, "p:").data_keys_on
+
+
+# --- settings as a deployment reads them ---------------------------------------------------------
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in list(os.environ):
+        if name.startswith(("MNEMOFLOW_", "TEMPORAL_", "REDIS_")):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_with_keys_user_keys_are_pseudonymous_and_data_keys_live_in_redis(
+    env: pytest.MonkeyPatch,
+) -> None:
+    env.setenv("MNEMOFLOW_ENCRYPTION_KEYS", f"k1:{base64.b64encode(K1).decode()}")
+    env.setenv("REDIS_URL", "redis://app:hunter2-redis@10.0.0.5:6379/0")
+    env.setenv("REDIS_KEY_PREFIX", "shop:")
+    with pytest.raises(ValueError, match="MNEMOFLOW_USER_KEY_SECRET"):
+        Settings.load()  # pseudonymous by default with keys: its secret is required
+    env.setenv("MNEMOFLOW_USER_KEY_SECRET", "operator-secret")
+    settings = Settings.load()
+    assert settings.user_key_secret() == b"operator-secret"
+    enc = settings.temporal.encryption
+    assert enc.data_keys_on and enc.data_keys_prefix == "shop:"
+    assert enc.data_keys_url is not None
+    assert enc.data_keys_url.get_secret_value() == "redis://app:hunter2-redis@10.0.0.5:6379/0"
+    assert enc.key_material() == {"k1": K1}  # the copy kept the keys
+    summary = str(settings.redacted()) + repr(settings)
+    assert "hunter2-redis" not in summary and "'user data keys': 'on'" in summary
+
+    env.setenv("MNEMOFLOW_PSEUDONYMOUS_USER_KEYS", "false")  # an explicit choice wins
+    assert Settings.load().user_key_secret() is None
+    env.setenv("MNEMOFLOW_USER_DATA_KEYS", "false")
+    assert not Settings.load().temporal.encryption.data_keys_on
+
+
+def test_without_keys_nothing_changes(env: pytest.MonkeyPatch) -> None:
+    settings = Settings.load()
+    assert settings.user_key_secret() is None
+    assert not settings.temporal.encryption.data_keys_on
