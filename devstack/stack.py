@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 from mnemoflow.worker.settings import Settings
 
@@ -33,6 +33,11 @@ class StackInfo(BaseModel):
 
     def apply(self, settings: Settings) -> Settings:
         """`settings` pointed at this stack (everything else kept)."""
+        # Per-user data keys that followed REDIS_URL follow the stack's Redis too.
+        encryption = settings.temporal.encryption
+        keys_url = encryption.data_keys_url
+        if keys_url is not None and keys_url.get_secret_value() == settings.redis.url:
+            encryption = encryption.model_copy(update={"data_keys_url": SecretStr(self.redis_url)})
         return settings.model_copy(
             update={
                 "temporal": settings.temporal.model_copy(
@@ -40,6 +45,7 @@ class StackInfo(BaseModel):
                         "address": self.temporal_address,
                         "namespace": self.namespace,
                         "task_queue": self.task_queue,
+                        "encryption": encryption,
                     }
                 ),
                 "redis": settings.redis.model_copy(update={"url": self.redis_url}),

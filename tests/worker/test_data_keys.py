@@ -308,3 +308,26 @@ def test_without_keys_nothing_changes(env: pytest.MonkeyPatch) -> None:
     settings = Settings.load()
     assert settings.user_key_secret() is None
     assert not settings.temporal.encryption.data_keys_on
+
+
+def test_a_dev_stack_moves_data_keys_that_followed_redis_url(env: pytest.MonkeyPatch) -> None:
+    from mnemoflow.devstack.stack import StackInfo
+
+    env.setenv("MNEMOFLOW_ENCRYPTION_KEYS", f"k1:{base64.b64encode(K1).decode()}")
+    env.setenv("MNEMOFLOW_USER_KEY_SECRET", "s")
+    info = StackInfo(
+        temporal_address="127.0.0.1:7300",
+        task_queue="q",
+        ui_url=None,
+        redis_url="redis://127.0.0.1:6400/0",
+        milvus_uri="http://127.0.0.1:19600",
+        data_dir="/tmp/x",
+        pid=1,
+    )
+    enc = info.apply(Settings.load()).temporal.encryption
+    assert enc.data_keys_url is not None
+    assert enc.data_keys_url.get_secret_value() == "redis://127.0.0.1:6400/0"
+    assert enc.key_material() == {"k1": K1}
+    env.setenv("MNEMOFLOW_DATA_KEYS_URL", "redis://keys.internal:6379/3")  # set on purpose: kept
+    kept = info.apply(Settings.load()).temporal.encryption.data_keys_url
+    assert kept is not None and kept.get_secret_value() == "redis://keys.internal:6379/3"
