@@ -27,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from mnemoflow.devstack.processes import LOOPBACK, free_port, redis_server_binary, start_process
 from mnemoflow.devstack.stack import stack_path
 from mnemoflow.worker.client import connect
+from mnemoflow.worker.data_keys import close_codec
 from mnemoflow.worker.settings import EncryptionSettings, Settings, TemporalSettings
 from tests.support.drive import conversation, submit, wait_status
 from tests.support.worker_cli import ROOT, WorkerProcess, get, worker_env
@@ -109,6 +110,8 @@ async def test_a_worker_run_logs_and_serves_no_secret(
     try:
         await proc.wait_until("/readyz", 200)
         encryption = EncryptionSettings(encryption_keys=SecretStr(f"k1:{ENCRYPTION_KEY}"))
+        # The worker seals each user's payloads with that user's data key, kept in its Redis.
+        encryption = encryption.with_data_keys_store(url, env["REDIS_KEY_PREFIX"])
         client = await connect(TemporalSettings(address=address, encryption=encryption))
         lines = ["My order 5512 is late.", "Checking order 5512."]
         turns = conversation("t", lines, time.time() - 3 * 3600)
@@ -118,6 +121,7 @@ async def test_a_worker_run_logs_and_serves_no_secret(
         assert code == 200 and "mnemoflow_rounds_total" in page
         assert leaks(page) == []
         await handle.terminate("test done")
+        await close_codec(client.data_converter.payload_codec)
         proc.popen.send_signal(signal.SIGTERM)
         assert await proc.exit_code(30) == 0
         log = proc.log(0)
