@@ -251,3 +251,10 @@ def test_excerpts_fill_the_budget_and_stop() -> None:
     assert sum(fragment_cost(f) for f in found) <= 300 + 12 * len(found)
     assert sum(budget_tokens(f.content) for f in found) <= 300
     assert SearchIndex(docs).excerpts("zebra quantum", None, config, NOW) == []
+
+
+def test_normalise_blanks_punctuation_and_symbols_of_any_script() -> None:
+    assert normalise("Hello, World! It's ＡＢＣ ＄100 — naïve") == "hello world it s abc 100 naïve"
+    assert normalise("我女儿叫小米，她在学小提琴。") == "我女儿叫小米 她在学小提琴"
+    assert normalise("x_y\tz\u200b!") == "x y z"
+    assert normalise("") == ""
