@@ -234,7 +234,7 @@ class DataKeyStore:
 def placeholder(err: KeyDestroyedError) -> Payload:
     """What the codec server shows for a payload whose key is destroyed: a readable JSON string
     (the Temporal UI and `temporal workflow show` print it where the data would be)."""
-    text = f"[key destroyed] {err}"
+    text = "[key destroyed] " + str(err).removeprefix("key destroyed: ")
     return Payload(
         metadata={"encoding": b"json/plain", DESTROYED_METADATA: b"true"},
         data=json.dumps(text).encode(),
