@@ -20,7 +20,8 @@ active generation (one round trip, which also creates the first one atomically),
 sealed with a destroyed key once the destroy returned. Decrypting reuses a DEK it read less
 than `data_keys_cache_s` ago and asks Redis otherwise: a destroyed key stays usable that long
 in a process that already had it. Master-key rotation: new DEKs are wrapped with the active
-master key; a DEK wrapped with an older one unwraps as long as that key is in the keyring.
+master key; a DEK wrapped with an older one unwraps as long as that key is in the keyring, and
+`DataKeyStore.rewrap_all` re-wraps them all with the active key so the older one can go.
 """
 
 from __future__ import annotations
@@ -72,6 +73,17 @@ if g then
 end
 redis.call('HSET', KEYS[1], 'g:' .. ARGV[1], ARGV[2], 'active', ARGV[1])
 return {ARGV[1], ARGV[2]}
+"""
+
+
+# KEYS[1] = the user's hash; ARGV[1] = field, ARGV[2] = the value read, ARGV[3] = the new value.
+# Replaces a wrapped key only if it is still the one read (a concurrent forget wins).
+_REWRAP_LUA = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return 1
+end
+return 0
 """
 
 
@@ -224,6 +236,26 @@ class DataKeyStore:
         await redis.delete(name)
         self.forget_cached(data_user)
         return sum(1 for f in fields if _text(f).startswith("g:"))
+
+    async def rewrap_all(self) -> int:
+        """Re-wrap every stored data key that an older master key wraps with the active one, so
+        the older key can be retired (docs/PRIVACY.md); the number re-wrapped. Data keys and
+        payloads are unchanged. A key erased meanwhile stays erased."""
+        redis = self.redis()
+        active = self.keyring.active_kid
+        done = 0
+        async for raw_name in redis.scan_iter(match=data_key_name(self.prefix, "*")):
+            name = _text(raw_name)
+            data_user = name[len(data_key_name(self.prefix, "")) :]
+            for raw_field, raw_value in (await redis.hgetall(name)).items():  # type: ignore[misc]
+                field, stored = _text(raw_field), _text(raw_value)
+                if not field.startswith("g:") or stored.partition(":")[0] == active:
+                    continue
+                generation = field[2:]
+                dek = unwrap(self.keyring, data_user, generation, stored)
+                fresh = wrap(self.keyring, data_user, generation, dek)
+                done += int(await redis.eval(_REWRAP_LUA, 1, name, field, stored, fresh))  # type: ignore[misc]
+        return done
 
     def forget_cached(self, data_user: str) -> None:
         """Drop this process's copies of the user's keys."""

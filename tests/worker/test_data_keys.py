@@ -187,6 +187,10 @@ async def test_master_key_rotation_keeps_old_data_keys_readable(
     k2_only = codec(redis_url, prefix, Keyring("k2", {"k2": K2}))
     with pytest.raises(CodecError, match="k1"):
         await k2_only.decode([sealed])
+    # Re-wrapping every data key with k2 lets k1 go: the same payload reads with k2 alone.
+    assert await rotated.store.rewrap_all() == 1
+    assert await rotated.store.rewrap_all() == 0
+    assert [text_of(p) for p in await k2_only.decode([sealed])] == ["before rotation"]
 
 
 async def test_destroying_a_users_key_makes_exactly_their_payloads_unreadable(
