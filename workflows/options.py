@@ -10,8 +10,8 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.workflow import ActivityCancellationType
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.workflow import ActivityCancellationType
 
 from mnemoflow.models import search_attributes as sa
 from mnemoflow.models.errors import NON_RETRYABLE_TYPES

@@ -29,12 +29,12 @@ with workflow.unsafe.imports_passed_through():
         ForgetReceipt,
         ForgetRequest,
     )
+    from mnemoflow.models.profile import profile_facts
     from mnemoflow.models.user_keys import (
         DESTROY_USER_KEY,
         DestroyUserKeyInput,
         DestroyUserKeyOutput,
     )
-    from mnemoflow.models.profile import profile_facts
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.options import failure_text, store_activity
     from mnemoflow.workflows.user_state import UserRun, absorb, absorb_requests

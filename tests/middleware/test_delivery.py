@@ -14,8 +14,6 @@ counted against what is stored, line by line, with distinct content in every tur
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import os
 import random
 import signal
@@ -34,23 +32,20 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, Remove
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.embeddings import HashingEmbeddings
 from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
-from mnemoflow.devstack.processes import LOOPBACK, free_port
-from mnemoflow.devstack.temporal_dev import start_temporal_dev
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from mnemoflow.models.contracts import UserStatus
 from mnemoflow.models.errors import MemoryUnavailableError
-from mnemoflow.worker.search_attributes import wanted
+from tests.support.chat import ReceiptModel, receipt
 from tests.support.drive import eventually
 from tests.support.invariants import Outcome, said_vs_stored
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
+from tests.support.temporal import RestartableDevServer, restartable_dev_server
 from tests.support.worker_process import worker_process
 
 pytestmark = pytest.mark.integration
@@ -61,30 +56,6 @@ HOUR = 3600.0
 @dataclass
 class Ctx:
     user_id: str
-
-
-def receipt(text: str) -> str:
-    """The chat model's answer: distinct per turn, never containing the human's words."""
-    return f"Noted under receipt R-{hashlib.sha256(text.encode()).hexdigest()[:12]}."
-
-
-class ReceiptModel(BaseChatModel):
-    """Answers every turn with the receipt of the last human text."""
-
-    @property
-    def _llm_type(self) -> str:
-        return "receipt"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ReceiptModel:  # type: ignore[override]
-        return self
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        last = next(m for m in reversed(messages) if m.type == "human")
-        return ChatResult(
-            generations=[ChatGeneration(message=AIMessage(receipt(str(last.content))))]
-        )
 
 
 class SummaryModel(BaseChatModel):
@@ -273,12 +244,8 @@ async def test_turns_said_while_temporal_is_down_are_delivered_without_another_t
 ) -> None:
     started = time.monotonic()
     rng = random.Random(7)
-    port, db = free_port(), tmp_path / "temporal.db"
-    server = await asyncio.to_thread(start_temporal_dev, port, None, db, wanted())
-    try:
-        temporal = await Client.connect(
-            f"{LOOPBACK}:{port}", data_converter=pydantic_data_converter
-        )
+    async with restartable_dev_server(tmp_path) as server:
+        temporal = await server.client()
         async with memory_worker(
             temporal, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
         ) as mw:
@@ -294,7 +261,7 @@ async def test_turns_said_while_temporal_is_down_are_delivered_without_another_t
                     text = line(rng, i, "up")
                     said += [text, await writer.say(user, "t", text)]
                 assert await writer.memory.flush() == 0
-                await asyncio.to_thread(server.stop)
+                await server.stop()
                 for i in range(2, 5):  # the last three turns: Temporal is down, turns go on
                     text = line(rng, i, "down")
                     said += [text, await writer.say(user, "t", text)]
@@ -305,7 +272,7 @@ async def test_turns_said_while_temporal_is_down_are_delivered_without_another_t
 
                 await eventually(retried, deadline_s=30, what="a failed delivery attempt")
                 assert client.outbox.pending(user) == 6
-                server = await asyncio.to_thread(start_temporal_dev, port, None, db, wanted())
+                await server.start()
 
                 async def delivered() -> bool:  # no further turn: the outbox retries alone
                     return client.outbox.pending(user) < 6
@@ -317,8 +284,6 @@ async def test_turns_said_while_temporal_is_down_are_delivered_without_another_t
                 outcome = await said_vs_stored(mw.store, user, status, {"t": said})
                 assert status.undelivered == 0 and status.pending_turns == 0
                 assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
-    finally:
-        await asyncio.to_thread(server.stop)
     reliability.record(
         request,
         key="handover-during-outage",
@@ -349,18 +314,18 @@ async def test_randomised_writers_rewrites_outage_and_worker_kill(
     started = time.monotonic()
     rng = random.Random(SEED)
     tag = uuid.uuid4().hex[:10]
-    port, db = free_port(), tmp_path / "temporal.db"
+    server = RestartableDevServer(tmp_path)
     task_queue, collection, prefix = f"tq-rand-{tag}", f"t_rand_{tag}", f"test:{tag}:"
     common = dict(
-        address=f"{LOOPBACK}:{port}", task_queue=task_queue, milvus=milvus_uri, redis=redis_url,
+        address=server.address, task_queue=task_queue, milvus=milvus_uri, redis=redis_url,
         collection=collection, prefix=prefix,
     )  # fmt: skip
     outage_at = rng.randint(25, 45)
     outage_turns = rng.randint(4, 8)
     kill_at = rng.randint(outage_at + outage_turns + 5, 85)
-    server = await asyncio.to_thread(start_temporal_dev, port, None, db, wanted())
+    await server.start()
     store = FragmentStore(uri=milvus_uri, embeddings=HashingEmbeddings(), collection=collection)
-    temporal = await Client.connect(f"{LOOPBACK}:{port}", data_converter=pydantic_data_converter)
+    temporal = await server.client()
     clients = [
         MemoryClient(
             temporal=temporal, task_queue=task_queue, redis=redis_url, key_prefix=prefix,
@@ -384,9 +349,9 @@ async def test_randomised_writers_rewrites_outage_and_worker_kill(
         ):
             for i in range(TURNS):
                 if i == outage_at:
-                    await asyncio.to_thread(server.stop)
+                    await server.stop()
                 if i == outage_at + outage_turns:
-                    server = await asyncio.to_thread(start_temporal_dev, port, None, db, wanted())
+                    await server.start()
                 if i == kill_at:
                     os.kill(victim.pid, signal.SIGKILL)
                 w = rng.randrange(3)
@@ -409,7 +374,7 @@ async def test_randomised_writers_rewrites_outage_and_worker_kill(
         for client in clients:
             await client.aclose()
         await store.close()
-        await asyncio.to_thread(server.stop)
+        await server.stop()
     reliability.record(
         request,
         key="randomised-delivery",
@@ -434,12 +399,8 @@ async def test_a_message_said_before_a_forget_is_never_indexed_after_it(
     request: pytest.FixtureRequest,
 ) -> None:
     started = time.monotonic()
-    port, db = free_port(), tmp_path / "temporal.db"
-    server = await asyncio.to_thread(start_temporal_dev, port, None, db, wanted())
-    try:
-        temporal = await Client.connect(
-            f"{LOOPBACK}:{port}", data_converter=pydantic_data_converter
-        )
+    async with restartable_dev_server(tmp_path) as server:
+        temporal = await server.client()
         async with memory_worker(
             temporal, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
         ) as mw:
@@ -449,10 +410,10 @@ async def test_a_message_said_before_a_forget_is_never_indexed_after_it(
                 writer = Writer(client, [], True, time.time() - 3 * HOUR)
                 await writer.say(user, "t", "Hello, I am new here.")
                 assert await writer.memory.flush() == 0
-                await asyncio.to_thread(server.stop)
+                await server.stop()
                 secret = "My door code is 4471-XQ, keep it."
                 await writer.say(user, "t", secret)  # said while Temporal is down
-                server = await asyncio.to_thread(start_temporal_dev, port, None, db, wanted())
+                await server.start()
                 writer.clock = time.time() + 5  # the forget happens now; later turns after it
                 receipt = await client.forget(user, "user asked")
                 after = "Please send the invoice to accounts."
@@ -465,8 +426,6 @@ async def test_a_message_said_before_a_forget_is_never_indexed_after_it(
                 assert resurrected == 0, stored
                 assert kept == len(said_after) and receipt.fence > 0
                 assert status.watermarks["t"].indexed == status.watermarks["t"].accepted
-    finally:
-        await asyncio.to_thread(server.stop)
     reliability.record(
         request,
         key="forget-fence",

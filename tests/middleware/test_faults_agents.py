@@ -9,17 +9,13 @@ stored exactly once: messages are known by identity, never by position.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from temporalio.testing import WorkflowEnvironment
 
@@ -27,6 +23,7 @@ from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from mnemoflow.middleware.window import to_turns
 from mnemoflow.models.ids import user_workflow_id
+from tests.support.chat import ReceiptModel, receipt
 from tests.support.drive import eventually
 from tests.support.invariants import Monotonic, said_vs_stored
 from tests.support.memory_worker import memory_worker
@@ -50,32 +47,9 @@ LINES = {
 }
 
 
-def receipt(text: str) -> str:
-    return f"Noted under receipt R-{hashlib.sha256(text.encode()).hexdigest()[:10]}."
-
-
 @dataclass
 class Ctx:
     user_id: str
-
-
-class EchoModel(BaseChatModel):
-    """Answers with a receipt number derived from the last human text (distinct per turn, and
-    never containing the human's words, so each line can be counted on its own)."""
-
-    @property
-    def _llm_type(self) -> str:
-        return "echo"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> EchoModel:  # type: ignore[override]
-        return self
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        last = next(m for m in reversed(messages) if m.type == "human")
-        reply = AIMessage(receipt(str(last.content)))
-        return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
 async def test_two_agent_processes_same_user_same_thread(
@@ -97,7 +71,7 @@ async def test_two_agent_processes_same_user_same_thread(
         for key, client in clients.items():
             middleware = DurableMemoryMiddleware(client=client, clock=lambda: t0)
             agent = create_agent(
-                EchoModel(), [], middleware=[middleware], context_schema=Ctx,
+                ReceiptModel(), [], middleware=[middleware], context_schema=Ctx,
                 checkpointer=InMemorySaver(),
             )  # fmt: skip
             agents[key] = (agent, middleware)

@@ -24,8 +24,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from mnemoflow.devstack.processes import free_port
 from mnemoflow.memory.prompt import FRAGMENTS_HEADING, PROFILE_HEADING
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
-from mnemoflow.middleware.payloads import MAX_EVENT_BYTES, split_event, trim_turn
 from mnemoflow.middleware.durable_memory import accepted_key
+from mnemoflow.middleware.payloads import MAX_EVENT_BYTES, split_event, trim_turn
 from mnemoflow.middleware.window import (
     OWNER_KEY,
     handover_trigger,

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest_asyncio
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from mnemoflow.devstack.processes import venv_binary
+from mnemoflow.devstack.processes import LOOPBACK, ManagedProcess, free_port, venv_binary
+from mnemoflow.devstack.temporal_dev import start_temporal_dev
 from mnemoflow.models.search_attributes import ALL_KEYS
-from mnemoflow.worker.search_attributes import ensure_search_attributes
+from mnemoflow.worker.search_attributes import ensure_search_attributes, wanted
 
 
 def binary(name: str) -> str:
@@ -46,3 +51,38 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
+
+
+class RestartableDevServer:
+    """A Temporal dev server on its own port and SQLite file that a test can stop and start
+    again (an outage), with a client that reconnects on its own once it is back."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.port = free_port()
+        self.db = data_dir / "temporal.db"
+        self.address = f"{LOOPBACK}:{self.port}"
+        self.process: ManagedProcess | None = None
+
+    async def start(self) -> None:
+        self.process = await asyncio.to_thread(
+            start_temporal_dev, self.port, None, self.db, wanted()
+        )
+
+    async def stop(self) -> None:
+        if self.process is not None:
+            await asyncio.to_thread(self.process.stop)
+            self.process = None
+
+    async def client(self) -> Client:
+        return await Client.connect(self.address, data_converter=pydantic_data_converter)
+
+
+@asynccontextmanager
+async def restartable_dev_server(data_dir: Path) -> AsyncIterator[RestartableDevServer]:
+    """A started `RestartableDevServer`, stopped on the way out whatever state it is in."""
+    server = RestartableDevServer(data_dir)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
