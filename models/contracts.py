@@ -511,6 +511,9 @@ class ForgetReceipt(BaseModel):
         0, description="the user's data keys erased: Temporal's copies unreadable (PRIVACY.md)"
     )
     profile_facts_removed: int = Field(0, description="facts the profile held before the forget")
+    histories: str = Field(
+        "", description="what stays in Temporal: histories until the namespace's retention ends"
+    )
     fence: float = Field(
         0.0, description="messages said at or before this time are refused from now on"
     )

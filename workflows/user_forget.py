@@ -41,6 +41,14 @@ with workflow.unsafe.imports_passed_through():
 
 #: Patch id of the crypto-shredding step (histories of forgets before it replay without it).
 SHRED_KEYS = "forget-shreds-user-keys-1"
+HISTORIES_SHREDDED = (
+    "this user's workflow and round histories stay in Temporal until the namespace's retention "
+    "ends; their payloads are sealed with the destroyed key and cannot be read"
+)
+HISTORIES_READABLE = (
+    "this user's workflow and round histories stay in Temporal, readable, until the namespace's "
+    "retention ends (no encryption keys configured: docs/PRIVACY.md)"
+)
 #: After a store step of the forget gave up (its own retries over), wait this long and try again.
 FORGET_RETRY = timedelta(minutes=5)
 
@@ -109,6 +117,7 @@ async def maybe_forget(run: UserRun) -> bool:
         keys_destroyed=keys.destroyed,
         profile_facts_removed=facts,
         fence=run.state.fence,
+        histories=HISTORIES_SHREDDED if keys.destroyed else HISTORIES_READABLE,
     )
     state_ops.keep_receipt(run.state, receipt)
     run.forget_receipt = receipt

@@ -10,13 +10,15 @@ import pytest
 
 from mnemoflow.models.turns import ChatTurn
 from tests.middleware.conftest import LiveMemory
+from tests.support.reliability import Ledger
 
 pytestmark = pytest.mark.integration
 
 
 async def test_forget_fragment_republishes_and_removes_its_profile_facts(
-    live_memory: LiveMemory,
+    live_memory: LiveMemory, reliability: Ledger, request: pytest.FixtureRequest
 ) -> None:
+    started = time.monotonic()
     client, user = live_memory.client, live_memory.new_user("forget-one")
     t0 = time.time() - 3 * 3600  # old enough to be sliced and inducted right away
     lines = [
@@ -48,3 +50,16 @@ async def test_forget_fragment_republishes_and_removes_its_profile_facts(
     assert source.id not in {f.id for f in await live_memory.worker.store.all_for_user(user)}
     again = await client.forget_fragment(user, source.id)
     assert again.deleted == 0 and not again.republished
+    reliability.record(
+        request,
+        key="forget-fragment",
+        kind="fault",
+        what="forget_fragment of a fragment that was published and whose fact (a name) was "
+        "inducted into the profile",
+        happened="the read model was republished at once without the fragment, and the profile "
+        f"fact inducted from it alone was removed ({result.profile_facts_removed}); the Milvus "
+        "row is gone",
+        lost=0,
+        duplicated=0,
+        started=started,
+    )
