@@ -300,3 +300,39 @@ def test_asks_only_and_restates() -> None:
     assert new_information([asked.model_copy(update={"round_no": 2})], [a]) == []
     # the same round's rows are never compared with (a retried index writes them again)
     assert new_information([asked], [a]) == [asked]
+
+
+async def test_the_lean_round_store_step_skips_recall_only_turns_too(
+    milvus_uri: str, redis_url: str, unique_name: str
+) -> None:
+    """Rounds of the lean shape store through `store_round`, not `index`: the same filter."""
+    from mnemoflow.activities.read_model import ReadModel
+    from mnemoflow.activities.round_store import RoundStoreActivities
+    from mnemoflow.models.contracts import InjectedContext
+    from mnemoflow.models.round_store import StoreRoundInput
+
+    store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
+    await store.ensure()
+    read_model = ReadModel(redis_url, prefix=f"{unique_name}:")
+    acts = RoundStoreActivities(store, read_model)
+    env = ActivityEnvironment()
+    user = "lean-user"
+
+    def step(frags: list[Fragment], version: int) -> StoreRoundInput:
+        return StoreRoundInput(
+            fragments=frags,
+            select=SelectInput(user_id=user, query="allergic", config=MemoryConfig(), now=NOW),
+            context=InjectedContext(user_id=user, version=version, generated_at=NOW),
+        )
+
+    try:
+        told = await _round(user, 1, TOLD)
+        first = await env.run(acts.store_round, step(told, 1))
+        assert first.indexed == [f.id for f in told]
+        recall = await _round(user, 2, RECALLS[0])
+        assert (await env.run(acts.store_round, step(recall, 2))).indexed == []
+        assert sorted(f.id for f in await store.all_for_user(user)) == sorted(first.indexed)
+    finally:
+        await read_model.close()
+        await store.drop()
+        await store.close()
