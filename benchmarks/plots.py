@@ -50,18 +50,29 @@ def hot_path(plt: Any, data: dict[str, Any]) -> None:
 
 
 def throughput(plt: Any, data: dict[str, Any]) -> None:
+    """Per round shape (side by side, one run): CPU-ms per round by process, and history cost."""
+    phases = data["phases"]
+    names = [f"shape {p['shape']}\n{p['rounds_per_s']} rounds/s" for p in phases]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    cpu = data["cpu_s"]
-    axes[0].bar(list(cpu), list(cpu.values()), color="tab:gray")
-    axes[0].set_ylabel("CPU seconds during the run")
-    axes[0].set_title(
-        f"{data['rounds']} rounds: {data['rounds_per_s']} rounds/s (target 20)", fontsize=10
-    )
-    axes[0].tick_params(axis="x", labelsize=8)
-    lat = data["accepted_to_published"]
-    axes[1].bar(["p50", "p95", "max"], [lat["p50_ms"], lat["p95_ms"], lat["max_ms"]])
-    axes[1].set_ylabel("ms")
-    axes[1].set_title("event accepted -> context published", fontsize=10)
+    bottom = [0.0] * len(phases)
+    for proc in phases[0]["cpu_ms_per_round"]:
+        values = [p["cpu_ms_per_round"][proc] for p in phases]
+        axes[0].bar(names, values, bottom=bottom, label=proc)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    axes[0].axhline(60, color="red", linestyle="--", linewidth=1, label="target 60")
+    axes[0].set_ylabel("CPU-ms per round")
+    axes[0].legend(fontsize=7)
+    axes[0].set_title("CPU per round, each process apart", fontsize=10)
+    x = range(len(phases))
+    events = [p["history_per_round"]["total"]["events"] for p in phases]
+    tasks = [p["history_per_round"]["total"]["workflow_tasks"] for p in phases]
+    axes[1].bar([i - 0.2 for i in x], events, width=0.4, label="history events")
+    axes[1].bar([i + 0.2 for i in x], tasks, width=0.4, label="workflow tasks")
+    axes[1].set_xticks(list(x), names)
+    axes[1].axhline(20, color="tab:blue", linestyle="--", linewidth=1)
+    axes[1].axhline(4, color="tab:orange", linestyle="--", linewidth=1)
+    axes[1].legend(fontsize=7)
+    axes[1].set_title("per round (user workflow + round), targets dashed", fontsize=10)
     _save(fig, "throughput")
 
 
