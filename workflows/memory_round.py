@@ -141,11 +141,13 @@ class MemoryRoundWorkflow:
             StoreRoundInput(fragments=fragments, select=select, context=skeleton),
             f"index {len(fragments)} fragments, select, publish v{skeleton.version}",
         )
+        stored_ids = set(stored.indexed)  # the store step skips repeats: they are not stored
         return RoundResult(
             round_no=inp.round_no,
             fragments=[
                 FragmentRef(id=f.id, created_at=f.created_at, seq=inp.first_seq + i)
                 for i, f in enumerate(fragments)
+                if f.id in stored_ids
             ],
             themes=themes,
             tuned_new=tuned_new,
