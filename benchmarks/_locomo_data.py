@@ -71,6 +71,25 @@ def load(path: Path) -> Conversation:
     return conv
 
 
+def session_turns(conv: Conversation, session: int) -> list[Any]:
+    """A session's non-empty turns as the ChatTurns an integrator hands over (thread
+    `session-<n>`, speaker A as the human), in order."""
+    from mnemoflow.models.turns import ChatTurn
+
+    return [
+        ChatTurn(
+            thread_id=f"session-{session}",
+            position=i,
+            role="human" if t.speaker == conv.speaker_a else "ai",
+            content=t.text,
+            time=t.time,
+            name=t.speaker,
+        )
+        for i, t in enumerate(conv.sessions[session])
+        if t.text.strip()
+    ]
+
+
 def norm(text: str) -> str:
     """Case and whitespace normalised, as the evidence check compares."""
     return " ".join(text.casefold().split())

@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import ROOT
-from _locomo_data import CATEGORIES, Baselines, evidence_texts, judge, load
+from _locomo_data import CATEGORIES, Baselines, evidence_texts, judge, load, session_turns
 from _locomo_report import token_counter
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
@@ -34,25 +34,13 @@ async def fragments_of(conv: Any, user: str) -> list[Any]:
     from mnemoflow.activities.llm.base import validate_drafts
     from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
     from mnemoflow.models.contracts import RoundInput
-    from mnemoflow.models.turns import ChatTurn
     from mnemoflow.workflows.memory_round import build_fragments
 
     models = HeuristicMemoryModels()
     stored: list[Any] = []
     for n in sorted(conv.sessions):
         thread = f"session-{n}"
-        turns = [
-            ChatTurn(
-                thread_id=thread,
-                position=i,
-                role="human" if t.speaker == conv.speaker_a else "ai",
-                content=t.text,
-                time=t.time,
-                name=t.speaker,
-            )
-            for i, t in enumerate(conv.sessions[n])
-            if t.text.strip()
-        ]
+        turns = session_turns(conv, n)
         for start in range(0, len(turns), 64):
             batch = turns[start : start + 64]
             drafts = validate_drafts((await models.slice(batch, 16)).drafts, len(batch), 16)

@@ -39,7 +39,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import RESULTS, ROOT, meta, summary_ms, write_result
-from _locomo_data import CATEGORIES, Baselines, Conversation, evidence_texts, judge, load
+from _locomo_data import (
+    CATEGORIES,
+    Baselines,
+    Conversation,
+    evidence_texts,
+    judge,
+    load,
+    session_turns,
+)
 from _locomo_report import token_counter, write_report
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
@@ -103,24 +111,12 @@ async def _settle(client: Any, user: str, threads: list[str]) -> Any:
 
 
 async def ingest(client: Any, conv: Conversation, user: str) -> dict[str, Any]:
-    from mnemoflow.models.turns import ChatTurn
 
     started = time.perf_counter()
     threads = []
     for n in sorted(conv.sessions):
         thread = f"session-{n}"
-        turns = [
-            ChatTurn(
-                thread_id=thread,
-                position=i,
-                role="human" if t.speaker == conv.speaker_a else "ai",
-                content=t.text,
-                time=t.time,
-                name=t.speaker,
-            )
-            for i, t in enumerate(conv.sessions[n])
-            if t.text.strip()
-        ]
+        turns = session_turns(conv, n)
         await client.submit(user, turns)
         threads.append(thread)
     status = await _settle(client, user, threads)
