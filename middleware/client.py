@@ -35,7 +35,12 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.service import RPCError, RPCStatusCode
 
-from mnemoflow.middleware.outbox import MAX_OUTBOX_MESSAGES, Outbox, OutboxMetrics
+from mnemoflow.middleware.outbox import (
+    MAX_OUTBOX_BYTES,
+    MAX_OUTBOX_MESSAGES,
+    Outbox,
+    OutboxMetrics,
+)
 from mnemoflow.middleware.payloads import split_event, trim_turn
 from mnemoflow.middleware.read_path import ContextReader
 from mnemoflow.middleware.search import FragmentSearch
@@ -111,6 +116,7 @@ class MemoryClient:
         embeddings: Embeddings | None = None,
         close_timeout_s: float = 10.0,
         max_outbox_messages: int = MAX_OUTBOX_MESSAGES,
+        max_outbox_bytes: int = MAX_OUTBOX_BYTES,
         metrics_registry: Any = None,
     ) -> None:
         """`user_key_secret` turns on pseudonymous user keys: workflow ids and search attributes
@@ -155,6 +161,7 @@ class MemoryClient:
         self.outbox = Outbox(
             self._deliver,
             max_messages=max_outbox_messages,
+            max_bytes=max_outbox_bytes,
             metrics=OutboxMetrics(metrics_registry),
         )
         self.search_attributes = search_attributes

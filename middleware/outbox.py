@@ -5,7 +5,8 @@ thread: one background task retries it with exponential back-off until it is acc
 (docs/ARCHITECTURE.md, "Delivery"). Messages are kept per (user, thread) by identity, so a
 message captured twice (by a hook and again from the graph state) is sent once, and the
 identities the workflow accepted are remembered (bounded) so the middleware can tell which of
-its messages are safe. Bounded in memory: past `max_messages` new messages are refused (counted
+its messages are safe. Bounded in memory: past `max_messages` messages or `max_bytes` of text
+(each message is already cut to `MemoryConfig.max_turn_chars`) new messages are refused (counted
 in `mnemoflow_handover_refused_total`); the graph state still holds them, so the next turn
 offers them again.
 
@@ -37,6 +38,7 @@ Key = tuple[str, str]  # (user id, thread key)
 Send = Callable[[str, list[ChatTurn], bool, Trigger, LLMUsage | None], Awaitable[object]]
 
 MAX_OUTBOX_MESSAGES = 50_000
+MAX_OUTBOX_BYTES = 64 * 1024 * 1024
 MAX_ACCEPTED_PER_THREAD = 4096
 MAX_TRACKED_THREADS = 10_000
 MAX_PARALLEL_SENDS = 8
@@ -84,14 +86,22 @@ class Outbox:
         send: Send,
         *,
         max_messages: int = MAX_OUTBOX_MESSAGES,
+        max_bytes: int = MAX_OUTBOX_BYTES,
         base_backoff_s: float = 0.25,
         max_backoff_s: float = 15.0,
         metrics: OutboxMetrics | None = None,
     ) -> None:
-        if max_messages < 1 or base_backoff_s <= 0 or max_backoff_s < base_backoff_s:
+        if (
+            max_messages < 1
+            or max_bytes < 1
+            or base_backoff_s <= 0
+            or max_backoff_s < base_backoff_s
+        ):
             raise ValueError("outbox bounds must be positive (max_backoff_s >= base_backoff_s)")
         self._send = send
         self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self._bytes = 0
         self.base_backoff_s = base_backoff_s
         self.max_backoff_s = max_backoff_s
         self.metrics = metrics or OutboxMetrics()
@@ -117,14 +127,17 @@ class Outbox:
             if accepted is not None and identity in accepted:
                 continue
             if entry is not None and identity in entry.turns:
+                self._bytes += _size(turn) - _size(entry.turns[identity])
                 entry.turns[identity] = turn  # the same message, seen where it now sits
                 continue
-            if self._count >= self.max_messages:
+            size = _size(turn)
+            if self._count >= self.max_messages or self._bytes + size > self.max_bytes:
                 self.metrics.refused.inc()
                 log.error(
-                    "memory outbox full (%d messages): a message was refused; the next turn "
-                    "offers it again",
+                    "memory outbox full (%d messages, %d bytes): a message was refused; the "
+                    "next turn offers it again",
                     self._count,
+                    self._bytes,
                 )
                 continue
             if entry is None:
@@ -132,6 +145,7 @@ class Outbox:
             entry.turns[identity] = turn
             entry.held = entry.held and hold
             self._count += 1
+            self._bytes += size
             added += 1
         self._changed_count()
         return added
@@ -268,8 +282,10 @@ class Outbox:
             entry.sending = False
         self._mark_accepted(key, [turn_identity(t) for t in turns])
         for turn in turns:
-            entry.turns.pop(turn_identity(turn), None)
-        self._count -= len(turns)
+            queued = entry.turns.pop(turn_identity(turn), None)
+            if queued is not None:
+                self._count -= 1
+                self._bytes -= _size(queued)
         entry.attempts, entry.next_try = 0, 0.0
         if not entry.turns and entry.usage is None:
             if self._entries.get(key) is entry:
@@ -288,6 +304,11 @@ class Outbox:
             known.popitem(last=False)
         while len(self._accepted) > MAX_TRACKED_THREADS:
             self._accepted.popitem(last=False)
+
+
+def _size(turn: ChatTurn) -> int:
+    """What a queued message costs in memory, roughly (its text)."""
+    return len(turn.content) + 64
 
 
 def _ordered(turns: list[ChatTurn]) -> list[ChatTurn]:

@@ -98,8 +98,22 @@ async def test_the_outbox_is_bounded_and_counts_what_it_refused() -> None:
     assert await box.aclose(0.05) == 3  # what stays undelivered is reported
 
 
+async def test_the_outbox_is_bounded_in_bytes_too() -> None:
+    send = Recorder()
+    send.down = True
+    box = Outbox(send, max_bytes=3 * (8000 + 64), base_backoff_s=0.01, max_backoff_s=0.02)
+    big = [turn(i).model_copy(update={"content": "x" * 8000}) for i in range(5)]
+    assert box.add("u", big) == 3 and box.metrics.refused._value.get() == 2
+    send.down = False
+    assert await box.flush(5) == 0
+    assert box.add("u", [turn(9).model_copy(update={"content": "y" * 8000})]) == 1  # room again
+    assert await box.aclose(5) == 0
+
+
 def test_bounds_must_make_sense() -> None:
     with pytest.raises(ValueError):
         Outbox(Recorder(), max_messages=0)
     with pytest.raises(ValueError):
         Outbox(Recorder(), base_backoff_s=2, max_backoff_s=1)
+    with pytest.raises(ValueError):
+        Outbox(Recorder(), max_bytes=0)
