@@ -12,7 +12,8 @@ offers them again.
 
 Messages can be held: the middleware adds what a turn creates as it is created (a model
 reply, a tool result) and releases them together after the turn, so a turn is one signal;
-`release`, `flush` and the next turn release what a turn that failed midway left held.
+`release`, `flush` and the next turn release what a turn that failed midway left held, and
+nothing stays held longer than `max_hold_s` (a turn that raised, or waits on an interrupt).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ MAX_OUTBOX_BYTES = 64 * 1024 * 1024
 MAX_ACCEPTED_PER_THREAD = 4096
 MAX_TRACKED_THREADS = 10_000
 MAX_PARALLEL_SENDS = 8
+MAX_HOLD_S = 30.0
 
 
 class OutboxMetrics:
@@ -70,6 +72,7 @@ class OutboxMetrics:
 class _Entry:
     turns: OrderedDict[str, ChatTurn] = field(default_factory=OrderedDict)
     held: bool = False
+    held_until: float = 0.0
     urgent: bool = False
     trigger: Trigger = "handover"
     usage: LLMUsage | None = None
@@ -90,6 +93,7 @@ class Outbox:
         base_backoff_s: float = 0.25,
         max_backoff_s: float = 15.0,
         metrics: OutboxMetrics | None = None,
+        max_hold_s: float = MAX_HOLD_S,
     ) -> None:
         if (
             max_messages < 1
@@ -101,6 +105,7 @@ class Outbox:
         self._send = send
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.max_hold_s = max_hold_s
         self._bytes = 0
         self.base_backoff_s = base_backoff_s
         self.max_backoff_s = max_backoff_s
@@ -142,12 +147,15 @@ class Outbox:
                 continue
             if entry is None:
                 entry = self._entries[key] = _Entry(held=hold)
+                entry.held_until = time.monotonic() + self.max_hold_s
             entry.turns[identity] = turn
             entry.held = entry.held and hold
             self._count += 1
             self._bytes += size
             added += 1
         self._changed_count()
+        if added and _loop_running():
+            self._start()  # delivers, or releases a hold that outlived max_hold_s
         return added
 
     def release(
@@ -238,6 +246,9 @@ class Outbox:
         while True:
             self._wake.clear()
             now = time.monotonic()
+            for entry in self._entries.values():
+                if entry.held and entry.held_until <= now:
+                    entry.held = False  # the turn that held it never ended: deliver anyway
             ready = [
                 (k, e)
                 for k, e in self._entries.items()
@@ -246,7 +257,7 @@ class Outbox:
             if ready:
                 await asyncio.gather(*(self._send_one(k, e) for k, e in ready))
                 continue
-            waits = [e.next_try - now for e in self._entries.values() if not e.held]
+            waits = [(e.held_until if e.held else e.next_try) - now for e in self._entries.values()]
             delay = max(0.0, min(waits)) if waits else None
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
@@ -304,6 +315,14 @@ class Outbox:
             known.popitem(last=False)
         while len(self._accepted) > MAX_TRACKED_THREADS:
             self._accepted.popitem(last=False)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _size(turn: ChatTurn) -> int:

@@ -59,6 +59,18 @@ async def test_each_message_and_each_usage_is_delivered_once() -> None:
     assert await box.flush(1) == 0 and len(sorted(send.delivered())) == 5
 
 
+async def test_a_hold_that_nobody_releases_ends_by_itself() -> None:
+    send = Recorder()
+    box = Outbox(send, max_hold_s=0.2)  # a turn that raised after its hand-overs were held
+    box.add("u", [turn(0)], hold=True)
+
+    async def delivered() -> bool:
+        return send.delivered() == ["m0"]
+
+    await eventually(delivered, deadline_s=5, what="the hold to expire")
+    assert box.pending() == 0
+
+
 async def test_held_messages_wait_for_release_or_flush() -> None:
     send = Recorder()
     box = Outbox(send)
