@@ -92,7 +92,9 @@ def store_local_activity(summary: str) -> dict[str, Any]:
     Cancelled, it is waited for, like `store_activity`."""
     return {
         "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-        "start_to_close_timeout": LOCAL_STORE_BOUND,
+        # Each attempt gets a third of the bound: the SDK does not always end the attempts at
+        # schedule_to_close (measured: three full 10 s attempts, 33 s, before the fallback).
+        "start_to_close_timeout": LOCAL_STORE_BOUND / 3,
         "schedule_to_close_timeout": LOCAL_STORE_BOUND,
         "retry_policy": LOCAL_STORE_RETRY,
         "summary": summary,

@@ -114,7 +114,7 @@ async def test_worker_killed_mid_activity_second_worker_completes_the_round(
             round_id = running.rounds[-1].workflow_id
             await eventually(
                 lambda: activity_running(client, round_id, killed_during),
-                deadline_s=30,
+                deadline_s=60,  # a lean round's store step: local attempts first (10 s)
                 what=f"{killed_during} activity",
             )
             with worker_process(tmp_path, "second", **common):  # type: ignore[arg-type]
