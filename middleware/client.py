@@ -50,6 +50,7 @@ from mnemoflow.middleware.settle import (
     Published,
     pending_work,
 )
+from mnemoflow.middleware.window import to_turns
 from mnemoflow.models import search_attributes as sa
 from mnemoflow.models.config import MemoryConfig, Vocation
 from mnemoflow.models.contracts import (
@@ -212,8 +213,6 @@ class MemoryClient:
         message identity once, so messages it has are no-ops. Messages another user's turns
         stamped, and summaries other middleware wrote, are skipped. Raises
         MemoryUnavailableError when Temporal cannot be reached."""
-        from mnemoflow.middleware.window import to_turns  # the middleware's own conversion
-
         uid = validate_user_id(user_id)
         thread = thread_key(thread_id)
         turns = to_turns(messages, thread, time.time(), uid)

@@ -150,8 +150,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         user_id = resolve_user_id(state, runtime.context)
         thread = resolve_thread_id(runtime)
         messages, update = self._stamped(state, user_id)
-        self._offer(state, user_id, thread, messages)
-        update.update(self._accepted_update(state, user_id, thread, messages))
+        known = self._known_accepted(state, user_id, thread, messages)
+        self._offer(user_id, thread, messages, known)
+        update.update(self._accepted_update(state, user_id, thread, messages, known))
         query = _latest_human_text(messages)
         if query.strip():  # as early as the turn allows: the model call awaits it
             self._searches.start((user_id, thread), query, self._search_for(user_id, query))
@@ -167,13 +168,14 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         key = (user_id, thread)
         self._searches.forget(key)
         messages, update = self._stamped(state, user_id)
-        self._offer(state, user_id, thread, messages)
+        known = self._known_accepted(state, user_id, thread, messages)
+        self._offer(user_id, thread, messages, known)
         seen = messages[self._window.get(key, 0) :]
         urgent, trigger = handover_trigger(seen, self.config)
         self.client.release(
             user_id, thread, urgent=urgent, trigger=trigger, chat_usage=self._chat_usage.take(key)
         )
-        update.update(self._accepted_update(state, user_id, thread, messages))
+        update.update(self._accepted_update(state, user_id, thread, messages, known))
         return update or None
 
     async def awrap_model_call(
@@ -316,21 +318,24 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         return known & set(identities)
 
     def _offer(
-        self, state: DurableMemoryState, user_id: str, thread: str, messages: list[AnyMessage]
+        self, user_id: str, thread: str, messages: list[AnyMessage], known: set[str]
     ) -> None:
-        """Hold the user's messages in the list that are not known accepted in the outbox."""
-        known = self._known_accepted(state, user_id, thread, messages)
+        """Hold the user's messages in the list that are not `known` accepted in the outbox."""
         turns = to_turns(messages, thread, self._clock(), user_id)
         self.client.hand_over(user_id, [t for t in turns if t.message_id not in known], hold=True)
 
     def _accepted_update(
-        self, state: DurableMemoryState, user_id: str, thread: str, messages: list[AnyMessage]
+        self,
+        state: DurableMemoryState,
+        user_id: str,
+        thread: str,
+        messages: list[AnyMessage],
+        known: set[str],
     ) -> dict[str, Any]:
         """The `memory_accepted` update, when what is known accepted changed. Compact, so a
         long thread's checkpoints do not grow with it: the last message of the head of the
         list whose messages are all accepted (or not this user's memory), plus the accepted
         identities after it (usually none: messages are accepted in order)."""
-        known = self._known_accepted(state, user_id, thread, messages)
         owner = owner_of(user_id)
         upto: str | None = None
         more: list[str] = []
