@@ -73,6 +73,10 @@ class LLMActivities:
         """Run one model call (heartbeating meanwhile), turning its failure into the right
         ApplicationError."""
         try:
+            if activity.info().is_local:
+                # A round's one local attempt (shape 3): bounded by its timeout, and a local
+                # activity does not heartbeat to the server.
+                return await call()
             async with heartbeating():
                 return await call()
         except ApplicationError:

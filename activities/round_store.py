@@ -20,6 +20,7 @@ from mnemoflow.activities.heartbeat import heartbeating
 from mnemoflow.activities.read_model import ReadModel
 from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.memory.selection import select as select_fragments
+from mnemoflow.models.contracts import RankedRef
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
 from mnemoflow.models.round_store import STORE_ROUND, StoreRoundInput, StoreRoundOutput
 
@@ -67,9 +68,12 @@ class RoundStoreActivities:
             published = await self.read_model.publish(context)
         except (InvalidInputError, PayloadTooLargeError) as exc:
             raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
+        known = None if inp.known is None else set(inp.known)
         return StoreRoundOutput(
             indexed=[f.id for f, _ in written],
-            fragments=ranked,
+            # Contents the round already holds are not recorded again (shape 3).
+            fragments=ranked if known is None else [c for c in ranked if c.id not in known],
+            ranked=[RankedRef(id=c.id, score=c.score) for c in ranked] if known is not None else [],
             candidates=len(selection.log.candidates),
             picked=[c for c in selection.log.candidates if c.picked],
             published_bytes=published.bytes,

@@ -261,12 +261,31 @@ class RoundInput(BaseModel):
     llm_task_queue: str | None = None
     search_attributes: bool = True
     shape: int = Field(
-        1, description="1: classic (five activities); 2: lean (local store step, one upsert)"
+        1,
+        description="1: classic (five activities); 2: lean (local store step, one upsert); "
+        "3: lean with local LLM attempts and bounded payloads",
+    )
+    known_fragments: list[str] = Field(
+        default_factory=list,
+        description="shape 3: ids of the published fragments the user workflow holds (their "
+        "contents do not come back in the result)",
     )
 
 
+class RankedRef(BaseModel):
+    """A published fragment by id, with the score that ranked it (shape 3's slim result)."""
+
+    id: str
+    score: float = 0.0
+
+
 class RoundResult(BaseModel):
-    """Output of a round."""
+    """Output of a round.
+
+    Shape 3 returns the published selection as `ranked` (ids and scores, in order) and
+    `context.fragments` holds only the contents the user workflow does not hold (ids not in the
+    input's `known_fragments`), so the result's size does not grow with the context.
+    """
 
     round_no: int
     fragments: list[FragmentRef] = Field(default_factory=list)
@@ -275,6 +294,9 @@ class RoundResult(BaseModel):
     context: InjectedContext
     selection: SelectionLog | None = None
     usage: dict[str, LLMUsage] = Field(default_factory=dict)
+    ranked: list[RankedRef] | None = Field(
+        None, description="shape 3: the published fragments in order (contents: see above)"
+    )
 
 
 # --- activities ------------------------------------------------------------------------------

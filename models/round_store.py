@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from mnemoflow.models.contracts import ContextFragment, InjectedContext, SelectInput
+from mnemoflow.models.contracts import ContextFragment, InjectedContext, RankedRef, SelectInput
 from mnemoflow.models.fragments import Fragment, ScoredCandidate
 
 #: The activity's registered name (workflows call activities by name).
@@ -24,6 +24,11 @@ class StoreRoundInput(BaseModel):
     fragments: list[Fragment] = Field(default_factory=list)
     select: SelectInput
     context: InjectedContext = Field(description="the context to publish, without fragments")
+    known: list[str] | None = Field(
+        None,
+        description="shape 3: fragment ids whose contents the round already holds; the output "
+        "then carries only the others' contents (None: every published fragment's)",
+    )
 
 
 class StoreRoundOutput(BaseModel):
@@ -31,7 +36,11 @@ class StoreRoundOutput(BaseModel):
 
     indexed: list[str] = Field(default_factory=list, description="fragment ids upserted")
     fragments: list[ContextFragment] = Field(
-        default_factory=list, description="the ranked fragments published"
+        default_factory=list,
+        description="the ranked fragments published (with `known`: only those not known)",
+    )
+    ranked: list[RankedRef] = Field(
+        default_factory=list, description="every published fragment's id and score, in order"
     )
     candidates: int = Field(0, description="fragments scored")
     picked: list[ScoredCandidate] = Field(

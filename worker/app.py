@@ -11,6 +11,13 @@ two Workers of one client on the same queue. Without TEMPORAL_LLM_TASK_QUEUE (or
 the main queue) one Worker runs everything. With a separate LLM queue, MNEMOFLOW_WORKER_ROLE picks
 "workflow" (workflows + Milvus/Redis activities on the main queue), "llm" (the LLM activities on
 their queue, rate limited queue-wide) or "all" (both Workers in this process).
+
+Local activities run on the Worker of the workflow that calls them. A round's store step is one
+(the store activities are on the workflow side in every layout). A round's LLM steps try once
+locally only when the LLM activities share the workflow's queue, that is, on the one Worker that
+runs everything; with an LLM queue of their own they always go through it, so its queue-wide
+rate limit and the LLM role hold (docs/ARCHITECTURE.md, "The round"). Local activities take
+their own slots: as many as ordinary ones (`max_concurrent_activities`).
 """
 
 from __future__ import annotations
@@ -270,6 +277,7 @@ def build_workers(client: Client, settings: Settings, res: WorkerResources) -> l
                 activities=acts,
                 activity_executor=executor,
                 max_concurrent_activities=limit,
+                max_concurrent_local_activities=limit,
                 max_task_queue_activities_per_second=plan.activities_per_second,
                 max_cached_workflows=MAX_CACHED_WORKFLOWS,
                 graceful_shutdown_timeout=timedelta(seconds=settings.mnemoflow.graceful_shutdown_s),

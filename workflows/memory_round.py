@@ -8,22 +8,29 @@ Each step is an activity with explicit timeouts and a retry policy. An LLM outag
 absorbed by retries up to the schedule-to-close bound; past it the round fails visibly and its
 messages stay un-indexed for a later round or an operator retry.
 
-Two shapes (docs/ARCHITECTURE.md, "The round"), chosen by the input's `shape` (the user
+Three shapes (docs/ARCHITECTURE.md, "The round"), chosen by the input's `shape` (the user
 workflow sets it; rounds recorded before the lean shape have none and replay unchanged):
 
-- lean (every new round): slice, then tune for cache misses only, then one local activity that
-  indexes, selects and publishes (`activities/round_store.py`), then one search-attribute
-  upsert (theme and outcome together). When the stores do not answer within a short bound the
-  store step goes on as an ordinary activity, so an outage is visible with its attempts. Slice
-  and tune stay ordinary activities (LLM queue, rate limit, heartbeats). The result carries
-  ids, counts and the picked lines of the scoring log, not the whole log, nor the profile.
-- classic (histories from before): five activities, two upserts, the whole scoring log.
+- 3, lean with local LLM attempts (every new round): slice and tune (cache misses only) each
+  try once as a local activity when the LLM activities share the round's task queue, and go on
+  as their ordinary activity (LLM queue, retries for hours, heartbeats, visible attempts) when
+  that one attempt fails or runs past LOCAL_LLM_BOUND; then the store step as in shape 2, then
+  one upsert. Payloads are bounded from the first round: the result names the published
+  fragments by id and score and carries only the contents the user workflow does not hold.
+- 2, lean: slice, then tune for cache misses only, then one local activity that indexes,
+  selects and publishes (`activities/round_store.py`), then one search-attribute upsert (theme
+  and outcome together). When the stores do not answer within a short bound the store step
+  goes on as an ordinary activity, so an outage is visible with its attempts. Slice and tune
+  are ordinary activities. The result carries ids, counts and the picked lines of the scoring
+  log, not the whole log, nor the profile.
+- 1, classic (histories from before): five activities, two upserts, the whole scoring log.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from datetime import timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
@@ -31,6 +38,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.contracts import (
         ActivityName,
+        ContextFragment,
         FragmentRef,
         IndexInput,
         IndexOutput,
@@ -56,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         PUBLISH_START_TO_CLOSE,
         STORE_HEARTBEAT,
         llm_activity,
+        llm_local_activity,
         store_activity,
         store_local_activity,
         upsert_round_attributes,
@@ -70,6 +79,10 @@ TUNE_SAMPLE_CHARS = 1500
 #: attribute in every round (one more visibility write per round); rounds recorded before the
 #: lean shape have no `shape` in their input (1, classic) and replay unchanged.
 LEAN_SHAPE = 2
+#: From this shape the LLM steps try once locally and the payloads are bounded (see above).
+LOCAL_LLM_SHAPE = 3
+
+T = TypeVar("T")
 
 
 @workflow.defn
@@ -117,6 +130,10 @@ class MemoryRoundWorkflow:
 
     async def _lean(self, inp: RoundInput) -> RoundResult:
         usage: dict[str, LLMUsage] = {}
+        slim = inp.shape >= LOCAL_LLM_SHAPE
+        # Local LLM attempts only where this worker runs the LLM activities anyway: with an LLM
+        # queue of its own (a rate limit, an LLM role), every call goes through that queue.
+        self._local_llm = slim and inp.llm_task_queue in (None, workflow.info().task_queue)
         sliced = await self._slice(inp)
         usage["slice"] = sliced.usage
         now = workflow.now().timestamp()
@@ -137,11 +154,36 @@ class MemoryRoundWorkflow:
             watermarks=inp.watermarks_after,
             top_k=inp.config.top_k,
         )
+        # Shape 3: contents the round or the user workflow already hold are not sent back.
+        known = [*inp.known_fragments, *(f.id for f in fragments)] if slim else None
         stored = await store_round(
-            StoreRoundInput(fragments=fragments, select=select, context=skeleton),
+            StoreRoundInput(fragments=fragments, select=select, context=skeleton, known=known),
             f"index {len(fragments)} fragments, select, publish v{skeleton.version}",
         )
         stored_ids = set(stored.indexed)  # the store step skips repeats: they are not stored
+        if slim:
+            return RoundResult(
+                round_no=inp.round_no,
+                fragments=[
+                    FragmentRef(id=f.id, created_at=f.created_at, seq=inp.first_seq + i)
+                    for i, f in enumerate(fragments)
+                    if f.id in stored_ids
+                ],
+                themes=themes,
+                tuned_new=tuned_new,
+                context=skeleton.model_copy(
+                    update={
+                        "fragments": _unknown_contents(inp, fragments, stored),
+                        "profile": UserProfile(),
+                    }
+                ),
+                # The picked lines of the scoring log are in the store step's marker only.
+                selection=SelectionLog(
+                    at=select.now, theme=select.theme, params_source=select.params_source
+                ),
+                usage=usage,
+                ranked=stored.ranked,
+            )
         return RoundResult(
             round_no=inp.round_no,
             fragments=[
@@ -209,12 +251,23 @@ class MemoryRoundWorkflow:
         )
 
     async def _slice(self, inp: RoundInput) -> SliceOutput:
-        return await workflow.execute_activity(
+        return await self._llm(
             ActivityName.SLICE,
             SliceInput(user_id=inp.user_id, turns=inp.turns),
-            result_type=SliceOutput,
-            **llm_activity(f"slice {len(inp.turns)} turns", inp.llm_task_queue),
+            SliceOutput,
+            f"slice {len(inp.turns)} turns",
+            inp.llm_task_queue,
         )
+
+    async def _llm(
+        self, name: str, arg: Any, result_type: type[T], summary: str, task_queue: str | None
+    ) -> T:
+        """An LLM step: one local attempt first in shape 3 (see `local_first`), else (and
+        after that attempt) the ordinary activity on the LLM queue."""
+        ordinary = llm_activity(summary, task_queue)
+        if getattr(self, "_local_llm", False):
+            return await local_first(name, arg, result_type, llm_local_activity(summary), ordinary)
+        return await workflow.execute_activity(name, arg, result_type=result_type, **ordinary)
 
     async def _tune_missing(
         self, inp: RoundInput, fragments: list[Fragment]
@@ -229,11 +282,12 @@ class MemoryRoundWorkflow:
             same = [f for f in fragments if theme_key(f.theme) == key]
             samples = _bounded([f.content for f in same], TUNE_SAMPLE_CHARS)
             types = sorted({t for f in same for t in f.types})
-            out = await workflow.execute_activity(
+            out = await self._llm(
                 ActivityName.TUNE,
                 TuneInput(theme=theme, samples=samples, types=types),
-                result_type=TuneOutput,
-                **llm_activity(f"tune theme {theme[:60]}", inp.llm_task_queue),
+                TuneOutput,
+                f"tune theme {theme[:60]}",
+                inp.llm_task_queue,
             )
             tuned[key] = out.params
             total = total + out.usage
@@ -273,10 +327,30 @@ async def store_round(inp: StoreRoundInput, summary: str) -> StoreRoundOutput:
     it has not succeeded within LOCAL_STORE_BOUND, the same idempotent step as an ordinary
     activity, which heartbeats and retries for the store bound, visible in the Temporal UI with
     its attempts and last failure while a store is down."""
+    return await local_first(
+        STORE_ROUND,
+        inp,
+        StoreRoundOutput,
+        store_local_activity(summary),
+        store_activity(summary, heartbeat=STORE_HEARTBEAT),
+    )
+
+
+async def local_first(
+    name: str,
+    arg: Any,
+    result_type: type[T],
+    local: dict[str, Any],
+    ordinary: dict[str, Any],
+) -> T:
+    """Run a step as a local activity (its success is one marker event); when the local
+    attempts failed or ran out of their bound, run it as the ordinary activity, which retries
+    durably and shows its attempts in the Temporal UI. A permanent error or a cancellation ends
+    here. A success is never repeated: the ordinary activity runs only after a failure. A
+    failure that asked for a delay (an LLM's 429 with Retry-After) is waited out on a timer
+    before the ordinary activity's first attempt, so the provider is not asked again at once."""
     try:
-        return await workflow.execute_local_activity(
-            STORE_ROUND, inp, result_type=StoreRoundOutput, **store_local_activity(summary)
-        )
+        return await workflow.execute_local_activity(name, arg, result_type=result_type, **local)
     except FailureError as err:
         # A failed local activity surfaces as ActivityError or as its cause (an
         # ApplicationError, a TimeoutError): a permanent error or a cancellation ends here.
@@ -285,12 +359,30 @@ async def store_round(inp: StoreRoundInput, summary: str) -> StoreRoundOutput:
             isinstance(cause, ApplicationError) and cause.non_retryable
         ):
             raise
-    return await workflow.execute_activity(
-        STORE_ROUND,
-        inp,
-        result_type=StoreRoundOutput,
-        **store_activity(summary, heartbeat=STORE_HEARTBEAT),
-    )
+        delay = cause.next_retry_delay if isinstance(cause, ApplicationError) else None
+    if delay is not None and delay > timedelta(0):
+        await workflow.sleep(delay, summary=f"{name}: wait as the failed attempt asked")
+    return await workflow.execute_activity(name, arg, result_type=result_type, **ordinary)
+
+
+def _unknown_contents(
+    inp: RoundInput, fragments: list[Fragment], stored: StoreRoundOutput
+) -> list[ContextFragment]:
+    """The published fragments whose contents the user workflow does not hold: the round's
+    own (it made them) and any the store step sent back; the others travel by id
+    (`RoundResult.ranked`)."""
+    known = set(inp.known_fragments)
+    own = {f.id: f for f in fragments}
+    sent = {c.id: c for c in stored.fragments}
+    out: list[ContextFragment] = []
+    for ref in stored.ranked:
+        if ref.id in known:
+            continue
+        if ref.id in sent:
+            out.append(sent[ref.id])
+        elif ref.id in own:
+            out.append(ContextFragment.of(own[ref.id], ref.score))
+    return out
 
 
 async def publish_context(context: InjectedContext, **bounds: Any) -> PublishOutput:

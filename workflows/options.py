@@ -50,6 +50,16 @@ LOCAL_STORE_RETRY = RetryPolicy(
     maximum_attempts=3,
     non_retryable_error_types=list(NON_RETRYABLE_TYPES),
 )
+# Shape 3 runs the LLM steps (slice, tune) as one local attempt on the round's worker first,
+# when the LLM activities share the workflow's task queue: a success leaves one marker instead of
+# an activity's three events and a workflow task. An attempt that fails or runs past this bound
+# hands the call to the ordinary activity (LLM queue, retries for hours, heartbeats, attempts
+# visible in the UI). The bound is well under LLM_START_TO_CLOSE: a slow provider is paid for
+# twice at most once per call, and an outage is in the UI within seconds.
+LOCAL_LLM_BOUND = timedelta(seconds=30)
+LOCAL_LLM_RETRY = RetryPolicy(
+    maximum_attempts=1, non_retryable_error_types=list(NON_RETRYABLE_TYPES)
+)
 # A publish is one small Redis write: an attempt that takes longer is stuck.
 PUBLISH_START_TO_CLOSE = timedelta(seconds=15)
 
@@ -97,6 +107,18 @@ def store_local_activity(summary: str) -> dict[str, Any]:
         "start_to_close_timeout": LOCAL_STORE_BOUND / 3,
         "schedule_to_close_timeout": LOCAL_STORE_BOUND,
         "retry_policy": LOCAL_STORE_RETRY,
+        "summary": summary,
+    }
+
+
+def llm_local_activity(summary: str) -> dict[str, Any]:
+    """Options of an LLM step's one local attempt (shape 3): one try within LOCAL_LLM_BOUND,
+    after which the round runs it as an ordinary activity (`llm_activity`). An LLM call writes
+    nothing, so a cancelled attempt is not waited for."""
+    return {
+        "start_to_close_timeout": LOCAL_LLM_BOUND,
+        "schedule_to_close_timeout": LOCAL_LLM_BOUND,
+        "retry_policy": LOCAL_LLM_RETRY,
         "summary": summary,
     }
 

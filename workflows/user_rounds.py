@@ -21,6 +21,9 @@ from temporalio.workflow import ChildWorkflowHandle
 
 with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.contracts import (
+        ContextFragment,
+        InjectedContext,
+        RankedRef,
         RoundInput,
         RoundRecord,
         RoundResult,
@@ -38,9 +41,14 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.workflows.user_state import UserRun
 
 MAX_ROUND_ID_PROBES = 24
-#: The shape of the rounds this code starts (workflows/memory_round.py): 2 is the lean one.
-#: It travels in the round's input, so rounds started by older code replay their own shape.
-ROUND_SHAPE = 2
+#: The shape of the rounds this code starts (workflows/memory_round.py): 3, lean with local
+#: LLM attempts and bounded payloads. It travels in the round's input, so rounds started by
+#: older code replay their own shape.
+ROUND_SHAPE = 3
+#: Shape 3 sends a round the weights of this many most recently tuned themes, not the whole
+#: cache (MAX_TUNED_THEMES): the input stays the same size from the first round on. A theme
+#: tuned longer ago is tuned again when it comes back (one small LLM call).
+ROUND_TUNED_THEMES = 8
 
 
 async def maybe_round(run: UserRun) -> bool:
@@ -66,6 +74,7 @@ async def maybe_round(run: UserRun) -> bool:
     )
     # Facts remembered from here on may be missing from this round's selection.
     run.remembered_during_round.clear()
+    held = {f.id: f for f in run.context().fragments}  # contents a shape-3 round does not resend
     try:
         handle = await _start_round(run, record, batch, after)
         run.round_task = handle
@@ -87,11 +96,30 @@ async def maybe_round(run: UserRun) -> bool:
         run.round_task = None
     floor = run.context().version
     # A lean round leaves the profile (its own input) out of its result: put it back.
+    result.context = with_contents(result.context, result.ranked, held, run.context())
     result.context = result.context.model_copy(update={"profile": s.profile})
     state_ops.round_completed(s, record, result, batch, workflow.now().timestamp(), run.inp.prices)
     await _keep_remembered(run, floor)
     await drop_forgotten(run)
     return True
+
+
+def with_contents(
+    context: InjectedContext,
+    ranked: list[RankedRef] | None,
+    held: dict[str, ContextFragment],
+    current: InjectedContext,
+) -> InjectedContext:
+    """A shape-3 round names its published fragments by id and score (`ranked`) and sends only
+    the contents this workflow did not hold: put the selection together again, in its order.
+    An id held nowhere any more was forgotten meanwhile and stays out."""
+    if ranked is None:
+        return context  # shapes 1 and 2 send the whole selection
+    have = {**held, **{f.id: f for f in current.fragments}, **{f.id: f for f in context.fragments}}
+    fragments = [
+        have[ref.id].model_copy(update={"score": ref.score}) for ref in ranked if ref.id in have
+    ]
+    return context.model_copy(update={"fragments": fragments})
 
 
 async def drop_forgotten(run: UserRun) -> None:
@@ -168,6 +196,8 @@ def _round_input(
     run: UserRun, record: RoundRecord, batch: list[ChatTurn], after: dict[str, Watermark]
 ) -> RoundInput:
     s, inp = run.state, run.inp
+    slim = ROUND_SHAPE >= 3
+    tuned = dict(list(s.tuned.items())[-ROUND_TUNED_THEMES:]) if slim else s.tuned
     return RoundInput(
         user_id=inp.user_id,
         round_no=record.round_no,
@@ -177,13 +207,14 @@ def _round_input(
         trigger=record.trigger,
         first_seq=s.fragment_seq + 1,
         config=run.config,
-        tuned=s.tuned,
+        tuned=tuned,
         profile=s.profile,
         watermarks_after=after,
         context_version=run.context().version,
         llm_task_queue=inp.llm_task_queue,
         search_attributes=inp.search_attributes,
         shape=ROUND_SHAPE,
+        known_fragments=[f.id for f in run.context().fragments] if slim else [],
     )
 
 

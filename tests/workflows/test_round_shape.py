@@ -1,20 +1,25 @@
-"""The lean round's shape, read from real histories on the dev server (docs/ARCHITECTURE.md,
+"""The round's shape, read from real histories on the dev server (docs/ARCHITECTURE.md,
 "The round").
 
-A new round runs slice (and tune, on a theme-cache miss) as activities and its one store step
-(index, select, publish) as a local activity: its history holds the slice's events, one marker,
-and one search-attribute upsert that records the theme and the outcome together. Its result
-carries only the picked lines of the scoring log. Rounds recorded before the lean shape still
-replay (tests/replay, classic shape); these histories replay too, and are committed with
-MNEMOFLOW_RECORD_REPLAY=1.
+A new round (shape 3) runs slice and tune (on a theme-cache miss) as one local attempt each and
+its store step (index, select, publish) as a local activity: its history holds one marker per
+step, one search-attribute upsert that records the theme and the outcome together, and one
+workflow task. A local LLM attempt that fails or runs past its bound hands the call to the
+ordinary activity, and a success is never repeated. Its payloads are bounded: the result names
+the published fragments by id and carries only the contents the user workflow does not hold.
+Rounds recorded before (shapes 1 and 2, tests/replay) still replay; these histories replay too,
+and are committed with MNEMOFLOW_RECORD_REPLAY=1 (as round-slim-*).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import Counter
+from datetime import timedelta
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
@@ -23,8 +28,10 @@ from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.models import search_attributes as sa
 from mnemoflow.models.contracts import ActivityName, RoundInput, RoundResult, UserStatus
 from mnemoflow.models.ids import user_workflow_id
-from mnemoflow.workflows.memory_round import LEAN_SHAPE
-from mnemoflow.workflows.user_rounds import ROUND_SHAPE
+from mnemoflow.workflows import options
+from mnemoflow.workflows.memory_round import LEAN_SHAPE, LOCAL_LLM_SHAPE
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+from mnemoflow.workflows.user_rounds import ROUND_SHAPE, ROUND_TUNED_THEMES
 from tests.support.drive import conversation, status, submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.replay import assert_replays
@@ -48,63 +55,170 @@ def _markers(history: WorkflowHistory) -> list[str]:
     ]
 
 
-async def test_lean_round_has_few_events_one_upsert_and_a_slim_result(
+def _activities(history: WorkflowHistory) -> list[str]:
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+
+
+def _round_input(history: WorkflowHistory) -> RoundInput:
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    started = history.events[0].workflow_execution_started_event_attributes
+    [inp] = pydantic_data_converter.payload_converter.from_payloads(
+        list(started.input.payloads), [RoundInput]
+    )
+    return inp
+
+
+async def _rounds_done(client, task_queue: str, user: str, parts):  # type: ignore[no-untyped-def]
+    handle = None
+    for part in parts:
+        handle = await submit(client, task_queue, user, part, urgent=True)
+        end = part[-1].position + 1
+
+        def indexed(s: UserStatus, end: int = end) -> bool:
+            return s.watermarks["t"].indexed >= end
+
+        await wait_status(handle, indexed, deadline_s=60, what="round indexed")
+    assert handle is not None
+    return handle
+
+
+async def test_round_is_local_steps_one_task_one_upsert_and_bounded_payloads(
     dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
 ) -> None:
     client = dev_env.client
     async with memory_worker(
         client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
-        user = f"lean-{uuid.uuid4().hex[:8]}"
+        user = f"slim-{uuid.uuid4().hex[:8]}"
         turns = conversation("t", LINES, time.time() - 3 * HOUR)
-        for part in (turns[:4], turns[4:]):
-            handle = await submit(client, mw.task_queue, user, part, urgent=True)
-            end = part[-1].position + 1
-
-            def indexed(s: UserStatus, end: int = end) -> bool:
-                return s.watermarks["t"].indexed >= end
-
-            await wait_status(handle, indexed, deadline_s=60, what="round indexed")
+        handle = await _rounds_done(client, mw.task_queue, user, [turns[:2], turns[2:4], turns[4:]])
         rounds = (await status(handle)).rounds
-        assert [r.status for r in rounds] == ["completed", "completed"]
+        assert [r.status for r in rounds] == ["completed"] * 3
+        inputs: list[RoundInput] = []
         for record in rounds:
             round_handle = client.get_workflow_handle(record.workflow_id, result_type=RoundResult)
             history = await round_handle.fetch_history()
             kinds = Counter(e.event_type for e in history.events)
-            activities = [
-                e.activity_task_scheduled_event_attributes.activity_type.name
-                for e in history.events
-                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            ]
-            # Through the server: the slice, and a tune per theme-cache miss; nothing else.
-            assert activities[0] == ActivityName.SLICE, activities
-            assert set(activities[1:]) <= {ActivityName.TUNE}, activities
-            # The store step ran as one local activity: one marker.
-            assert _markers(history) == ["core_local_activity"]
+            # Nothing through the server's activity queues: slice, tunes and the store step
+            # each left one marker.
+            assert _activities(history) == []
+            markers = _markers(history)
+            assert set(markers) == {"core_local_activity"} and 2 <= len(markers) <= 2 + 4
             assert kinds[EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES] == 1
-            tasks = kinds[EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
-            assert tasks == 1 + len(activities), kinds
-            # started, workflow tasks and activities (3 events each), marker, upsert, completed
-            assert len(history.events) == 4 + 3 * tasks + 3 * len(activities), kinds
-            desc = await round_handle.describe()
-            attrs = desc.typed_search_attributes
+            assert kinds[EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED] == 1, kinds
+            # started, one workflow task (3 events), the markers, the upsert, completed
+            assert len(history.events) == 1 + 3 + len(markers) + 1 + 1, kinds
+            attrs = (await round_handle.describe()).typed_search_attributes
             assert attrs.get(sa.OUTCOME) == "completed"
             assert attrs.get(sa.THEME), "the round's theme was not recorded"
+            inp = _round_input(history)
+            assert inp.shape == ROUND_SHAPE
+            inputs.append(inp)
             result = await round_handle.result()
-            assert result.selection is not None and result.context.fragments
-            assert all(c.picked for c in result.selection.candidates)
-            assert {c.fragment_id for c in result.selection.candidates} <= {
-                f.id for f in result.context.fragments
-            }
-        assert await assert_replays(client, [user_workflow_id(user)], name="lean-user") == 1
+            assert result.ranked, "the published selection is named in the result"
+            assert result.selection is not None and result.selection.candidates == []
+            # Only contents the user workflow did not hold come back.
+            assert not {f.id for f in result.context.fragments} & set(inp.known_fragments)
+            assert {f.id for f in result.context.fragments} <= {r.id for r in result.ranked}
+        # Each round is told which published fragments the user workflow holds: the previous
+        # round's selection; the weights it gets are bounded.
+        for before, after in zip(rounds, inputs[1:], strict=False):
+            prev = await client.get_workflow_handle(
+                before.workflow_id, result_type=RoundResult
+            ).result()
+            assert after.known_fragments == [r.id for r in prev.ranked or []]
+        assert all(len(i.tuned) <= ROUND_TUNED_THEMES for i in inputs)
+        # The user workflow put the selection together again: what it holds is what Redis got.
+        held = await handle.query(UserMemoryWorkflow.context)
+        published = await mw.read_model.get(user)
+        assert published is not None and held.fragments
+        assert [(f.id, f.content, round(f.score, 6)) for f in held.fragments] == [
+            (f.id, f.content, round(f.score, 6)) for f in published.fragments
+        ]
+        assert all(f.content for f in held.fragments)
+        assert await assert_replays(client, [user_workflow_id(user)], name="slim-user") == 1
         ids = [r.workflow_id for r in rounds]
-        assert await assert_replays(client, ids, name="round-lean") == len(ids)
+        assert await assert_replays(client, ids, name="round-slim") == len(ids)
 
 
-def test_new_rounds_are_lean_and_old_inputs_classic() -> None:
-    """The user workflow starts lean rounds; an input without `shape` (every round recorded
-    before it, replayed by tests/workflows/test_replay.py) is classic."""
-    assert ROUND_SHAPE >= LEAN_SHAPE
+class FlakyModels(HeuristicMemoryModels):
+    """The offline models whose first slice call fails (or hangs, with `hang_s`): counts the
+    slice calls that started and those that succeeded."""
+
+    def __init__(self, *, hang_s: float = 0.0) -> None:
+        super().__init__()
+        self.hang_s = hang_s
+        self.started = 0
+        self.succeeded = 0
+
+    async def slice(self, turns, max_fragments):  # type: ignore[no-untyped-def]
+        self.started += 1
+        if self.started == 1:
+            if self.hang_s:
+                await asyncio.sleep(self.hang_s)
+            else:
+                raise ConnectionError("LLM unreachable (test)")
+        out = await super().slice(turns, max_fragments)
+        self.succeeded += 1
+        return out
+
+
+@pytest.mark.parametrize("fault", ["fails", "hangs"])
+async def test_llm_failing_locally_goes_on_as_the_ordinary_activity_once(
+    fault: str,
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The local attempt fails (or runs past its bound): the ordinary slice activity makes the
+    call, once; the round completes and nothing is sliced twice."""
+    # The sandbox shares this module (imports passed through): a short bound for the test.
+    monkeypatch.setattr(options, "LOCAL_LLM_BOUND", timedelta(seconds=2))
+    models = FlakyModels(hang_s=30.0 if fault == "hangs" else 0.0)
+    client = dev_env.client
+    async with memory_worker(
+        client, milvus_uri=milvus_uri, redis_url=redis_url, models=models
+    ) as mw:
+        user = f"flaky-{uuid.uuid4().hex[:8]}"
+        turns = conversation("t", LINES, time.time() - 3 * HOUR)
+        handle = await _rounds_done(client, mw.task_queue, user, [turns])
+        done = await status(handle)
+        assert done.rounds_completed == 1 and done.rounds_failed == 0
+        assert (models.started, models.succeeded) == (2, 1)
+        history = await client.get_workflow_handle(done.rounds[-1].workflow_id).fetch_history()
+        # The slice went through the server once, and its first attempt succeeded.
+        assert _activities(history) == [ActivityName.SLICE]
+        attempts = [
+            e.activity_task_started_event_attributes.attempt
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        ]
+        assert attempts == [1]
+        assert await mw.store.count(user) == len(
+            (
+                await client.get_workflow_handle(
+                    done.rounds[-1].workflow_id, result_type=RoundResult
+                ).result()
+            ).fragments
+        )
+        assert (
+            await assert_replays(
+                client, [r.workflow_id for r in done.rounds], name=f"round-slim-{fault}"
+            )
+            == 1
+        )
+
+
+def test_new_rounds_are_slim_and_old_inputs_classic() -> None:
+    """The user workflow starts shape-3 rounds; an input without `shape` (every round recorded
+    before the lean shape, replayed by tests/workflows/test_replay.py) is classic."""
+    assert ROUND_SHAPE >= LOCAL_LLM_SHAPE > LEAN_SHAPE
     assert RoundInput.model_validate(
         {"user_id": "u", "round_no": 1, "event_id": "e", "thread_id": "t", "turns": [],
          "first_seq": 1}
