@@ -69,9 +69,12 @@ class LLMActivities:
         self.fragments = fragments
         self.max_malformed_attempts = max_malformed_attempts
 
-    async def _guarded(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+    async def _guarded(
+        self, operation: str, call: Callable[[], Awaitable[T]], attempts_before: int = 0
+    ) -> T:
         """Run one model call (heartbeating meanwhile), turning its failure into the right
-        ApplicationError."""
+        ApplicationError. `attempts_before` counts a round's failed local attempt, so a model
+        that keeps answering malformed output is given up after `max_malformed_attempts` in all."""
         try:
             if activity.info().is_local:
                 # A round's one local attempt (shape 3): bounded by its timeout, and a local
@@ -86,7 +89,7 @@ class LLMActivities:
                 exc,
                 operation=operation,
                 model=self.models.name,
-                attempt=activity.info().attempt,
+                attempt=activity.info().attempt + attempts_before,
                 max_malformed_attempts=self.max_malformed_attempts,
             )
             if mapped is exc:
@@ -111,7 +114,7 @@ class LLMActivities:
             drafts = validate_drafts(sliced.drafts, len(inp.turns), inp.max_fragments)
             return SliceOutput(drafts=drafts, usage=sliced.usage, model=self.models.name)
 
-        return await self._guarded("slice", call)
+        return await self._guarded("slice", call, inp.attempts_before)
 
     @activity.defn(name=ActivityName.TUNE)
     async def tune(self, inp: TuneInput) -> TuneOutput:
@@ -128,7 +131,7 @@ class LLMActivities:
                 model=self.models.name,
             )
 
-        return await self._guarded("tune", call)
+        return await self._guarded("tune", call, inp.attempts_before)
 
     @activity.defn(name=ActivityName.INDUCT)
     async def induct(self, inp: InductInput) -> InductOutput:

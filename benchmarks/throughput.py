@@ -7,7 +7,8 @@ is published, as a conversation would); the users run concurrently. Events are u
 once) and stamped now, so induction (due ~53 min after a fragment) stays out of the measured
 rounds, as it would at conversation pace.
 
-Each round shape named by `--shapes` (workflows/memory_round.py: 1 classic, 2 lean) is measured
+Each round shape named by `--shapes` (workflows/memory_round.py: 1 classic, 2 lean, 3 lean with
+local LLM attempts and bounded payloads) is measured
 in turn on the same stack, with its own users, so the shapes compare side by side as ratios.
 Measured per shape:
 
@@ -26,8 +27,11 @@ Measured per shape:
 each round, the user workflow's history length and bytes after each, and at the end how long a
 status query and a full replay of that history take (what the continue-as-new bound trades).
 
-    python benchmarks/throughput.py [--short] [--users U] [--rounds R] [--shapes 1,2]
-        [--one-user N] [--cache N]
+`--llm-latency-ms` gives the heuristic models a latency per call (default 0: a no-op LLM, so
+the figures are the shape's own floor on this machine).
+
+    python benchmarks/throughput.py [--short] [--users U] [--rounds R] [--shapes 2,3]
+        [--one-user N] [--cache N] [--llm-latency-ms MS]
 """
 
 from __future__ import annotations
@@ -338,9 +342,28 @@ async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -
 
     marks = sorted({1, 10, 50, 100, rounds} & set(range(1, rounds + 1)))
     first = [n for n in sorted({*marks, len(grown)}) if n <= len(grown)]
+
+    def spread(values: list[int]) -> dict[str, float]:
+        """How far the values stray from the first one (the target: within 20 %)."""
+        first = values[0] if values else 0
+        return {
+            "first": first,
+            "min": min(values, default=0),
+            "max": max(values, default=0),
+            "max_deviation_from_first": round(
+                max((abs(v - first) / first for v in values), default=0.0) if first else 0.0, 3
+            ),
+        }
+
     return {
         "rounds": rounds,
         "round_history_bytes": {str(n): at(per_round_bytes, n) for n in marks},
+        # every round's history bytes and the user workflow's bytes for each round, 1..N
+        "round_history_bytes_all": per_round_bytes,
+        "round_history_bytes_spread": spread(per_round_bytes),
+        "user_history_bytes_per_round_all": user_bytes,
+        "user_history_bytes_spread": spread(user_bytes),
+        "round_history_events_all": [c["events"] for c in children],
         # the first run of the user workflow, after its n-th round
         "user_history_bytes_per_round": {str(n): at(user_bytes, n) for n in first},
         "user_history_events_after": {str(n): grown[n - 1][0] for n in first},
@@ -381,7 +404,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     shapes = [int(s) for s in args.shapes.split(",") if s]
     if args.cache:
         app.MAX_CACHED_WORKFLOWS = args.cache
-    async with stack(latency_s=0.0, tag="tput") as (info, settings, temporal):
+    async with stack(latency_s=args.llm_latency_ms / 1000, tag="tput") as (
+        info,
+        settings,
+        temporal,
+    ):
         client = memory_client(temporal, settings)
         redis = aioredis.Redis.from_url(info.redis_url)
         watcher = Watcher(redis, settings.redis.key_prefix)
@@ -416,6 +443,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "phases": phases,
         "service_pids": {k: v for k, v in pids.items() if k != "worker_and_driver"},
         "worker_cache": app.MAX_CACHED_WORKFLOWS,
+        "llm_latency_ms": args.llm_latency_ms,
         "targets": {
             "rounds_per_s": TARGET_ROUNDS_PER_S,
             "cpu_ms_per_round": TARGET_CPU_MS_PER_ROUND,
@@ -458,10 +486,15 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=0)
     parser.add_argument(
-        "--shapes", default="1,2", help="round shapes measured in turn (1 classic, 2 lean)"
+        "--shapes",
+        default="2,3",
+        help="round shapes measured in turn (1 classic, 2 lean, 3 lean with local LLM attempts)",
     )
     parser.add_argument("--one-user", type=int, default=0, help="rounds of one user (0: none)")
     parser.add_argument("--cache", type=int, default=0, help="worker's workflow cache (0: default)")
+    parser.add_argument(
+        "--llm-latency-ms", type=float, default=0.0, help="per memory-LLM call (0: no-op LLM)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
     parser.add_argument("--name", default="throughput", help="results file name")
     args = parser.parse_args()

@@ -308,6 +308,9 @@ class SliceInput(BaseModel):
     user_id: str
     turns: list[ChatTurn]
     max_fragments: int = Field(16, ge=1)
+    attempts_before: int = Field(
+        0, ge=0, description="failed attempts made before this activity (a round's local one)"
+    )
 
 
 class SliceOutput(BaseModel):
@@ -336,6 +339,9 @@ class TuneInput(BaseModel):
     theme: str
     samples: list[str] = Field(default_factory=list)
     types: list[str] = Field(default_factory=list)
+    attempts_before: int = Field(
+        0, ge=0, description="failed attempts made before this activity (a round's local one)"
+    )
 
 
 class TuneOutput(BaseModel):

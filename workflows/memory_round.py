@@ -266,7 +266,15 @@ class MemoryRoundWorkflow:
         after that attempt) the ordinary activity on the LLM queue."""
         ordinary = llm_activity(summary, task_queue)
         if getattr(self, "_local_llm", False):
-            return await local_first(name, arg, result_type, llm_local_activity(summary), ordinary)
+            return await local_first(
+                name,
+                arg,
+                result_type,
+                llm_local_activity(summary),
+                ordinary,
+                # The local attempt failed: it counts toward the malformed-output limit.
+                ordinary_arg=arg.model_copy(update={"attempts_before": 1}),
+            )
         return await workflow.execute_activity(name, arg, result_type=result_type, **ordinary)
 
     async def _tune_missing(
@@ -342,6 +350,8 @@ async def local_first(
     result_type: type[T],
     local: dict[str, Any],
     ordinary: dict[str, Any],
+    *,
+    ordinary_arg: Any = None,
 ) -> T:
     """Run a step as a local activity (its success is one marker event); when the local
     attempts failed or ran out of their bound, run it as the ordinary activity, which retries
@@ -362,7 +372,9 @@ async def local_first(
         delay = cause.next_retry_delay if isinstance(cause, ApplicationError) else None
     if delay is not None and delay > timedelta(0):
         await workflow.sleep(delay, summary=f"{name}: wait as the failed attempt asked")
-    return await workflow.execute_activity(name, arg, result_type=result_type, **ordinary)
+    return await workflow.execute_activity(
+        name, arg if ordinary_arg is None else ordinary_arg, result_type=result_type, **ordinary
+    )
 
 
 def _unknown_contents(
