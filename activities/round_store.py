@@ -24,6 +24,9 @@ from mnemoflow.models.contracts import RankedRef
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
 from mnemoflow.models.round_store import STORE_ROUND, StoreRoundInput, StoreRoundOutput
 
+#: Scores recorded by id (shape 3) keep this many decimal places: ranks are decided before.
+SCORE_PLACES = 6
+
 
 class RoundStoreActivities:
     """The store step of a lean round over the worker's fragment store and read model."""
@@ -69,12 +72,18 @@ class RoundStoreActivities:
         except (InvalidInputError, PayloadTooLargeError) as exc:
             raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
         known = None if inp.known is None else set(inp.known)
+        picked = [c for c in selection.log.candidates if c.picked]
         return StoreRoundOutput(
             indexed=[f.id for f, _ in written],
             # Contents the round already holds are not recorded again (shape 3).
             fragments=ranked if known is None else [c for c in ranked if c.id not in known],
-            ranked=[RankedRef(id=c.id, score=c.score) for c in ranked] if known is not None else [],
+            ranked=[]
+            if known is None
+            else [RankedRef(id=c.id, score=round(c.score, SCORE_PLACES)) for c in ranked],
             candidates=len(selection.log.candidates),
-            picked=[c for c in selection.log.candidates if c.picked],
+            picked=picked if known is None else [],
+            picked_terms={}
+            if known is None
+            else {c.fragment_id: [round(x, 3) for x in (c.cos, c.R, c.T, c.F)] for c in picked},
             published_bytes=published.bytes,
         )

@@ -3,8 +3,8 @@
 The lean round does its store work (index, select, publish) in one local activity,
 `STORE_ROUND`: local activities leave one marker event in the round's history instead of an
 activity's three events and a workflow task each. Its result is slim on purpose, because it is
-recorded in the history: ids, counts and the picked fragments, never the scoring log of every
-candidate (which grew with the user's fragments) or the published context a second time.
+recorded in the history: ids, counts and the picked fragments' terms, never the scoring log of
+every candidate (which grew with the user's fragments) or the published context a second time.
 """
 
 from __future__ import annotations
@@ -44,7 +44,12 @@ class StoreRoundOutput(BaseModel):
     )
     candidates: int = Field(0, description="fragments scored")
     picked: list[ScoredCandidate] = Field(
-        default_factory=list, description="scoring lines of the picked fragments only"
+        default_factory=list, description="scoring lines of the picked fragments only (shape 2)"
+    )
+    picked_terms: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="shape 3: the picked fragments' terms by id, [cos, R, T, F] rounded to 3 "
+        "places (their scores are in `ranked`)",
     )
     published_bytes: int = 0
 

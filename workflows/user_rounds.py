@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         Watermark,
     )
     from mnemoflow.models.ids import round_workflow_id
+    from mnemoflow.models.params import TunedParams
     from mnemoflow.models.turns import ChatTurn
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow, publish_context
@@ -45,10 +46,9 @@ MAX_ROUND_ID_PROBES = 24
 #: LLM attempts and bounded payloads. It travels in the round's input, so rounds started by
 #: older code replay their own shape.
 ROUND_SHAPE = 3
-#: Shape 3 sends a round the weights of this many most recently tuned themes, not the whole
-#: cache (MAX_TUNED_THEMES): the input stays the same size from the first round on. A theme
-#: tuned longer ago is tuned again when it comes back (one small LLM call).
-ROUND_TUNED_THEMES = 8
+#: Shape 3 sends the tuned weights rounded to this many places (the full floats are ~40 % of
+#: the theme cache's bytes in the round's input; the scores move by less than 1e-5).
+TUNED_PLACES = 6
 
 
 async def maybe_round(run: UserRun) -> bool:
@@ -197,7 +197,7 @@ def _round_input(
 ) -> RoundInput:
     s, inp = run.state, run.inp
     slim = ROUND_SHAPE >= 3
-    tuned = dict(list(s.tuned.items())[-ROUND_TUNED_THEMES:]) if slim else s.tuned
+    tuned = {k: _rounded(p) for k, p in s.tuned.items()} if slim else s.tuned
     return RoundInput(
         user_id=inp.user_id,
         round_no=record.round_no,
@@ -216,6 +216,10 @@ def _round_input(
         shape=ROUND_SHAPE,
         known_fragments=[f.id for f in run.context().fragments] if slim else [],
     )
+
+
+def _rounded(params: TunedParams) -> TunedParams:
+    return TunedParams(**{k: round(v, TUNED_PLACES) for k, v in params.model_dump().items()})
 
 
 def _round_attributes(run: UserRun, record: RoundRecord) -> TypedSearchAttributes | None:

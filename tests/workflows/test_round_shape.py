@@ -8,7 +8,8 @@ workflow task. A local LLM attempt that fails or runs past its bound hands the c
 ordinary activity, and a success is never repeated. Its payloads are bounded: the result names
 the published fragments by id and carries only the contents the user workflow does not hold.
 Rounds recorded before (shapes 1 and 2, tests/replay) still replay; these histories replay too,
-and are committed with MNEMOFLOW_RECORD_REPLAY=1 (as round-slim-*).
+and are committed with MNEMOFLOW_RECORD_REPLAY=1 (round-slim-*, slim-user-*; shape 2:
+round-shape2-*, shape2-user-*).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from mnemoflow.models.ids import user_workflow_id
 from mnemoflow.workflows import options
 from mnemoflow.workflows.memory_round import LEAN_SHAPE, LOCAL_LLM_SHAPE
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
-from mnemoflow.workflows.user_rounds import ROUND_SHAPE, ROUND_TUNED_THEMES
+from mnemoflow.workflows.user_rounds import ROUND_SHAPE
 from tests.support.drive import conversation, status, submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.replay import assert_replays
@@ -132,7 +133,14 @@ async def test_round_is_local_steps_one_task_one_upsert_and_bounded_payloads(
                 before.workflow_id, result_type=RoundResult
             ).result()
             assert after.known_fragments == [r.id for r in prev.ranked or []]
-        assert all(len(i.tuned) <= ROUND_TUNED_THEMES for i in inputs)
+        # and the whole theme cache (so a cached theme is never tuned again).
+        results = [
+            await client.get_workflow_handle(r.workflow_id, result_type=RoundResult).result()
+            for r in rounds
+        ]
+        for i, inp in enumerate(inputs):
+            assert set(inp.tuned) == {k for r in results[:i] for k in r.tuned_new}
+            assert not set(results[i].tuned_new) & set(inp.tuned)
         # The user workflow put the selection together again: what it holds is what Redis got.
         held = await handle.query(UserMemoryWorkflow.context)
         published = await mw.read_model.get(user)
@@ -144,6 +152,44 @@ async def test_round_is_local_steps_one_task_one_upsert_and_bounded_payloads(
         assert await assert_replays(client, [user_workflow_id(user)], name="slim-user") == 1
         ids = [r.workflow_id for r in rounds]
         assert await assert_replays(client, ids, name="round-slim") == len(ids)
+
+
+async def test_shape_2_rounds_still_run_as_before(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rounds of shape 2 (started before shape 3, still running on a deploy) keep their shape:
+    slice and tune as activities, one marker, the whole selection in the result."""
+    from mnemoflow.workflows import user_rounds
+
+    monkeypatch.setattr(user_rounds, "ROUND_SHAPE", LEAN_SHAPE)  # the sandbox shares it
+    client = dev_env.client
+    async with memory_worker(
+        client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        user = f"lean-{uuid.uuid4().hex[:8]}"
+        turns = conversation("t", LINES, time.time() - 3 * HOUR)
+        handle = await _rounds_done(client, mw.task_queue, user, [turns[:4], turns[4:]])
+        rounds = (await status(handle)).rounds
+        assert [r.status for r in rounds] == ["completed", "completed"]
+        for record in rounds:
+            round_handle = client.get_workflow_handle(record.workflow_id, result_type=RoundResult)
+            history = await round_handle.fetch_history()
+            assert _round_input(history).shape == LEAN_SHAPE
+            activities = _activities(history)
+            assert activities[0] == ActivityName.SLICE, activities
+            assert set(activities[1:]) <= {ActivityName.TUNE}, activities
+            assert _markers(history) == ["core_local_activity"]
+            result = await round_handle.result()
+            assert result.ranked is None and result.context.fragments
+            assert result.selection is not None and result.selection.candidates
+        held = await handle.query(UserMemoryWorkflow.context)
+        assert held.fragments and all(f.content for f in held.fragments)
+        assert await assert_replays(client, [user_workflow_id(user)], name="shape2-user") == 1
+        ids = [r.workflow_id for r in rounds]
+        assert await assert_replays(client, ids, name="round-shape2") == len(ids)
 
 
 class FlakyModels(HeuristicMemoryModels):
