@@ -9,7 +9,9 @@ then fails for good; rate limits honour Retry-After; rejected requests fail at o
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
@@ -32,6 +34,12 @@ from mnemoflow.models.contracts import (
 )
 from mnemoflow.models.errors import InvalidInputError, MalformedModelOutputError
 from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.round_store import (
+    SLICE_AND_TUNE,
+    SliceTuneInput,
+    SliceTuneOutput,
+    tune_requests,
+)
 
 T = TypeVar("T")
 
@@ -132,6 +140,31 @@ class LLMActivities:
             )
 
         return await self._guarded("tune", call, inp.attempts_before)
+
+    @activity.defn(name=SLICE_AND_TUNE)
+    async def slice_and_tune(self, inp: SliceTuneInput) -> SliceTuneOutput:
+        """A round's one local LLM attempt (shape 3): slice, then tune the themes not cached.
+
+        A slice failure fails the step (the round then slices as an ordinary activity). After
+        the slice succeeded the step never fails: a tune that fails or would run past
+        `tune_budget_s` ends the tuning, and the round tunes what is left as ordinary
+        activities, so the slice is never made twice.
+        """
+        began = time.monotonic()
+        sliced = await self.slice(inp.slice)
+        tuned = {}
+        failed = False
+        for key, request in tune_requests(sliced.drafts, set(inp.cached)):
+            left = inp.tune_budget_s - (time.monotonic() - began)
+            if left <= 0:
+                failed = True
+                break
+            try:
+                tuned[key] = await asyncio.wait_for(self.tune(request), timeout=left)
+            except Exception:  # the round tunes it as an ordinary activity
+                failed = True
+                break
+        return SliceTuneOutput(sliced=sliced, tuned=tuned, tune_failed=failed)
 
     @activity.defn(name=ActivityName.INDUCT)
     async def induct(self, inp: InductInput) -> InductOutput:

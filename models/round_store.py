@@ -1,21 +1,110 @@
-"""Contracts of the lean round's one store step (docs/ARCHITECTURE.md, "The round").
+"""Contracts of the lean round's local steps (docs/ARCHITECTURE.md, "The round").
 
 The lean round does its store work (index, select, publish) in one local activity,
 `STORE_ROUND`: local activities leave one marker event in the round's history instead of an
 activity's three events and a workflow task each. Its result is slim on purpose, because it is
 recorded in the history: ids, counts and the picked fragments' terms, never the scoring log of
 every candidate (which grew with the user's fragments) or the published context a second time.
+
+Shape 3 also makes its LLM calls as one local attempt, `SLICE_AND_TUNE`: slice, then tune the
+themes not cached (`tune_requests`, the same rule the workflow applies when it tunes them as
+ordinary activities), one marker for both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+from typing import Protocol
+
 from pydantic import BaseModel, Field
 
-from mnemoflow.models.contracts import ContextFragment, InjectedContext, RankedRef, SelectInput
-from mnemoflow.models.fragments import Fragment, ScoredCandidate
+from mnemoflow.models.contracts import (
+    ContextFragment,
+    InjectedContext,
+    RankedRef,
+    SelectInput,
+    SliceInput,
+    SliceOutput,
+    TuneInput,
+    TuneOutput,
+)
+from mnemoflow.models.fragments import Fragment, ScoredCandidate, theme_key
 
 #: The activity's registered name (workflows call activities by name).
 STORE_ROUND = "mnemoflow.store_round"
+#: Shape 3's LLM step as one local attempt: slice, then tune the themes not cached.
+SLICE_AND_TUNE = "mnemoflow.slice_and_tune"
+#: A round tunes at most this many themes (its last ones), from this many characters of each.
+MAX_TUNES_PER_ROUND = 4
+TUNE_SAMPLE_CHARS = 1500
+
+
+class Themed(Protocol):
+    """A draft or a fragment: what tuning reads of it."""
+
+    @property
+    def theme(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def types(self) -> list[str]: ...
+
+
+def ordered_themes(items: Sequence[Themed]) -> list[str]:
+    """The distinct themes by theme key, in the order of their last occurrence."""
+    seen: dict[str, str] = {}
+    for item in items:
+        seen.pop(theme_key(item.theme), None)
+        seen[theme_key(item.theme)] = item.theme
+    return list(seen.values())
+
+
+def tune_requests(items: Sequence[Themed], cached: Collection[str]) -> list[tuple[str, TuneInput]]:
+    """The tune calls a round makes: its last MAX_TUNES_PER_ROUND themes whose key is not
+    cached, each with bounded samples of its content and its types (one rule for the workflow
+    and the local slice-and-tune step)."""
+    out: list[tuple[str, TuneInput]] = []
+    for theme in ordered_themes(items)[-MAX_TUNES_PER_ROUND:]:
+        key = theme_key(theme)
+        if key in cached or any(k == key for k, _ in out):
+            continue
+        same = [i for i in items if theme_key(i.theme) == key]
+        samples = bounded_texts([i.content for i in same], TUNE_SAMPLE_CHARS)
+        types = sorted({t for i in same for t in i.types})
+        out.append((key, TuneInput(theme=theme, samples=samples, types=types)))
+    return out
+
+
+def bounded_texts(texts: list[str], limit: int) -> list[str]:
+    """The texts in order, cut so that together they hold at most `limit` characters."""
+    out: list[str] = []
+    used = 0
+    for text in texts:
+        if used >= limit:
+            break
+        out.append(text[: limit - used])
+        used += len(out[-1])
+    return out
+
+
+class SliceTuneInput(BaseModel):
+    """Slice these turns, then tune the themes whose keys are not in `cached`."""
+
+    slice: SliceInput
+    cached: list[str] = Field(default_factory=list, description="theme keys already tuned")
+    tune_budget_s: float = Field(
+        description="no tune call starts or runs past this many seconds after the step began: "
+        "the step returns the slice before its own bound, so a success is never lost"
+    )
+
+
+class SliceTuneOutput(BaseModel):
+    """The slice, the tunes that were made, and whether one failed or ran out of time (the
+    round tunes what is left as ordinary activities)."""
+
+    sliced: SliceOutput
+    tuned: dict[str, TuneOutput] = Field(default_factory=dict, description="by theme key")
+    tune_failed: bool = False
 
 
 class StoreRoundInput(BaseModel):
@@ -54,4 +143,15 @@ class StoreRoundOutput(BaseModel):
     published_bytes: int = 0
 
 
-__all__ = ["STORE_ROUND", "StoreRoundInput", "StoreRoundOutput"]
+__all__ = [
+    "MAX_TUNES_PER_ROUND",
+    "SLICE_AND_TUNE",
+    "STORE_ROUND",
+    "TUNE_SAMPLE_CHARS",
+    "SliceTuneInput",
+    "SliceTuneOutput",
+    "StoreRoundInput",
+    "StoreRoundOutput",
+    "ordered_themes",
+    "tune_requests",
+]

@@ -51,29 +51,36 @@ with workflow.unsafe.imports_passed_through():
         SelectOutput,
         SliceInput,
         SliceOutput,
-        TuneInput,
         TuneOutput,
     )
     from mnemoflow.models.fragments import Fragment, FragmentDraft, SelectionLog, theme_key
     from mnemoflow.models.ids import fragment_id
     from mnemoflow.models.params import TunedParams
     from mnemoflow.models.profile import UserProfile
-    from mnemoflow.models.round_store import STORE_ROUND, StoreRoundInput, StoreRoundOutput
+    from mnemoflow.models.round_store import (
+        SLICE_AND_TUNE,
+        STORE_ROUND,
+        SliceTuneInput,
+        SliceTuneOutput,
+        StoreRoundInput,
+        StoreRoundOutput,
+        ordered_themes,
+        tune_requests,
+    )
     from mnemoflow.models.usage import LLMUsage
     from mnemoflow.workflows.options import (
         PUBLISH_START_TO_CLOSE,
         STORE_HEARTBEAT,
         llm_activity,
         llm_local_activity,
+        local_tune_budget_s,
         store_activity,
         store_local_activity,
         upsert_round_attributes,
     )
 
-MAX_TUNES_PER_ROUND = 4
 QUERY_TURNS = 6
 QUERY_CHARS = 2000
-TUNE_SAMPLE_CHARS = 1500
 #: The input's `shape` from which a round is lean. Versioned by input, not by
 #: `workflow.patched`: a patch records a marker and upserts the TemporalChangeVersion search
 #: attribute in every round (one more visibility write per round); rounds recorded before the
@@ -133,16 +140,20 @@ class MemoryRoundWorkflow:
         slim = inp.shape >= LOCAL_LLM_SHAPE
         # Local LLM attempts only where this worker runs the LLM activities anyway: with an LLM
         # queue of its own (a rate limit, an LLM role), every call goes through that queue.
-        self._local_llm = slim and inp.llm_task_queue in (None, workflow.info().task_queue)
-        sliced = await self._slice(inp)
+        pre: dict[str, TuneOutput] = {}
+        retried = 0
+        if slim and inp.llm_task_queue in (None, workflow.info().task_queue):
+            sliced, pre, retried = await self._slice_and_tune(inp)
+        else:
+            sliced = await self._slice(inp)
         usage["slice"] = sliced.usage
         now = workflow.now().timestamp()
         fragments = build_fragments(inp, sliced.drafts, now)
-        themes = _ordered_themes(fragments)
+        themes = ordered_themes(fragments)
         self._theme = themes[0] if themes else None
         # Tuning needs only the drafts, so it runs before the store step, which then does
         # index, select and publish in one local activity.
-        tuned_new, tune_usage = await self._tune_missing(inp, fragments)
+        tuned_new, tune_usage = await self._tune_missing(inp, fragments, pre, retried)
         if tune_usage.calls:
             usage["tune"] = tune_usage
         select = self._select_input(inp, fragments, tuned_new)
@@ -220,7 +231,7 @@ class MemoryRoundWorkflow:
                 result_type=IndexOutput,
                 **store_activity(f"index {len(fragments)} fragments", heartbeat=STORE_HEARTBEAT),
             )
-        themes = _ordered_themes(fragments)
+        themes = ordered_themes(fragments)
         if themes and inp.search_attributes:
             upsert_round_attributes(theme=themes[0])
         tuned_new, tune_usage = await self._tune_missing(inp, fragments)
@@ -250,52 +261,56 @@ class MemoryRoundWorkflow:
             usage=usage,
         )
 
-    async def _slice(self, inp: RoundInput) -> SliceOutput:
-        return await self._llm(
+    async def _slice(self, inp: RoundInput, attempts_before: int = 0) -> SliceOutput:
+        return await workflow.execute_activity(
             ActivityName.SLICE,
-            SliceInput(user_id=inp.user_id, turns=inp.turns),
-            SliceOutput,
-            f"slice {len(inp.turns)} turns",
-            inp.llm_task_queue,
+            SliceInput(user_id=inp.user_id, turns=inp.turns, attempts_before=attempts_before),
+            result_type=SliceOutput,
+            **llm_activity(f"slice {len(inp.turns)} turns", inp.llm_task_queue),
         )
 
-    async def _llm(
-        self, name: str, arg: Any, result_type: type[T], summary: str, task_queue: str | None
-    ) -> T:
-        """An LLM step: one local attempt first in shape 3 (see `local_first`), else (and
-        after that attempt) the ordinary activity on the LLM queue."""
-        ordinary = llm_activity(summary, task_queue)
-        if getattr(self, "_local_llm", False):
-            return await local_first(
-                name,
-                arg,
-                result_type,
-                llm_local_activity(summary),
-                ordinary,
-                # The local attempt failed: it counts toward the malformed-output limit.
-                ordinary_arg=arg.model_copy(update={"attempts_before": 1}),
-            )
-        return await workflow.execute_activity(name, arg, result_type=result_type, **ordinary)
+    async def _slice_and_tune(
+        self, inp: RoundInput
+    ) -> tuple[SliceOutput, dict[str, TuneOutput], int]:
+        """Shape 3's LLM calls as one local attempt (one marker): slice, then tune the themes
+        not cached. If it fails or runs past LOCAL_LLM_BOUND, the slice goes on as the ordinary
+        activity (after the delay a 429 asked for), and the tunes after it. Returns the slice,
+        the tunes made, and the failed attempts the remaining tunes count as made."""
+        local = SliceTuneInput(
+            slice=SliceInput(user_id=inp.user_id, turns=inp.turns),
+            cached=list(inp.tuned),
+            tune_budget_s=local_tune_budget_s(),
+        )
+        summary = f"slice {len(inp.turns)} turns, tune new themes"
+        out, delay = await try_local(
+            SLICE_AND_TUNE, local, SliceTuneOutput, llm_local_activity(summary)
+        )
+        if out is not None:
+            return out.sliced, out.tuned, int(out.tune_failed)
+        await wait_out(SLICE_AND_TUNE, delay)
+        # The local attempt failed: it counts toward the malformed-output limit.
+        return await self._slice(inp, attempts_before=1), {}, 0
 
     async def _tune_missing(
-        self, inp: RoundInput, fragments: list[Fragment]
+        self,
+        inp: RoundInput,
+        fragments: list[Fragment],
+        pre: dict[str, TuneOutput] | None = None,
+        attempts_before: int = 0,
     ) -> tuple[dict[str, TunedParams], LLMUsage]:
-        """Tune only themes the user workflow's cache does not hold (the cache is per theme)."""
+        """Tune only themes the user workflow's cache does not hold (the cache is per theme);
+        `pre`: tunes the local slice-and-tune step already made."""
         tuned: dict[str, TunedParams] = {}
         total = LLMUsage()
-        for theme in _ordered_themes(fragments)[-MAX_TUNES_PER_ROUND:]:
-            key = theme_key(theme)
-            if key in inp.tuned or key in tuned:
-                continue
-            same = [f for f in fragments if theme_key(f.theme) == key]
-            samples = _bounded([f.content for f in same], TUNE_SAMPLE_CHARS)
-            types = sorted({t for f in same for t in f.types})
-            out = await self._llm(
+        for key, out in (pre or {}).items():
+            tuned[key] = out.params
+            total = total + out.usage
+        for key, request in tune_requests(fragments, {*inp.tuned, *tuned}):
+            out = await workflow.execute_activity(
                 ActivityName.TUNE,
-                TuneInput(theme=theme, samples=samples, types=types),
-                TuneOutput,
-                f"tune theme {theme[:60]}",
-                inp.llm_task_queue,
+                request.model_copy(update={"attempts_before": attempts_before}),
+                result_type=TuneOutput,
+                **llm_activity(f"tune theme {request.theme[:60]}", inp.llm_task_queue),
             )
             tuned[key] = out.params
             total = total + out.usage
@@ -335,32 +350,30 @@ async def store_round(inp: StoreRoundInput, summary: str) -> StoreRoundOutput:
     it has not succeeded within LOCAL_STORE_BOUND, the same idempotent step as an ordinary
     activity, which heartbeats and retries for the store bound, visible in the Temporal UI with
     its attempts and last failure while a store is down."""
-    return await local_first(
+    out, _ = await try_local(STORE_ROUND, inp, StoreRoundOutput, store_local_activity(summary))
+    if out is not None:
+        return out
+    return await workflow.execute_activity(
         STORE_ROUND,
         inp,
-        StoreRoundOutput,
-        store_local_activity(summary),
-        store_activity(summary, heartbeat=STORE_HEARTBEAT),
+        result_type=StoreRoundOutput,
+        **store_activity(summary, heartbeat=STORE_HEARTBEAT),
     )
 
 
-async def local_first(
-    name: str,
-    arg: Any,
-    result_type: type[T],
-    local: dict[str, Any],
-    ordinary: dict[str, Any],
-    *,
-    ordinary_arg: Any = None,
-) -> T:
-    """Run a step as a local activity (its success is one marker event); when the local
-    attempts failed or ran out of their bound, run it as the ordinary activity, which retries
-    durably and shows its attempts in the Temporal UI. A permanent error or a cancellation ends
-    here. A success is never repeated: the ordinary activity runs only after a failure. A
-    failure that asked for a delay (an LLM's 429 with Retry-After) is waited out on a timer
-    before the ordinary activity's first attempt, so the provider is not asked again at once."""
+async def try_local(
+    name: str, arg: Any, result_type: type[T], options: dict[str, Any]
+) -> tuple[T | None, timedelta | None]:
+    """Run a step as a local activity (its success is one marker event): its result, or None
+    when the local attempts failed or ran out of their bound, with the delay the failure asked
+    for (an LLM's 429 with Retry-After). The caller then runs the step as an ordinary
+    activity, which retries durably and shows its attempts in the Temporal UI; a success is
+    never repeated, since the ordinary activity runs only after a failure. A permanent error or
+    a cancellation ends here."""
     try:
-        return await workflow.execute_local_activity(name, arg, result_type=result_type, **local)
+        result = await workflow.execute_local_activity(
+            name, arg, result_type=result_type, **options
+        )
     except FailureError as err:
         # A failed local activity surfaces as ActivityError or as its cause (an
         # ApplicationError, a TimeoutError): a permanent error or a cancellation ends here.
@@ -369,12 +382,15 @@ async def local_first(
             isinstance(cause, ApplicationError) and cause.non_retryable
         ):
             raise
-        delay = cause.next_retry_delay if isinstance(cause, ApplicationError) else None
+        return None, cause.next_retry_delay if isinstance(cause, ApplicationError) else None
+    return result, None
+
+
+async def wait_out(name: str, delay: timedelta | None) -> None:
+    """Wait the delay a failed attempt asked for (a 429's Retry-After) on a durable timer, so
+    the provider is not asked again at once."""
     if delay is not None and delay > timedelta(0):
         await workflow.sleep(delay, summary=f"{name}: wait as the failed attempt asked")
-    return await workflow.execute_activity(
-        name, arg if ordinary_arg is None else ordinary_arg, result_type=result_type, **ordinary
-    )
 
 
 def _unknown_contents(
@@ -447,25 +463,6 @@ def query_text(inp: RoundInput) -> str:
     human = [t.content for t in recent if t.role == "human" and t.content]
     other = [t.content for t in recent if t.role != "human" and t.content]
     return "\n".join(human + other)[:QUERY_CHARS]
-
-
-def _ordered_themes(fragments: list[Fragment]) -> list[str]:
-    seen: dict[str, str] = {}
-    for f in fragments:
-        seen.pop(theme_key(f.theme), None)
-        seen[theme_key(f.theme)] = f.theme
-    return list(seen.values())
-
-
-def _bounded(texts: list[str], limit: int) -> list[str]:
-    out: list[str] = []
-    used = 0
-    for text in texts:
-        if used >= limit:
-            break
-        out.append(text[: limit - used])
-        used += len(out[-1])
-    return out
 
 
 __all__ = ["MemoryRoundWorkflow", "build_fragments", "publish_context", "query_text"]

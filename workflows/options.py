@@ -123,6 +123,13 @@ def llm_local_activity(summary: str) -> dict[str, Any]:
     }
 
 
+def local_tune_budget_s() -> float:
+    """How long the local slice-and-tune step may spend before it stops tuning: two thirds of
+    LOCAL_LLM_BOUND, so it returns with its slice before the bound (a slice that succeeded is
+    never lost and made again); what it did not tune, the round tunes as activities."""
+    return LOCAL_LLM_BOUND.total_seconds() * 2 / 3
+
+
 def round_search_attributes(
     *,
     user: str | None = None,

@@ -1,12 +1,13 @@
 """The round's shape, read from real histories on the dev server (docs/ARCHITECTURE.md,
 "The round").
 
-A new round (shape 3) runs slice and tune (on a theme-cache miss) as one local attempt each and
-its store step (index, select, publish) as a local activity: its history holds one marker per
-step, one search-attribute upsert that records the theme and the outcome together, and one
-workflow task. A local LLM attempt that fails or runs past its bound hands the call to the
-ordinary activity, and a success is never repeated. Its payloads are bounded: the result names
-the published fragments by id and carries only the contents the user workflow does not hold.
+A new round (shape 3) makes its LLM calls (slice, and tune on a theme-cache miss) as one local
+attempt and its store step (index, select, publish) as a local activity: its history holds two
+markers, one search-attribute upsert that records the theme and the outcome together, and one
+workflow task. A local LLM attempt that fails or runs past its bound hands the calls it did not
+make to the ordinary activities, and a success is never repeated. Its payloads are bounded: the
+result names the published fragments by id and carries only the contents the user workflow does
+not hold.
 Rounds recorded before (shapes 1 and 2, tests/replay) still replay; these histories replay too,
 and are committed with MNEMOFLOW_RECORD_REPLAY=1 (round-slim-*, slim-user-*; shape 2:
 round-shape2-*, shape2-user-*).
@@ -109,7 +110,8 @@ async def test_round_is_local_steps_one_task_one_upsert_and_bounded_payloads(
             # each left one marker.
             assert _activities(history) == []
             markers = _markers(history)
-            assert set(markers) == {"core_local_activity"} and 2 <= len(markers) <= 2 + 4
+            # one for slice and tune, one for the store step
+            assert markers == ["core_local_activity"] * 2
             assert kinds[EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES] == 1
             assert kinds[EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED] == 1, kinds
             # started, one workflow task (3 events), the markers, the upsert, completed
@@ -193,40 +195,69 @@ async def test_shape_2_rounds_still_run_as_before(
 
 
 class FlakyModels(HeuristicMemoryModels):
-    """The offline models whose first slice call fails (or hangs, with `hang_s`): counts the
-    slice calls that started and those that succeeded."""
+    """The offline models whose first slice (or tune) call fails, or hangs for `hang_s`:
+    counts the calls of each that started and that succeeded."""
 
-    def __init__(self, *, hang_s: float = 0.0) -> None:
+    def __init__(self, step: str, *, hang_s: float = 0.0) -> None:
         super().__init__()
+        self.step = step
         self.hang_s = hang_s
-        self.started = 0
-        self.succeeded = 0
+        self.started: Counter[str] = Counter()
+        self.succeeded: Counter[str] = Counter()
 
-    async def slice(self, turns, max_fragments):  # type: ignore[no-untyped-def]
-        self.started += 1
-        if self.started == 1:
+    async def _maybe_fail(self, step: str) -> None:
+        self.started[step] += 1
+        if step == self.step and self.started[step] == 1:
             if self.hang_s:
                 await asyncio.sleep(self.hang_s)
-            else:
-                raise ConnectionError("LLM unreachable (test)")
+            raise ConnectionError("LLM unreachable (test)")
+
+    async def slice(self, turns, max_fragments):  # type: ignore[no-untyped-def]
+        await self._maybe_fail("slice")
         out = await super().slice(turns, max_fragments)
-        self.succeeded += 1
+        self.succeeded["slice"] += 1
+        return out
+
+    async def tune(self, theme, samples, types):  # type: ignore[no-untyped-def]
+        await self._maybe_fail("tune")
+        out = await super().tune(theme, samples, types)
+        self.succeeded["tune"] += 1
         return out
 
 
-@pytest.mark.parametrize("fault", ["fails", "hangs"])
+def _started_attempts(history: WorkflowHistory, name: str) -> list[int]:
+    scheduled = {
+        e.event_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == name
+    }
+    return [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id in scheduled
+    ]
+
+
+@pytest.mark.parametrize(
+    ("step", "fault"), [("slice", "fails"), ("slice", "hangs"), ("tune", "fails")]
+)
 async def test_llm_failing_locally_goes_on_as_the_ordinary_activity_once(
+    step: str,
     fault: str,
     dev_env: WorkflowEnvironment,
     milvus_uri: str,
     redis_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The local attempt fails (or runs past its bound): the ordinary slice activity makes the
-    call, once; the round completes and nothing is sliced twice."""
+    """The local slice-and-tune attempt fails in its slice (or runs past its bound): the
+    ordinary slice activity makes the call, then the tunes go as activities. A tune that fails
+    in the local step after its slice succeeded leaves the slice alone: only the tune goes on
+    as an activity. No call that succeeded is made again."""
     # The sandbox shares this module (imports passed through): a short bound for the test.
     monkeypatch.setattr(options, "LOCAL_LLM_BOUND", timedelta(seconds=2))
-    models = FlakyModels(hang_s=30.0 if fault == "hangs" else 0.0)
+    models = FlakyModels(step, hang_s=30.0 if fault == "hangs" else 0.0)
     client = dev_env.client
     async with memory_worker(
         client, milvus_uri=milvus_uri, redis_url=redis_url, models=models
@@ -236,29 +267,27 @@ async def test_llm_failing_locally_goes_on_as_the_ordinary_activity_once(
         handle = await _rounds_done(client, mw.task_queue, user, [turns])
         done = await status(handle)
         assert done.rounds_completed == 1 and done.rounds_failed == 0
-        assert (models.started, models.succeeded) == (2, 1)
-        history = await client.get_workflow_handle(done.rounds[-1].workflow_id).fetch_history()
-        # The slice went through the server once, and its first attempt succeeded.
-        assert _activities(history) == [ActivityName.SLICE]
-        attempts = [
-            e.activity_task_started_event_attributes.attempt
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        ]
-        assert attempts == [1]
-        assert await mw.store.count(user) == len(
-            (
-                await client.get_workflow_handle(
-                    done.rounds[-1].workflow_id, result_type=RoundResult
-                ).result()
-            ).fragments
+        round_handle = client.get_workflow_handle(
+            done.rounds[-1].workflow_id, result_type=RoundResult
         )
-        assert (
-            await assert_replays(
-                client, [r.workflow_id for r in done.rounds], name=f"round-slim-{fault}"
-            )
-            == 1
-        )
+        history = await round_handle.fetch_history()
+        result = await round_handle.result()
+        tunes = len(result.tuned_new)
+        assert tunes >= 1
+        # Each call succeeded once; the failed one was made once more, by an activity whose
+        # first attempt succeeded.
+        assert models.succeeded == Counter({"slice": 1, "tune": tunes})
+        assert models.started == models.succeeded + Counter({step: 1})
+        activities = _activities(history)
+        if step == "slice":
+            assert activities == [ActivityName.SLICE] + [ActivityName.TUNE] * tunes
+        else:
+            assert ActivityName.SLICE not in activities and ActivityName.TUNE in activities
+        assert set(_started_attempts(history, ActivityName.SLICE)) <= {1}
+        assert set(_started_attempts(history, ActivityName.TUNE)) <= {1}
+        assert await mw.store.count(user) == len(result.fragments)
+        name = f"round-slim-{step}-{fault}"
+        assert await assert_replays(client, [r.workflow_id for r in done.rounds], name=name) == 1
 
 
 def test_new_rounds_are_slim_and_old_inputs_classic() -> None:
