@@ -24,8 +24,8 @@ from temporalio.testing import WorkflowEnvironment
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.contracts import ActivityName
 from mnemoflow.models.errors import InvalidInputError
+from mnemoflow.models.round_store import SLICE_AND_TUNE
 from mnemoflow.worker.interceptors import MetricsInterceptor
 from mnemoflow.worker.metrics import MnemoflowMetrics
 from tests.support.deepseek_emulator import DeepSeekEmulator, Reply
@@ -49,7 +49,6 @@ SLICE = {
          "start_idx": 2, "end_idx": 3},
     ]
 }  # fmt: skip
-SLICE_NAME = ActivityName.SLICE
 TUNE = {"alpha": 0.5, "beta": 0.2, "gamma": 0.3, "delta": 0.0, "w0": 0.1, "w1": 0.8, "w2": 0.1}
 
 
@@ -125,7 +124,8 @@ async def test_429_retry_after_is_honoured_not_hammered(
         for s in family.samples
         if s.name.endswith("_total")
     }
-    assert failures == {(SLICE_NAME, "RateLimited"): 1.0}, failures
+    # (on the round's local attempt, which makes slice and tune in one step)
+    assert failures == {(SLICE_AND_TUNE, "RateLimited"): 1.0}, failures
     reliability.record(
         request,
         key="llm-429",
