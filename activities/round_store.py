@@ -22,7 +22,12 @@ from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.memory.selection import select as select_fragments
 from mnemoflow.models.contracts import RankedRef
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
-from mnemoflow.models.round_store import STORE_ROUND, StoreRoundInput, StoreRoundOutput
+from mnemoflow.models.round_store import (
+    STORE_ROUND,
+    StoreRoundInput,
+    StoreRoundOutput,
+    short_id,
+)
 
 #: Scores recorded by id (shape 3) keep this many decimal places: ranks are decided before.
 SCORE_PLACES = 6
@@ -79,7 +84,10 @@ class RoundStoreActivities:
             fragments=ranked if known is None else [c for c in ranked if c.id not in known],
             ranked=[]
             if known is None
-            else [RankedRef(id=c.id, score=round(c.score, SCORE_PLACES)) for c in ranked],
+            else [
+                RankedRef(id=short_id(sel.user_id, c.id), score=round(c.score, SCORE_PLACES))
+                for c in ranked
+            ],
             candidates=len(selection.log.candidates),
             picked=picked if known is None else [],
             picked_terms={}

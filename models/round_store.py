@@ -29,6 +29,7 @@ from mnemoflow.models.contracts import (
     TuneOutput,
 )
 from mnemoflow.models.fragments import Fragment, ScoredCandidate, theme_key
+from mnemoflow.models.ids import fragment_id
 
 #: The activity's registered name (workflows call activities by name).
 STORE_ROUND = "mnemoflow.store_round"
@@ -48,6 +49,26 @@ class Themed(Protocol):
     def content(self) -> str: ...
     @property
     def types(self) -> list[str]: ...
+
+
+#: A fragment id in shape 3's `ranked` and `known_fragments` without the user's part, which
+#: every one of the user's fragment ids starts with (models.ids.fragment_id): `~r12-f0`.
+SHORT_ID_MARK = "~"
+
+
+def _id_head(user_id: str) -> str:
+    return f"{fragment_id(user_id, 0, 0).rsplit('-r0-f0', 1)[0]}-"
+
+
+def short_id(user_id: str, fid: str) -> str:
+    """The id without the user's part (ids of another form stay whole)."""
+    head = _id_head(user_id)
+    return SHORT_ID_MARK + fid[len(head) :] if fid.startswith(head) else fid
+
+
+def full_id(user_id: str, sid: str) -> str:
+    """The whole id of a `short_id`."""
+    return _id_head(user_id) + sid[1:] if sid.startswith(SHORT_ID_MARK) else sid
 
 
 def ordered_themes(items: Sequence[Themed]) -> list[str]:
@@ -129,7 +150,8 @@ class StoreRoundOutput(BaseModel):
         description="the ranked fragments published (with `known`: only those not known)",
     )
     ranked: list[RankedRef] = Field(
-        default_factory=list, description="every published fragment's id and score, in order"
+        default_factory=list,
+        description="every published fragment's short id (`short_id`) and score, in order",
     )
     candidates: int = Field(0, description="fragments scored")
     picked: list[ScoredCandidate] = Field(
@@ -152,6 +174,8 @@ __all__ = [
     "SliceTuneOutput",
     "StoreRoundInput",
     "StoreRoundOutput",
+    "full_id",
     "ordered_themes",
+    "short_id",
     "tune_requests",
 ]

@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         SliceTuneOutput,
         StoreRoundInput,
         StoreRoundOutput,
+        full_id,
         ordered_themes,
         tune_requests,
     )
@@ -166,7 +167,8 @@ class MemoryRoundWorkflow:
             top_k=inp.config.top_k,
         )
         # Shape 3: contents the round or the user workflow already hold are not sent back.
-        known = [*inp.known_fragments, *(f.id for f in fragments)] if slim else None
+        held = [full_id(inp.user_id, i) for i in inp.known_fragments]
+        known = [*held, *(f.id for f in fragments)] if slim else None
         stored = await store_round(
             StoreRoundInput(fragments=fragments, select=select, context=skeleton, known=known),
             f"index {len(fragments)} fragments, select, publish v{skeleton.version}",
@@ -399,17 +401,18 @@ def _unknown_contents(
     """The published fragments whose contents the user workflow does not hold: the round's
     own (it made them) and any the store step sent back; the others travel by id
     (`RoundResult.ranked`)."""
-    known = set(inp.known_fragments)
+    known = {full_id(inp.user_id, i) for i in inp.known_fragments}
     own = {f.id: f for f in fragments}
     sent = {c.id: c for c in stored.fragments}
     out: list[ContextFragment] = []
     for ref in stored.ranked:
-        if ref.id in known:
+        fid = full_id(inp.user_id, ref.id)
+        if fid in known:
             continue
-        if ref.id in sent:
-            out.append(sent[ref.id])
-        elif ref.id in own:
-            out.append(ContextFragment.of(own[ref.id], ref.score))
+        if fid in sent:
+            out.append(sent[fid])
+        elif fid in own:
+            out.append(ContextFragment.of(own[fid], ref.score))
     return out
 
 

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from mnemoflow.models.ids import round_workflow_id
     from mnemoflow.models.params import TunedParams
+    from mnemoflow.models.round_store import full_id, short_id
     from mnemoflow.models.turns import ChatTurn
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow, publish_context
@@ -96,7 +97,9 @@ async def maybe_round(run: UserRun) -> bool:
         run.round_task = None
     floor = run.context().version
     # A lean round leaves the profile (its own input) out of its result: put it back.
-    result.context = with_contents(result.context, result.ranked, held, run.context())
+    result.context = with_contents(
+        result.context, result.ranked, held, run.context(), run.inp.user_id
+    )
     result.context = result.context.model_copy(update={"profile": s.profile})
     state_ops.round_completed(s, record, result, batch, workflow.now().timestamp(), run.inp.prices)
     await _keep_remembered(run, floor)
@@ -109,6 +112,7 @@ def with_contents(
     ranked: list[RankedRef] | None,
     held: dict[str, ContextFragment],
     current: InjectedContext,
+    user_id: str,
 ) -> InjectedContext:
     """A shape-3 round names its published fragments by id and score (`ranked`) and sends only
     the contents this workflow did not hold: put the selection together again, in its order.
@@ -117,7 +121,9 @@ def with_contents(
         return context  # shapes 1 and 2 send the whole selection
     have = {**held, **{f.id: f for f in current.fragments}, **{f.id: f for f in context.fragments}}
     fragments = [
-        have[ref.id].model_copy(update={"score": ref.score}) for ref in ranked if ref.id in have
+        have[fid].model_copy(update={"score": ref.score})
+        for ref in ranked
+        if (fid := full_id(user_id, ref.id)) in have
     ]
     return context.model_copy(update={"fragments": fragments})
 
@@ -214,7 +220,9 @@ def _round_input(
         llm_task_queue=inp.llm_task_queue,
         search_attributes=inp.search_attributes,
         shape=ROUND_SHAPE,
-        known_fragments=[f.id for f in run.context().fragments] if slim else [],
+        known_fragments=[short_id(inp.user_id, f.id) for f in run.context().fragments]
+        if slim
+        else [],
     )
 
 

@@ -30,6 +30,7 @@ from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.models import search_attributes as sa
 from mnemoflow.models.contracts import ActivityName, RoundInput, RoundResult, UserStatus
 from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.models.round_store import full_id
 from mnemoflow.workflows import options
 from mnemoflow.workflows.memory_round import LEAN_SHAPE, LOCAL_LLM_SHAPE
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
@@ -125,9 +126,12 @@ async def test_round_is_local_steps_one_task_one_upsert_and_bounded_payloads(
             result = await round_handle.result()
             assert result.ranked, "the published selection is named in the result"
             assert result.selection is not None and result.selection.candidates == []
-            # Only contents the user workflow did not hold come back.
-            assert not {f.id for f in result.context.fragments} & set(inp.known_fragments)
-            assert {f.id for f in result.context.fragments} <= {r.id for r in result.ranked}
+            # Only contents the user workflow did not hold come back; ids travel short.
+            ranked = [full_id(user, r.id) for r in result.ranked]
+            held_ids = {full_id(user, i) for i in inp.known_fragments}
+            assert all(r.id.startswith("~") for r in result.ranked)
+            assert not {f.id for f in result.context.fragments} & held_ids
+            assert {f.id for f in result.context.fragments} <= set(ranked)
         # Each round is told which published fragments the user workflow holds: the previous
         # round's selection; the weights it gets are bounded.
         for before, after in zip(rounds, inputs[1:], strict=False):
