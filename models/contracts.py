@@ -265,6 +265,11 @@ class RoundInput(BaseModel):
         description="1: classic (five activities); 2: lean (local store step, one upsert); "
         "3: lean with local LLM attempts and bounded payloads",
     )
+    tuned_packed: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="shape 3: the theme cache as `tuned`, each entry's weights as a list in "
+        "TunedParams' field order (a third of the bytes)",
+    )
     known_fragments: list[str] = Field(
         default_factory=list,
         description="shape 3: ids of the published fragments the user workflow holds (their "

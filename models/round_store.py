@@ -30,6 +30,7 @@ from mnemoflow.models.contracts import (
 )
 from mnemoflow.models.fragments import Fragment, ScoredCandidate, theme_key
 from mnemoflow.models.ids import fragment_id
+from mnemoflow.models.params import TunedParams
 
 #: The activity's registered name (workflows call activities by name).
 STORE_ROUND = "mnemoflow.store_round"
@@ -69,6 +70,16 @@ def short_id(user_id: str, fid: str) -> str:
 def full_id(user_id: str, sid: str) -> str:
     """The whole id of a `short_id`."""
     return _id_head(user_id) + sid[1:] if sid.startswith(SHORT_ID_MARK) else sid
+
+
+def pack_params(params: TunedParams, places: int = 6) -> list[float]:
+    """The weights as a list in TunedParams' field order, rounded (RoundInput.tuned_packed)."""
+    return [round(v, places) for v in params.model_dump().values()]
+
+
+def unpack_params(values: list[float]) -> TunedParams:
+    """The weights of a `pack_params` list."""
+    return TunedParams(**dict(zip(TunedParams.model_fields, values, strict=True)))
 
 
 def ordered_themes(items: Sequence[Themed]) -> list[str]:
@@ -176,6 +187,8 @@ __all__ = [
     "StoreRoundOutput",
     "full_id",
     "ordered_themes",
+    "pack_params",
     "short_id",
     "tune_requests",
+    "unpack_params",
 ]

@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         full_id,
         ordered_themes,
         tune_requests,
+        unpack_params,
     )
     from mnemoflow.models.usage import LLMUsage
     from mnemoflow.workflows.options import (
@@ -100,6 +101,9 @@ class MemoryRoundWorkflow:
     @workflow.run
     async def run(self, inp: RoundInput) -> RoundResult:
         """Slice, index, tune (cache misses only), select and publish; record the outcome."""
+        if inp.tuned_packed:  # shape 3 sends the theme cache packed
+            tuned = {k: unpack_params(v) for k, v in inp.tuned_packed.items()}
+            inp = inp.model_copy(update={"tuned": tuned})
         if inp.shape >= LEAN_SHAPE:
             return await self._run_lean(inp)
         try:

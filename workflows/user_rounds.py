@@ -30,8 +30,7 @@ with workflow.unsafe.imports_passed_through():
         Watermark,
     )
     from mnemoflow.models.ids import round_workflow_id
-    from mnemoflow.models.params import TunedParams
-    from mnemoflow.models.round_store import full_id, short_id
+    from mnemoflow.models.round_store import full_id, pack_params, short_id
     from mnemoflow.models.turns import ChatTurn
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow, publish_context
@@ -47,8 +46,8 @@ MAX_ROUND_ID_PROBES = 24
 #: LLM attempts and bounded payloads. It travels in the round's input, so rounds started by
 #: older code replay their own shape.
 ROUND_SHAPE = 3
-#: Shape 3 sends the tuned weights rounded to this many places (the full floats are ~40 % of
-#: the theme cache's bytes in the round's input; the scores move by less than 1e-5).
+#: Shape 3 sends the theme cache packed (weights as lists, not named fields) and rounded to this
+#: many places: a third of its bytes in the round's input; the scores move by less than 1e-5.
 TUNED_PLACES = 6
 
 
@@ -203,7 +202,7 @@ def _round_input(
 ) -> RoundInput:
     s, inp = run.state, run.inp
     slim = ROUND_SHAPE >= 3
-    tuned = {k: _rounded(p) for k, p in s.tuned.items()} if slim else s.tuned
+    packed = {k: pack_params(p, TUNED_PLACES) for k, p in s.tuned.items()} if slim else {}
     return RoundInput(
         user_id=inp.user_id,
         round_no=record.round_no,
@@ -213,7 +212,8 @@ def _round_input(
         trigger=record.trigger,
         first_seq=s.fragment_seq + 1,
         config=run.config,
-        tuned=tuned,
+        tuned={} if slim else s.tuned,
+        tuned_packed=packed,
         profile=s.profile,
         watermarks_after=after,
         context_version=run.context().version,
@@ -224,10 +224,6 @@ def _round_input(
         if slim
         else [],
     )
-
-
-def _rounded(params: TunedParams) -> TunedParams:
-    return TunedParams(**{k: round(v, TUNED_PLACES) for k, v in params.model_dump().items()})
 
 
 def _round_attributes(run: UserRun, record: RoundRecord) -> TypedSearchAttributes | None:

@@ -30,7 +30,7 @@ from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.models import search_attributes as sa
 from mnemoflow.models.contracts import ActivityName, RoundInput, RoundResult, UserStatus
 from mnemoflow.models.ids import user_workflow_id
-from mnemoflow.models.round_store import full_id
+from mnemoflow.models.round_store import full_id, unpack_params
 from mnemoflow.workflows import options
 from mnemoflow.workflows.memory_round import LEAN_SHAPE, LOCAL_LLM_SHAPE
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
@@ -145,8 +145,13 @@ async def test_round_is_local_steps_one_task_one_upsert_and_bounded_payloads(
             for r in rounds
         ]
         for i, inp in enumerate(inputs):
-            assert set(inp.tuned) == {k for r in results[:i] for k in r.tuned_new}
-            assert not set(results[i].tuned_new) & set(inp.tuned)
+            assert not inp.tuned  # packed instead
+            assert set(inp.tuned_packed) == {k for r in results[:i] for k in r.tuned_new}
+            assert not set(results[i].tuned_new) & set(inp.tuned_packed)
+            for key, values in inp.tuned_packed.items():
+                sent = unpack_params(values).model_dump()
+                had = next(r.tuned_new[key] for r in results if key in r.tuned_new)
+                assert sent == pytest.approx(had.model_dump(), abs=1e-6)
         # The user workflow put the selection together again: what it holds is what Redis got.
         held = await handle.query(UserMemoryWorkflow.context)
         published = await mw.read_model.get(user)
