@@ -14,12 +14,17 @@ Milvus. Rules it keeps:
 - The sync client and the embedder run in worker threads (`asyncio.to_thread`).
 
 Flushing. Milvus Lite searches rows still in its memtable by brute force over *all* users'
-unflushed rows and only indexes flushed segments. Measured on Lite 3.2.2 (512 dims, 2 cores):
-a filtered top-10 search took ~200 ms with 5,000 unflushed rows and ~18 ms once flushed; a flush
-of an 8-row batch took ~24 ms. Writes here are small batches (a round's fragments, a call's
-reinforcements), so by default the store flushes after every write batch: ~20 ms on an
-off-hot-path activity buys searches that stay fast. Standalone Milvus serves growing segments
-from its own interim index and rate-limits flushes, so pass `flush_after_write=False` there.
+unflushed rows and only indexes flushed segments; unflushed rows and deletes are already durable
+(its WAL: measured, both survive a SIGKILL of the server). A flush therefore buys search speed,
+not safety, and it costs ~20 ms, the largest part of a round's write. `benchmarks/milvus_flush.py`
+played 1,000 rounds of 4 rows per policy on one server (docs/PERFORMANCE.md, "Milvus flush
+policy"): flushing after every write cost 59.5 ms of store time per round, flushing once 64 rows
+are unflushed 44.8 ms with later reads as fast (27 ms), every 512 rows as cheap but later reads
+slower (49 ms), never flushing 86.8 ms (reads over 4,000 unflushed rows, 112 ms). So the store
+flushes once `flush_rows` rows (default 64) were written by this process since its last flush; a
+process leaves at most that many rows unflushed. Deletes always flush at once: a forget must not
+leave the user's rows in the memtable. Standalone Milvus serves growing segments from its own
+interim index and rate-limits flushes: pass `flush_rows=0` there (the store never flushes).
 
 Partition pruning on Milvus Lite. Lite routes rows to 16 hash buckets by the partition key but
 does not prune by a `user_key == ...` filter: every read walks every row of every user in
@@ -63,6 +68,8 @@ from mnemoflow.activities.fragment_rows import (
 from mnemoflow.models.fragments import Candidate, Fragment
 
 DEFAULT_COLLECTION = "mnemoflow_fragments"
+#: Rows a process writes before the store flushes (module docstring, "Flushing").
+FLUSH_ROWS = 64
 # Milvus Lite's partition-key buckets (milvus_lite.constants DEFAULT_NUM_PARTITIONS and
 # PARTITION_KEY_BUCKET_PREFIX; a bucket is md5(key) mod 16). ensure() checks they exist.
 LITE_BUCKETS = 16
@@ -93,7 +100,7 @@ class FragmentStore:
         dim: int | None = None,
         index_type: str = "HNSW",
         timeout_s: float = 30.0,
-        flush_after_write: bool = True,
+        flush_rows: int = FLUSH_ROWS,
     ) -> None:
         resolved_dim = dim if dim is not None else getattr(embeddings, "dim", None)
         if not isinstance(resolved_dim, int) or resolved_dim < 1:
@@ -103,7 +110,11 @@ class FragmentStore:
         self.dim = resolved_dim
         self.index_type = index_type.upper()
         self.timeout_s = timeout_s
-        self.flush_after_write = flush_after_write
+        if flush_rows < 0:
+            raise ValueError("flush_rows must be >= 0 (0: never flush)")
+        self.flush_rows = flush_rows
+        self._unflushed = 0  # rows written by this process since its last flush
+        self._flush_lock = threading.Lock()
         self._embeddings = embeddings
         self._token = token or ""
         self._client: MilvusClient | None = None
@@ -156,13 +167,21 @@ class FragmentStore:
         client.load_collection(self.collection, **self._opts())
         return fn(client)
 
-    def _flush(self, client: MilvusClient) -> None:
-        if self.flush_after_write:
+    def _flush(self, client: MilvusClient, rows: int | None = None) -> None:
+        """Flush after `rows` rows were written, once FLUSH_ROWS are unflushed (None: a delete,
+        flushed at once)."""
+        if not self.flush_rows:
+            return
+        with self._flush_lock:
+            self._unflushed += rows or 0
+            if rows is not None and self._unflushed < self.flush_rows:
+                return
             client.flush(self.collection, **self._opts())
+            self._unflushed = 0
 
     def _write(self, client: MilvusClient, rows: Rows) -> None:
         client.upsert(self.collection, rows, **self._opts())
-        self._flush(client)
+        self._flush(client, len(rows))
 
     async def close(self) -> None:
         """Close the connection (a later call reconnects)."""

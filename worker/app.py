@@ -145,7 +145,9 @@ def resolve(settings: Settings, given: Components) -> WorkerResources:
     if store is None:
         token = settings.milvus.token.get_secret_value() if settings.milvus.token else None
         m = settings.milvus
-        store = FragmentStore(m.uri, embeddings, collection=m.collection, token=token)
+        store = FragmentStore(
+            m.uri, embeddings, collection=m.collection, token=token, flush_rows=m.flush_rows
+        )
         owned.append(store)
     read_model = given.read_model
     if read_model is None:

@@ -270,6 +270,10 @@ class MilvusSettings(_MaskedURLs):
     """Milvus token ("user:password" or an API key); never logged."""
     collection: str = "mnemoflow_fragments"
     """Collection holding every user's fragments (the user id is the partition key)."""
+    flush_rows: int = Field(default=64, ge=0)
+    """Rows a worker writes before it flushes the collection (searches over unflushed rows are
+    brute force on Milvus Lite; rows are durable either way); 0 = never flush, for standalone
+    Milvus."""
     embedding: Literal["use", "hashing"] = "use"
     """Embedder: "use" = the offline multilingual Universal Sentence Encoder (512 dims);
     "hashing" = a deterministic hashing embedder, for tests only."""

@@ -248,3 +248,102 @@ async def test_store_recovers_after_a_milvus_lite_restart(tmp_path: Path) -> Non
     finally:
         await store.close()
         proc.stop()
+
+
+def _count_flushes(store: FragmentStore) -> list[str]:
+    """Wrap the store's client so every flush it makes is recorded."""
+    client = store._connected()
+    flush = client.flush
+    made: list[str] = []
+
+    def counted(collection: str, **kwargs: object) -> object:
+        made.append(collection)
+        return flush(collection, **kwargs)
+
+    client.flush = counted  # type: ignore[method-assign]
+    return made
+
+
+async def test_flush_once_the_rows_written_reach_flush_rows(
+    milvus_uri: str, unique_name: str
+) -> None:
+    """Writes flush once `flush_rows` rows are unflushed, reads see unflushed rows, and a delete
+    flushes at once (a forget must not leave rows in the memtable)."""
+    store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name, flush_rows=8)
+    await store.ensure()
+    try:
+        made = _count_flushes(store)
+        await store.upsert([frag("alice", i, f"first batch line {i}") for i in range(4)])
+        assert made == []
+        assert await store.count("alice") == 4  # unflushed rows are read like any other
+        assert len(await store.candidates("alice", "first batch line 2", None)) == 4
+        await store.upsert([frag("alice", i, f"second batch line {i}") for i in range(4, 8)])
+        assert len(made) == 1
+        ids = [fragment_id("alice", 1, i) for i in (0, 1)]
+        assert await store.reinforce("alice", ids, "call-1", NOW + 100) == 2
+        assert len(made) == 1  # 2 rows unflushed since
+        assert await store.delete("alice", [fragment_id("alice", 1, 7)]) == 1
+        assert len(made) == 2
+        assert await store.count("alice") == 7
+        assert await store.delete_user("alice") == 7
+        assert len(made) == 3
+    finally:
+        await store.drop()
+        await store.close()
+
+
+@pytest.mark.parametrize(("flush_rows", "expected"), [(1, 3), (0, 0)])
+async def test_flush_rows_one_flushes_every_write_and_zero_never(
+    milvus_uri: str, unique_name: str, flush_rows: int, expected: int
+) -> None:
+    store = FragmentStore(
+        milvus_uri, HashingEmbeddings(), collection=unique_name, flush_rows=flush_rows
+    )
+    await store.ensure()
+    try:
+        made = _count_flushes(store)
+        await store.upsert([frag("bob", 0, "one")])
+        await store.upsert([frag("bob", 1, "two")])
+        await store.delete("bob", [fragment_id("bob", 1, 0)])
+        assert len(made) == expected
+        assert [f.content for f in await store.all_for_user("bob")] == ["two"]
+    finally:
+        await store.drop()
+        await store.close()
+
+
+def test_flush_rows_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="flush_rows"):
+        FragmentStore("http://127.0.0.1:1", HashingEmbeddings(), flush_rows=-1)
+
+
+async def test_unflushed_rows_and_deletes_survive_a_milvus_lite_sigkill(tmp_path: Path) -> None:
+    """The flush policy rests on this: what was written but not flushed is durable already."""
+    port = free_port()
+    proc = start_milvus_lite(port, tmp_path)
+    store = FragmentStore(
+        f"http://127.0.0.1:{port}", HashingEmbeddings(), collection="c", flush_rows=0
+    )
+    try:
+        await store.ensure()
+        await store.upsert([frag("carol", i, f"unflushed line {i}") for i in range(10)])
+        assert await store.delete("carol", [fragment_id("carol", 1, i) for i in (3, 7)]) == 2
+        proc.popen.kill()  # SIGKILL: no chance to flush on the way out
+        proc.popen.wait(timeout=30)
+        proc.stop()
+        proc = start_milvus_lite(port, tmp_path)
+        deadline = time.monotonic() + 30
+        while True:  # the client reconnects after gRPC's backoff (see the restart test)
+            try:
+                kept = await store.all_for_user("carol")
+                break
+            except MilvusException:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(1.0)
+        assert sorted(f.content for f in kept) == sorted(
+            f"unflushed line {i}" for i in range(10) if i not in (3, 7)
+        )
+    finally:
+        await store.close()
+        proc.stop()
