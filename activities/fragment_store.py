@@ -18,9 +18,10 @@ unflushed rows and only indexes flushed segments; unflushed rows and deletes are
 (its WAL: measured, both survive a SIGKILL of the server). A flush therefore buys search speed,
 not safety, and it costs ~20 ms, the largest part of a round's write. `benchmarks/milvus_flush.py`
 played 1,000 rounds of 4 rows per policy on one server (docs/PERFORMANCE.md, "Milvus flush
-policy"): flushing after every write cost 59.5 ms of store time per round, flushing once 64 rows
-are unflushed 44.8 ms with later reads as fast (27 ms), every 512 rows as cheap but later reads
-slower (49 ms), never flushing 86.8 ms (reads over 4,000 unflushed rows, 112 ms). So the store
+policy"): a flush after every write cost 50.3 ms of store time per round, a flush once 64 rows
+are unflushed 39.8 ms with later reads as fast (27 ms), never flushing 51.2 ms (reads over 4,000
+unflushed rows, 77 ms). Every 512 rows was cheaper still (32.0 ms), but unflushed rows of all
+workers add up in every search, and a busier run read 49 ms there against 27 at 64. So the store
 flushes once `flush_rows` rows (default 64) were written by this process since its last flush; a
 process leaves at most that many rows unflushed. Deletes always flush at once: a forget must not
 leave the user's rows in the memtable. Standalone Milvus serves growing segments from its own
