@@ -30,8 +30,12 @@ status query and a full replay of that history take (what the continue-as-new bo
 `--llm-latency-ms` gives the heuristic models a latency per call (default 0: a no-op LLM, so
 the figures are the shape's own floor on this machine).
 
+`--sqlite default,wal` measures on two stacks in turn: the dev server with SQLite's default
+pragmas, then with the dev stack's (a write-ahead log synced at checkpoints,
+devstack/temporal_dev.py); the one-user run goes on the last.
+
     python benchmarks/throughput.py [--short] [--users U] [--rounds R] [--shapes 2,3]
-        [--one-user N] [--cache N] [--llm-latency-ms MS]
+        [--one-user N] [--cache N] [--llm-latency-ms MS] [--sqlite default,wal]
 """
 
 from __future__ import annotations
@@ -393,51 +397,90 @@ def _replay_seconds(history: Any) -> float:
     return time.perf_counter() - t
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+#: `--sqlite` modes: the dev server's SQLite pragmas (devstack/temporal_dev.py).
+SQLITE_MODES: dict[str, dict[str, str] | None] = {
+    "wal": None,  # the dev stack's own (SQLITE_PRAGMAS)
+    "default": {},  # SQLite's defaults: rollback journal, synced at every commit
+}
+
+
+async def _on_stack(
+    args: argparse.Namespace, mode: str, shapes: list[int], users: int, rounds: int, one_user: int
+) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, Any] | None]:
+    """The shape phases (and the one-user run) on a stack of their own, its dev server started
+    with the `mode` SQLite pragmas."""
     import redis.asyncio as aioredis
 
-    from mnemoflow.worker import app
+    from mnemoflow.devstack import temporal_dev
     from mnemoflow.worker.memory_client import memory_client
+
+    saved = temporal_dev.SQLITE_PRAGMAS
+    pragmas = SQLITE_MODES[mode]
+    if pragmas is not None:
+        temporal_dev.SQLITE_PRAGMAS = pragmas
+    try:
+        async with stack(latency_s=args.llm_latency_ms / 1000, tag="tput") as (
+            info,
+            settings,
+            temporal,
+        ):
+            client = memory_client(temporal, settings)
+            redis = aioredis.Redis.from_url(info.redis_url)
+            watcher = Watcher(redis, settings.redis.key_prefix)
+            poller = asyncio.create_task(watcher.run())
+            pids = {
+                "worker_and_driver": os.getpid(),
+                "temporal": info.service_pids.get("temporal", 0),
+                "milvus": info.service_pids.get("milvus-lite", 0),
+                "redis": info.service_pids.get("redis", 0),
+            }
+            phases = []
+            for shape in shapes:
+                print(f"[sqlite {mode}]", end=" ", flush=True)
+                phase = await _phase(client, temporal, watcher, pids, shape, users, rounds)
+                phases.append({"sqlite": mode, **phase})
+                print(
+                    f"  {phase['rounds_per_s']} rounds/s, {phase['cpu_ms_per_round_all']} "
+                    f"CPU-ms/round, {phase['history_per_round']['total']['events']} events and "
+                    f"{phase['history_per_round']['total']['workflow_tasks']} workflow tasks "
+                    "per round",
+                    flush=True,
+                )
+            one = None
+            if one_user:
+                from mnemoflow.workflows import user_rounds
+
+                user_rounds.ROUND_SHAPE = shapes[-1]
+                one = await _one_user(client, temporal, watcher, one_user)
+            poller.cancel()
+            await redis.aclose()
+            await client.aclose()
+    finally:
+        temporal_dev.SQLITE_PRAGMAS = saved
+    return phases, pids, one
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from mnemoflow.worker import app
 
     users = args.users or (40 if args.short else 100)
     rounds = args.rounds or (5 if args.short else 10)
     shapes = [int(s) for s in args.shapes.split(",") if s]
+    modes = [m for m in args.sqlite.split(",") if m]
+    unknown = set(modes) - set(SQLITE_MODES)
+    if unknown or not modes:
+        raise SystemExit(f"--sqlite takes {', '.join(SQLITE_MODES)}; got {args.sqlite!r}")
     if args.cache:
         app.MAX_CACHED_WORKFLOWS = args.cache
-    async with stack(latency_s=args.llm_latency_ms / 1000, tag="tput") as (
-        info,
-        settings,
-        temporal,
-    ):
-        client = memory_client(temporal, settings)
-        redis = aioredis.Redis.from_url(info.redis_url)
-        watcher = Watcher(redis, settings.redis.key_prefix)
-        poller = asyncio.create_task(watcher.run())
-        pids = {
-            "worker_and_driver": os.getpid(),
-            "temporal": info.service_pids.get("temporal", 0),
-            "milvus": info.service_pids.get("milvus-lite", 0),
-            "redis": info.service_pids.get("redis", 0),
-        }
-        phases = []
-        for shape in shapes:
-            phases.append(await _phase(client, temporal, watcher, pids, shape, users, rounds))
-            p = phases[-1]
-            print(
-                f"  {p['rounds_per_s']} rounds/s, {p['cpu_ms_per_round_all']} CPU-ms/round, "
-                f"{p['history_per_round']['total']['events']} events and "
-                f"{p['history_per_round']['total']['workflow_tasks']} workflow tasks per round",
-                flush=True,
-            )
-        one = None
-        if args.one_user:
-            from mnemoflow.workflows import user_rounds
-
-            user_rounds.ROUND_SHAPE = shapes[-1]
-            one = await _one_user(client, temporal, watcher, args.one_user)
-        poller.cancel()
-        await redis.aclose()
-        await client.aclose()
+    phases: list[dict[str, Any]] = []
+    one = None
+    for n, mode in enumerate(modes):
+        last = n == len(modes) - 1
+        got, pids, one_run = await _on_stack(
+            args, mode, shapes, users, rounds, args.one_user if last else 0
+        )
+        phases += got
+        one = one_run if last else one
     chosen = phases[-1]
     out: dict[str, Any] = {
         "phases": phases,
@@ -491,6 +534,12 @@ def main() -> int:
         help="round shapes measured in turn (1 classic, 2 lean, 3 lean with local LLM attempts)",
     )
     parser.add_argument("--one-user", type=int, default=0, help="rounds of one user (0: none)")
+    parser.add_argument(
+        "--sqlite",
+        default="wal",
+        help="dev server SQLite pragmas, each on a stack of its own, in turn: wal (the dev "
+        "stack's), default (SQLite's own); e.g. default,wal",
+    )
     parser.add_argument("--cache", type=int, default=0, help="worker's workflow cache (0: default)")
     parser.add_argument(
         "--llm-latency-ms", type=float, default=0.0, help="per memory-LLM call (0: no-op LLM)"
