@@ -24,6 +24,7 @@ from prometheus_client import (
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from mnemoflow.models.contracts import ActivityName
+from mnemoflow.models.round_store import SLICE_AND_TUNE, STORE_ROUND
 from mnemoflow.models.usage import LLMUsage, PriceTable
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -117,6 +118,20 @@ class MnemoflowMetrics:
             size = getattr(result, "bytes", None)
             if isinstance(size, int):
                 self.injected_bytes.observe(size)
+        elif activity == STORE_ROUND:  # the lean round's index + select + publish step
+            self.fragments_indexed.inc(len(getattr(result, "indexed", ())))
+            size = getattr(result, "published_bytes", None)
+            if isinstance(size, int) and size:
+                self.injected_bytes.observe(size)
+        elif activity == SLICE_AND_TUNE:  # shape 3's local slice and tunes, counted as theirs
+            sliced = getattr(getattr(result, "sliced", None), "usage", None)
+            if isinstance(sliced, LLMUsage):
+                self.llm_used("slice", sliced)
+            for tuned in getattr(result, "tuned", {}).values():
+                usage = getattr(tuned, "usage", None)
+                if isinstance(usage, LLMUsage):
+                    self.llm_used("tune", usage)
+            return
         operation = _LLM_OPERATIONS.get(activity)
         usage = getattr(result, "usage", None)
         if operation is not None and isinstance(usage, LLMUsage):

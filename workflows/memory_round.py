@@ -178,49 +178,31 @@ class MemoryRoundWorkflow:
             f"index {len(fragments)} fragments, select, publish v{skeleton.version}",
         )
         stored_ids = set(stored.indexed)  # the store step skips repeats: they are not stored
+        refs = [
+            FragmentRef(id=f.id, created_at=f.created_at, seq=inp.first_seq + i)
+            for i, f in enumerate(fragments)
+            if f.id in stored_ids
+        ]
+        selection = SelectionLog(
+            at=select.now, theme=select.theme, params_source=select.params_source
+        )
+        # The profile came from the user workflow, which puts it back: not sent twice.
         if slim:
-            return RoundResult(
-                round_no=inp.round_no,
-                fragments=[
-                    FragmentRef(id=f.id, created_at=f.created_at, seq=inp.first_seq + i)
-                    for i, f in enumerate(fragments)
-                    if f.id in stored_ids
-                ],
-                themes=themes,
-                tuned_new=tuned_new,
-                context=skeleton.model_copy(
-                    update={
-                        "fragments": _unknown_contents(inp, fragments, stored),
-                        "profile": UserProfile(),
-                    }
-                ),
-                # The picked lines of the scoring log are in the store step's marker only.
-                selection=SelectionLog(
-                    at=select.now, theme=select.theme, params_source=select.params_source
-                ),
-                usage=usage,
-                ranked=stored.ranked,
-            )
+            # Only contents the user workflow lacks; the picked lines of the scoring log are in
+            # the store step's marker only.
+            contents, ranked = _unknown_contents(inp, fragments, stored), stored.ranked
+        else:
+            contents, ranked = stored.fragments, None
+            selection = selection.model_copy(update={"candidates": stored.picked})
         return RoundResult(
             round_no=inp.round_no,
-            fragments=[
-                FragmentRef(id=f.id, created_at=f.created_at, seq=inp.first_seq + i)
-                for i, f in enumerate(fragments)
-                if f.id in stored_ids
-            ],
+            fragments=refs,
             themes=themes,
             tuned_new=tuned_new,
-            # The profile came from the user workflow, which puts it back: not sent twice.
-            context=skeleton.model_copy(
-                update={"fragments": stored.fragments, "profile": UserProfile()}
-            ),
-            selection=SelectionLog(
-                at=select.now,
-                theme=select.theme,
-                params_source=select.params_source,
-                candidates=stored.picked,
-            ),
+            context=skeleton.model_copy(update={"fragments": contents, "profile": UserProfile()}),
+            selection=selection,
             usage=usage,
+            ranked=ranked,
         )
 
     # --- the classic shape (shape 1: rounds recorded before the lean one) ----------------

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from mnemoflow.models.contracts import ActivityName, IndexOutput, PublishOutput, SliceOutput
+from mnemoflow.models.contracts import (
+    ActivityName,
+    IndexOutput,
+    PublishOutput,
+    SliceOutput,
+    TuneOutput,
+)
+from mnemoflow.models.params import TunedParams
+from mnemoflow.models.round_store import (
+    SLICE_AND_TUNE,
+    STORE_ROUND,
+    SliceTuneOutput,
+    StoreRoundOutput,
+)
 from mnemoflow.models.usage import LLMUsage, PriceTable
 from mnemoflow.worker.health import HttpEndpoint
 from mnemoflow.worker.metrics import MnemoflowMetrics, render
@@ -39,6 +52,27 @@ def test_results_become_counters_and_histograms() -> None:
     )
     assert _value(m, "mnemoflow_rounds_total", outcome="completed") == 1
     assert _value(m, "mnemoflow_rounds_total", outcome="failed") == 1
+
+
+def test_the_lean_rounds_local_steps_are_counted_like_the_activities_they_replace() -> None:
+    """Shape 3 slices and tunes in one local step and stores in another: their fragments,
+    published bytes and LLM usage count as index, publish, slice and tune would."""
+    m = MnemoflowMetrics(PriceTable())
+    m.activity_result(
+        STORE_ROUND, StoreRoundOutput(indexed=["a", "b"], published_bytes=900, candidates=4)
+    )
+    sliced = SliceOutput(drafts=[], usage=LLMUsage(calls=1, input_tokens=700, output_tokens=90))
+    tuned = TuneOutput(
+        params=TunedParams(), usage=LLMUsage(calls=1, input_tokens=300, output_tokens=20)
+    )
+    m.activity_result(SLICE_AND_TUNE, SliceTuneOutput(sliced=sliced, tuned={"orders": tuned}))
+
+    assert _value(m, "mnemoflow_fragments_indexed_total") == 2
+    assert _value(m, "mnemoflow_injected_context_bytes_sum") == 900
+    assert _value(m, "mnemoflow_llm_tokens_total", operation="slice", kind="input") == 700
+    assert _value(m, "mnemoflow_llm_tokens_total", operation="tune", kind="input") == 300
+    assert _value(m, "mnemoflow_llm_calls_total", operation="slice") == 1
+    assert _value(m, "mnemoflow_llm_calls_total", operation="tune") == 1
 
 
 def test_registries_are_per_instance() -> None:
