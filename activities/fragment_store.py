@@ -169,7 +169,7 @@ class FragmentStore:
         return fn(client)
 
     def _flush(self, client: MilvusClient, rows: int | None = None) -> None:
-        """Flush after `rows` rows were written, once FLUSH_ROWS are unflushed (None: a delete,
+        """Flush after `rows` rows were written, once `flush_rows` are unflushed (None: a delete,
         flushed at once)."""
         if not self.flush_rows:
             return
