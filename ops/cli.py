@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -49,13 +50,34 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
         mnemoflow = settings.mnemoflow.model_copy(update=update)
         settings = settings.model_copy(update={"mnemoflow": mnemoflow})
     ports = DevPorts(args.temporal_port, args.ui_port, args.redis_port, args.milvus_port)
-    return main(settings, ports)
+    exit_without_finalising(main(settings, ports))
+    return 0  # not reached
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     from mnemoflow.worker.serve import serve
 
-    return asyncio.run(serve(settings))
+    exit_without_finalising(asyncio.run(serve(settings)))
+    return 0  # not reached
+
+
+def exit_without_finalising(code: int) -> NoReturn:
+    """End a process whose work has stopped and whose clients are closed, skipping the
+    interpreter's finalisation.
+
+    What is left then are native threads (the Temporal core's runtime, gRPC's pollers) that
+    Python's finalisation can race: a worker that had stopped cleanly ("worker stopped" logged)
+    sometimes aborted with SIGABRT ("PyGILState_Release: thread state ... must be current") in
+    the SIGTERM drain test, so an orderly stop exited -6 instead of its code. Logs and standard
+    streams are flushed first; nothing in this package relies on atexit.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _user_argument(parser: argparse.ArgumentParser) -> None:
