@@ -89,6 +89,10 @@ def replies(content: str) -> str:
     return "\n".join(out)
 
 
+#: How many earlier fragments a recall turn may read back together (adds_nothing).
+RECALL_SOURCES = 3
+
+
 def adds_nothing(fragment: Fragment, peers: list[set[str]]) -> bool:
     """Whether the fragment holds no fact its user's memory lacks: the human only asks and the
     reply states nothing ("When did I move?" / "Let me check.") or only what one earlier
@@ -99,7 +103,14 @@ def adds_nothing(fragment: Fragment, peers: list[set[str]]) -> bool:
     tokens = fact_tokens(replies(fragment.content) if asking else fragment.content)
     if asking and not tokens:
         return True
-    return any(restates(tokens, other, asking) for other in peers)
+    if any(restates(tokens, other, asking) for other in peers):
+        return True
+    if not asking:
+        return False
+    # A recall turn that answers several questions reads back several fragments: it adds
+    # nothing when the few earlier fragments it shares most with hold what it says together.
+    nearest = sorted(peers, key=lambda other: -len(tokens & other))[:RECALL_SOURCES]
+    return restates(tokens, set().union(*nearest), asking) if nearest else False
 
 
 def new_information(fragments: list[Fragment], earlier: list[Fragment]) -> list[Fragment]:

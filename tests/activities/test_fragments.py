@@ -302,6 +302,41 @@ def test_asks_only_and_restates() -> None:
     assert new_information([asked], [a]) == [asked]
 
 
+def test_a_recall_turn_reading_back_several_fragments_adds_nothing() -> None:
+    """Two questions answered from two earlier fragments: nothing new, so not stored; the same
+    turn with a fact no earlier fragment holds is kept."""
+    from mnemoflow.activities.fragments import new_information
+
+    def frag(fid: str, content: str, round_no: int) -> Fragment:
+        return Fragment(
+            id=fid,
+            user_id="u",
+            theme="t",
+            types=["fact"],
+            content=content,
+            created_at=1,
+            reinforced_at=1,
+            round_no=round_no,
+        )
+
+    earlier = [
+        frag("home", "User: I live in Leeds, on Cross Street, with two cats.", 1),
+        frag("food", "User: My favourite food is pad thai, extra spicy please.", 2),
+        frag("job", "User: I work night shifts as a nurse at the city hospital.", 3),
+    ]
+    recall = frag(
+        "r",
+        "User: Where do I live?\nAssistant: On Cross Street in Leeds.\n"
+        "User: And my favourite food?\nAssistant: Pad thai, extra spicy.",
+        9,
+    )
+    assert new_information([recall], earlier) == []
+    news = recall.model_copy(
+        update={"content": recall.content + "\nAssistant: Your parcel ships to Glasgow Friday."}
+    )
+    assert new_information([news], earlier) == [news]
+
+
 async def test_the_lean_round_store_step_skips_recall_only_turns_too(
     milvus_uri: str, redis_url: str, unique_name: str
 ) -> None:
