@@ -77,6 +77,10 @@ def asks_only(content: str) -> bool:
     return bool(asked) and all(is_question(s) for s in asked)
 
 
+def _has_human(content: str) -> bool:
+    return any(_HUMAN_LINE.match(line) for line in content.splitlines())
+
+
 def replies(content: str) -> str:
     """The lines of a fragment that are not the human's (`Assistant ...:` and unlabelled)."""
     out: list[str] = []
@@ -98,7 +102,9 @@ def adds_nothing(fragment: Fragment, peers: list[set[str]]) -> bool:
     reply states nothing ("When did I move?" / "Let me check.") or only what one earlier
     fragment holds (memory read back), or one earlier fragment holds all it says
     (`memory.text.restates`)."""
-    asking = asks_only(fragment.content)
+    # A fragment cut between a question and its answer can hold only the answer: with no human
+    # line at all it is judged as a reply too.
+    asking = asks_only(fragment.content) or not _has_human(fragment.content)
     # When the human only asks, what the fragment could add is in the reply.
     tokens = fact_tokens(replies(fragment.content) if asking else fragment.content)
     if asking and not tokens:

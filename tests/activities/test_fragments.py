@@ -335,6 +335,13 @@ def test_a_recall_turn_reading_back_several_fragments_adds_nothing() -> None:
         update={"content": recall.content + "\nAssistant: Your parcel ships to Glasgow Friday."}
     )
     assert new_information([news], earlier) == [news]
+    # A fragment cut between a question and its answer holds only the answer: judged the same.
+    answer_only = recall.model_copy(
+        update={"content": "Assistant: You live on Cross Street in Leeds, with two cats."}
+    )
+    assert new_information([answer_only], earlier) == []
+    told = answer_only.model_copy(update={"content": "Assistant: I moved to Bristol in May."})
+    assert new_information([told], earlier) == [told]
 
 
 async def test_the_lean_round_store_step_skips_recall_only_turns_too(
