@@ -61,6 +61,9 @@ NOTES = [
     "| + 2 neighbours either side | 0.720 | replica |",
     "| + exchanges that only ask, and answers read back, not stored | 0.71-0.72 (table above; "
     "runs differ by the calls that fell back) | this benchmark |",
+    "| + recall turns read back from several fragments, and answers cut from their question, "
+    "not stored (commits cc5d68c, 73b0929) | 0.72 (any 0.82), median 1,123 tokens | this "
+    "benchmark |",
     "| tried and left out: a vector per line (+0.01, needs a new corpus format), "
     "pseudo-relevance feedback (-0.005), 300-token fragments (+0.004), the dense ranking "
     "weighted 0.4 instead of 0.15 (-0.02), relevance alone in the formula (-0.09) | | replica |",
