@@ -16,6 +16,7 @@ is the searchable name from mnemoflow.models.errors.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -109,14 +110,13 @@ def adds_nothing(fragment: Fragment, peers: list[set[str]]) -> bool:
     tokens = fact_tokens(replies(fragment.content) if asking else fragment.content)
     if asking and not tokens:
         return True
-    if any(restates(tokens, other, asking) for other in peers):
-        return True
     if not asking:
-        return False
+        return any(restates(tokens, other, False) for other in peers)
     # A recall turn that answers several questions reads back several fragments: it adds
-    # nothing when the few earlier fragments it shares most with hold what it says together.
-    nearest = sorted(peers, key=lambda other: -len(tokens & other))[:RECALL_SOURCES]
-    return restates(tokens, set().union(*nearest), asking) if nearest else False
+    # nothing when the few earlier fragments it shares most with hold what it says together
+    # (which covers one fragment holding it all: that one shares the most).
+    nearest = heapq.nlargest(RECALL_SOURCES, peers, key=lambda other: len(tokens & other))
+    return restates(tokens, set().union(*nearest), True)
 
 
 def new_information(fragments: list[Fragment], earlier: list[Fragment]) -> list[Fragment]:
