@@ -6,7 +6,8 @@ earlier one standing for both, and so is an exchange in which the human only ask
 states nothing ("When did I move?" / "Let me check."). That is how a turn in which the agent only
 read memory back ("What am I allergic to?" / "You are allergic to shellfish.") stays out of the
 store, and how a fact told twice keeps one fragment; the round slices one batch of turns and
-cannot see what earlier rounds stored.
+cannot see what earlier rounds stored. A changed detail (a new number, a new word of the
+human's) is an update and always stored.
 
 Each is a thin shell over the FragmentStore and the pure selection of memory.selection. Store
 and network failures propagate unchanged so Temporal's retry policy retries them; permanent
@@ -102,21 +103,63 @@ def adds_nothing(fragment: Fragment, peers: list[set[str]]) -> bool:
     """Whether the fragment holds no fact its user's memory lacks: the human only asks and the
     reply states nothing ("When did I move?" / "Let me check.") or only what one earlier
     fragment holds (memory read back), or one earlier fragment holds all it says
-    (`memory.text.restates`)."""
+    (`memory.text.restates`).
+
+    `restates` tolerates a share of new words (a reply paraphrases what memory holds), but
+    never a changed detail: a fragment with a number no earlier one holds, or a human line
+    with a word no earlier one holds ("I live at 14 Elm Street now" after "... 12 Elm
+    Street ..."), is an update and is stored."""
     # A fragment cut between a question and its answer can hold only the answer: with no human
     # line at all it is judged as a reply too.
-    asking = asks_only(fragment.content) or not _has_human(fragment.content)
+    content = fragment.content
+    labelled = any(_ANY_SPEAKER.match(line) for line in content.splitlines())
+    asking = asks_only(content) or (labelled and not _has_human(content))
     # When the human only asks, what the fragment could add is in the reply.
-    tokens = fact_tokens(replies(fragment.content) if asking else fragment.content)
+    tokens = fact_tokens(replies(content) if asking else content)
     if asking and not tokens:
         return True
     if not asking:
-        return any(restates(tokens, other, False) for other in peers)
+        # Unlabelled content (a slicer that dropped the speakers) counts as all told.
+        told = fact_tokens(_human_lines(content) if labelled else content)
+        return any(
+            restates(tokens, other, False)
+            and _same_numbers(tokens, other)
+            and _holds_all(told, other)
+            for other in peers
+        )
     # A recall turn that answers several questions reads back several fragments: it adds
     # nothing when the few earlier fragments it shares most with hold what it says together
     # (which covers one fragment holding it all: that one shares the most).
     nearest = heapq.nlargest(RECALL_SOURCES, peers, key=lambda other: len(tokens & other))
-    return restates(tokens, set().union(*nearest), True)
+    held = set().union(*nearest)
+    return restates(tokens, held, True) and _same_numbers(tokens, held)
+
+
+def _same_numbers(tokens: set[str], earlier: set[str]) -> bool:
+    """Whether every token with a digit in it (an amount, a date, a house or order number) is
+    one the earlier fragments hold: a changed number is never paraphrase."""
+    return all(t in earlier for t in tokens if any(ch.isdigit() for ch in t))
+
+
+def _holds_all(told: set[str], earlier: set[str]) -> bool:
+    """Whether every word the human said is one the earlier fragment holds, or a short form of
+    one ("St" for "Street"): the human's words are what an update changes."""
+    missing = told - earlier
+    return all(
+        t.isalpha() and len(t) >= 2 and any(e.startswith(t) for e in earlier) for t in missing
+    )
+
+
+def _human_lines(content: str) -> str:
+    """The human's lines of a fragment (`User ...:`), the complement of `replies`."""
+    out: list[str] = []
+    human = False
+    for line in content.splitlines():
+        if _ANY_SPEAKER.match(line):
+            human = _HUMAN_LINE.match(line) is not None
+        if human:
+            out.append(line)
+    return "\n".join(out)
 
 
 def new_information(fragments: list[Fragment], earlier: list[Fragment]) -> list[Fragment]:

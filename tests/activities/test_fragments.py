@@ -344,6 +344,54 @@ def test_a_recall_turn_reading_back_several_fragments_adds_nothing() -> None:
     assert new_information([told], earlier) == [told]
 
 
+def test_an_update_that_changes_one_detail_is_stored() -> None:
+    """A statement that repeats most of an earlier fragment but changes a detail is an update,
+    not a repeat: a new number, a new word on the human side, in English and in Chinese, with
+    or without speaker labels; the same statement repeated stays out. A recall turn whose
+    reply carries a number memory does not hold is stored too."""
+    from mnemoflow.activities.fragments import new_information
+
+    def frag(fid: str, content: str, round_no: int) -> Fragment:
+        return Fragment(
+            id=fid,
+            user_id="u",
+            theme="t",
+            types=["fact"],
+            content=content,
+            created_at=1,
+            reinforced_at=1,
+            round_no=round_no,
+        )
+
+    home = "I live at 12 Elm Street in Springfield with my wife Anna and our dog Max."
+    allergies = "I'm allergic to peanuts, shellfish and penicillin; my sister Jane nurses in Leeds."
+    zh = "我住在北京朝阳区建国路12号，和妻子安娜还有我们的狗一起。"
+    order = "User: Where is my order?\nAssistant: Order 4521, the blue kettle, ships by DHL on "
+    earlier = [
+        frag("home", f"User: {home}\nAssistant: Got it, 12 Elm Street with Anna and Max.", 1),
+        frag("allergies", f"User: {allergies}", 2),
+        frag("zh", f"User: {zh}", 3),
+        frag("order", order + "Tuesday, tracking 88230.", 4),
+    ]
+    updates = [
+        frag("moved", "User: We moved! " + home.replace("12", "14"), 9),
+        frag("dairy", "User: " + allergies.replace("shellfish", "shellfish, dairy"), 9),
+        frag("unlabelled", allergies.replace("peanuts", "peanuts, kiwi"), 9),
+        frag("zh-moved", "User: " + zh.replace("12", "14"), 9),
+        frag("zh-husband", "User: " + zh.replace("妻子", "丈夫"), 9),
+        frag("tracking", order + "Tuesday, tracking 88231.", 9),
+    ]
+    for update in updates:
+        assert new_information([update], earlier) == [update], update.id
+    repeats = [
+        frag("home-again", f"User: {home}", 9),
+        frag("zh-again", f"User: {zh}", 9),
+        frag("order-again", order + "Tuesday, tracking 88230.", 9),
+    ]
+    for repeat in repeats:
+        assert new_information([repeat], earlier) == [], repeat.id
+
+
 async def test_the_lean_round_store_step_skips_recall_only_turns_too(
     milvus_uri: str, redis_url: str, unique_name: str
 ) -> None:
