@@ -30,7 +30,7 @@ from mnemoflow.activities.heartbeat import heartbeating
 from mnemoflow.activities.llm.heuristic_rules import is_question, split_sentences
 from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.memory.selection import select as select_fragments
-from mnemoflow.memory.text import fact_tokens, restates
+from mnemoflow.memory.text import NEGATIONS, fact_tokens, restates
 from mnemoflow.models.contracts import (
     ActivityName,
     DeleteFragmentsInput,
@@ -114,8 +114,9 @@ def adds_nothing(fragment: Fragment, peers: list[set[str]]) -> bool:
     content = fragment.content
     labelled = any(_ANY_SPEAKER.match(line) for line in content.splitlines())
     asking = asks_only(content) or (labelled and not _has_human(content))
-    # When the human only asks, what the fragment could add is in the reply.
-    tokens = fact_tokens(replies(content) if asking else content)
+    # When the human only asks, what the fragment could add is in the reply; a reply's "no" or
+    # "not" ("You haven't told me") states nothing about the user.
+    tokens = fact_tokens(replies(content)) - NEGATIONS if asking else fact_tokens(content)
     if asking and not tokens:
         return True
     if not asking:
@@ -146,7 +147,8 @@ def _holds_all(told: set[str], earlier: set[str]) -> bool:
     one ("St" for "Street"): the human's words are what an update changes."""
     missing = told - earlier
     return all(
-        t.isalpha() and len(t) >= 2 and any(e.startswith(t) for e in earlier) for t in missing
+        t.isalpha() and len(t) >= 2 and t not in NEGATIONS and any(e.startswith(t) for e in earlier)
+        for t in missing
     )
 
 

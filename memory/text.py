@@ -144,14 +144,23 @@ RESTATED_SHARE = 0.8
 RESTATED_MIN_TOKENS = 8
 
 
+#: Negations: a fact and its negation differ by one of these, so they are never dropped as
+#: the words of a question or of reading back ("note" stems to "not").
+NEGATIONS = frozenset({"no", "not", "never", "nor", "none", "nothing", "neither", "without"})
+# "don't", "can't", "isn't": the negation as a word of its own ("can" is a question word).
+_CONTRACTED_NOT = re.compile(r"n['\u2019]t\b", re.IGNORECASE)
+
+
 def fact_tokens(content: str) -> set[str]:
     """A fragment's content tokens without speaker labels, question words and the words of
-    reading memory back; CJK counts single characters (a bigram across a particle, "对芒" in
-    "对芒果过敏", would make a repeat look new), less `_CJK_FUNCTION`."""
-    norm = normalise(_SPEAKER_LABEL.sub("", content))
-    words = {_stem(w) for w in _WORD.findall(norm) if w not in _STOPWORDS}
+    reading memory back, negations kept; CJK counts single characters (a bigram across a
+    particle, "对芒" in "对芒果过敏", would make a repeat look new), less `_CJK_FUNCTION`."""
+    text = _CONTRACTED_NOT.sub(" not", _SPEAKER_LABEL.sub("", content))
+    norm = normalise(text)
+    raw = [w for w in _WORD.findall(norm) if w not in _STOPWORDS]
+    words = {_stem(w) for w in raw if w not in NEGATIONS} - _QUESTION_WORDS - _RECALL_WORDS
     chars = {ch for run in _CJK_RUN.findall(norm) for ch in run} - _CJK_FUNCTION
-    return (words - _QUESTION_WORDS - _RECALL_WORDS) | chars
+    return words | (NEGATIONS.intersection(raw)) | chars
 
 
 def restates(tokens: set[str], earlier: set[str], asking_only: bool) -> bool:

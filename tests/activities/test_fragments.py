@@ -392,6 +392,50 @@ def test_an_update_that_changes_one_detail_is_stored() -> None:
         assert new_information([repeat], earlier) == [], repeat.id
 
 
+def test_a_negated_fact_is_not_a_repeat() -> None:
+    """ "not" (also in "don't", "can't") is kept as a word of its own: a statement that negates an
+    earlier one is stored ("note" stems to "not", and the words of reading back were once
+    taken out with it); a reply that only says memory lacks something stays out."""
+    from mnemoflow.activities.fragments import new_information
+    from mnemoflow.memory.text import fact_tokens
+
+    said = "I am vegan, I live in Leeds with my wife Anna and two cats, and I work as a nurse."
+    earlier = Fragment(
+        id="a",
+        user_id="u",
+        theme="t",
+        types=["fact"],
+        content=f"User: {said}",
+        created_at=1,
+        reinforced_at=1,
+        round_no=1,
+    )
+    for negated in (
+        said.replace("I am vegan", "I am not vegan"),
+        said.replace("I live", "I don't live"),
+        said.replace("I work", "I can't work"),
+        said.replace("I am vegan", "I am never vegan"),
+    ):
+        update = earlier.model_copy(
+            update={"id": "b", "round_no": 2, "content": f"User: {negated}"}
+        )
+        assert new_information([update], [earlier]) == [update], negated
+    repeat = earlier.model_copy(update={"id": "c", "round_no": 2})
+    assert new_information([repeat], [earlier]) == []
+    nothing = earlier.model_copy(
+        update={
+            "id": "d",
+            "round_no": 2,
+            "content": "User: Do I have pets?\nAssistant: No, you haven't said.",
+        }
+    )
+    assert new_information([nothing], [earlier]) == []
+    assert fact_tokens("Assistant: I will check my notes.") == set()
+    assert "not" in fact_tokens("User: I'm not vegan") and "not" in fact_tokens(
+        "User: I can't swim"
+    )
+
+
 async def test_the_lean_round_store_step_skips_recall_only_turns_too(
     milvus_uri: str, redis_url: str, unique_name: str
 ) -> None:
