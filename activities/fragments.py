@@ -76,7 +76,25 @@ def asks_only(content: str) -> bool:
             line = match.group(1) if match else ""
         if human:
             asked.extend(split_sentences(line))
-    return bool(asked) and all(is_question(s) for s in asked)
+    return bool(asked) and all(is_question(s) and not _states_in_passing(s) for s in asked)
+
+
+_CLAUSE_BREAK = re.compile(r"[,:\u2013\u2014]\s+|\s+-\s+")
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i’m|i've|i’ve|i'd|i’d|my|me|we|we're|our|us)\b", re.I)
+
+
+def _states_in_passing(question: str) -> bool:
+    """Whether a question tells a fact about the asker on its way ("Since I moved to Berlin,
+    where should I eat?"): a clause before its last comma that is no question itself, speaks
+    in the first person and holds two or more content words. (Chinese clauses are sentences
+    of their own already: split_sentences cuts at "，".)"""
+    clauses = _CLAUSE_BREAK.split(question.strip())
+    return any(
+        not is_question(clause)
+        and _FIRST_PERSON.search(clause) is not None
+        and len(fact_tokens(clause)) >= 2
+        for clause in clauses[:-1]
+    )
 
 
 def _has_human(content: str) -> bool:

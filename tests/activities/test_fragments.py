@@ -392,6 +392,39 @@ def test_an_update_that_changes_one_detail_is_stored() -> None:
         assert new_information([repeat], earlier) == [], repeat.id
 
 
+def test_a_fact_told_inside_a_question_is_stored() -> None:
+    """A question that tells something new on its way is not a recall turn, even when the reply
+    only reads memory back; in English (a leading clause) and in Chinese (its own clause)."""
+    from mnemoflow.activities.fragments import asks_only, new_information
+
+    earlier = Fragment(
+        id="a",
+        user_id="u",
+        theme="t",
+        types=["fact"],
+        round_no=1,
+        created_at=1,
+        reinforced_at=1,
+        content="User: My sister Jane lives in Leeds and works as a nurse at the city hospital.",
+    )
+    reply = "\nAssistant: Your sister Jane lives in Leeds and works as a nurse."
+    for question in (
+        "Since I moved to Berlin last month, where does my sister live?",
+        "Now that my son Tom started school, where does my sister live?",
+        "我上个月搬到了柏林，我姐姐住在哪里？",
+    ):
+        turn = earlier.model_copy(
+            update={"id": "b", "round_no": 2, "content": f"User: {question}{reply}"}
+        )
+        assert not asks_only(turn.content), question
+        assert new_information([turn], [earlier]) == [turn], question
+    for question in ("Where does my sister live?", "Hi, where does my sister live?"):
+        turn = earlier.model_copy(
+            update={"id": "c", "round_no": 2, "content": f"User: {question}{reply}"}
+        )
+        assert new_information([turn], [earlier]) == [], question
+
+
 def test_a_negated_fact_is_not_a_repeat() -> None:
     """ "not" (also in "don't", "can't") is kept as a word of its own: a statement that negates an
     earlier one is stored ("note" stems to "not", and the words of reading back were once
