@@ -6,6 +6,13 @@ reconciles it with the store (`reconcile`: what is missing is added, what the st
 holds is dropped), which also rebuilds a corpus Redis lost. Deletions are the exception: a
 forgotten fragment must leave the corpus too, so a failed removal fails its activity, which
 Temporal retries. The redis client is built without its own retries.
+
+Versions never repeat for a user. The agent process rebuilds its cached index only when the
+version moved, so after a forget (which deletes the version key with the rest of the corpus) a
+counter restarting at 1 would read as "unchanged" to a process that cached version 1 before the
+forget, and it would keep injecting the forgotten fragments. A counter that does not exist yet
+therefore starts at the Redis server's time in microseconds (`BUMP_VERSION`): every later life
+of the key starts above every version of an earlier one.
 """
 
 from __future__ import annotations
@@ -20,6 +27,20 @@ from mnemoflow.models.corpus import CorpusEntry, corpus_key, corpus_version_key
 from mnemoflow.models.fragments import Fragment
 
 log = logging.getLogger(__name__)
+
+#: Bump the version counter KEYS[1] and return it; a new counter starts at the server's time in
+#: microseconds, never at 1 (a version deleted with its corpus must never come back). Effects
+#: replication (the default from Redis 5, the only mode in 7) lets a write follow TIME.
+BUMP_VERSION = """
+if redis.replicate_commands then redis.replicate_commands() end
+local v = redis.call('INCR', KEYS[1])
+if v == 1 then
+  local t = redis.call('TIME')
+  redis.call('SET', KEYS[1], t[1] .. string.format('%06d', tonumber(t[2])))
+  v = redis.call('INCR', KEYS[1])
+end
+return v
+"""
 
 
 class SearchCorpus:
@@ -48,7 +69,7 @@ class SearchCorpus:
         async with self._redis.pipeline(transaction=True) as pipe:
             for user_id, mapping in by_user.items():
                 pipe.hset(corpus_key(self.prefix, user_id), mapping=mapping)  # type: ignore[arg-type]
-                pipe.incr(corpus_version_key(self.prefix, user_id))
+                pipe.eval(BUMP_VERSION, 1, corpus_version_key(self.prefix, user_id))
             await pipe.execute()
 
     async def ids(self, user_id: str) -> set[str]:
@@ -91,11 +112,12 @@ class SearchCorpus:
             return
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hdel(corpus_key(self.prefix, user_id), *ids)
-            pipe.incr(corpus_version_key(self.prefix, user_id))
+            pipe.eval(BUMP_VERSION, 1, corpus_version_key(self.prefix, user_id))
             await pipe.execute()
 
     async def delete_user(self, user_id: str) -> None:
-        """Drop the user's whole corpus (forget); the version key goes too."""
+        """Drop the user's whole corpus (forget); the version key goes too (the next write
+        starts a new counter above every version this one reached: `BUMP_VERSION`)."""
         await self._redis.delete(
             corpus_key(self.prefix, user_id), corpus_version_key(self.prefix, user_id)
         )

@@ -49,7 +49,8 @@ def corpus_key(prefix: str, user_id: str) -> str:
 
 
 def corpus_version_key(prefix: str, user_id: str) -> str:
-    """Redis counter bumped on every change of the user's corpus."""
+    """Redis counter bumped on every change of the user's corpus; its values never repeat for a
+    user, across a forget too (a new counter starts at the server's time in microseconds)."""
     return f"{prefix}corpusv:{user_key(user_id)}"
 
 
