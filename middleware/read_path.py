@@ -112,9 +112,15 @@ class ContextReader:
             log.debug("read model unavailable: %r", err)
             return False, None
         if context is None:
-            self._queried.pop(uid, None)
-            return True, None
+            return True, None  # `_miss` serves what the background query found
+        # Redis holds the context again: an earlier background answer is stale from now on.
+        self._queried.pop(uid, None)
         return False, context
+
+    def drop(self, uid: str) -> None:
+        """Forget what a background query found for the user (after a forget, it may hold a
+        forgotten fragment); the next clean miss asks the workflow again."""
+        self._queried.pop(uid, None)
 
     def _miss(self, uid: str) -> InjectedContext | None:
         """On a clean Redis miss: what an earlier background query found (or None), and a new

@@ -1,0 +1,96 @@
+"""The hot path's read after a clean read-model miss (middleware/read_path.py), on a real
+redis-server: the workflow is asked in the background, at most every MISS_REQUERY_S per user,
+and its answer serves the later calls."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mnemoflow.middleware import read_path
+from mnemoflow.middleware.read_path import ContextReader
+from mnemoflow.models.contracts import ContextFragment, InjectedContext
+from mnemoflow.models.ids import context_key
+from tests.support.drive import eventually
+
+
+class WorkflowAnswers:
+    """The `context` query of a user's workflow (a callable by design), counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def __call__(self, uid: str) -> InjectedContext:
+        self.calls.append(uid)
+        fragment = ContextFragment(id="f1", theme="t", types=["fact"], content="User: hi")
+        return InjectedContext(user_id=uid, version=len(self.calls), fragments=[fragment])
+
+
+async def test_a_clean_miss_is_served_by_the_background_answer_and_queries_are_throttled(
+    redis_url: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answers = WorkflowAnswers()
+    reader = ContextReader(redis_url, f"{unique_name}:", 0.5, answers)
+    uid = "u1"
+    try:
+        assert await reader.context(uid) is None  # never waits: the query runs in the background
+        served: list[InjectedContext | None] = []
+
+        async def answered() -> bool:
+            served.append(await reader.context(uid))
+            return served[-1] is not None
+
+        await eventually(answered, deadline_s=10, what="the background answer served")
+        more = [await reader.context(uid) for _ in range(20)]
+        print(
+            f"calls {1 + len(served) + len(more)}, workflow queries {len(answers.calls)}, "
+            f"served {sum(r is not None for r in served + more)}"
+        )
+        assert all(r is not None and r.version == 1 for r in more)
+        assert answers.calls == [uid], "one query per MISS_REQUERY_S, not one per call"
+
+        # Past MISS_REQUERY_S the answer is refreshed, still in the background.
+        monkeypatch.setattr(read_path, "MISS_REQUERY_S", 0.2)
+        started = time.monotonic()
+
+        async def refreshed() -> bool:
+            found = await reader.context(uid)
+            return found is not None and found.version == 2
+
+        await eventually(refreshed, deadline_s=10, what="a refreshed background answer")
+        for _ in range(20):
+            await reader.context(uid)
+        elapsed = time.monotonic() - started
+        assert 2 <= len(answers.calls) <= 2 + elapsed / 0.2
+
+        reader.drop(uid)  # after a forget: the answer may hold a forgotten fragment
+        assert await reader.context(uid) is None
+    finally:
+        await reader.aclose()
+
+
+async def test_a_published_context_retires_the_background_answer(
+    redis_url: str, unique_name: str
+) -> None:
+    answers = WorkflowAnswers()
+    prefix = f"{unique_name}:"
+    reader = ContextReader(redis_url, prefix, 0.5, answers)
+    uid = "u2"
+    try:
+        await reader.context(uid)
+
+        async def answered() -> bool:
+            return await reader.context(uid) is not None
+
+        await eventually(answered, deadline_s=10, what="the background answer served")
+        assert reader.redis is not None
+        published = InjectedContext(user_id=uid, version=7)
+        await reader.redis.set(context_key(prefix, uid), published.model_dump_json())
+        found = await reader.context(uid)
+        assert found is not None and found.version == 7
+        # The read model is gone again (a forget): the old answer is not served any more.
+        await reader.redis.delete(context_key(prefix, uid))
+        assert await reader.context(uid) is None
+    finally:
+        await reader.aclose()
