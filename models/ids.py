@@ -13,6 +13,8 @@ import unicodedata
 import uuid
 from collections.abc import Sequence
 
+from mnemoflow.models.errors import InvalidInputError
+
 MAX_USER_ID_CHARS = 4096
 USER_WORKFLOW_PREFIX = "mnemoflow-user"
 #: Characters of the user id shown in its workflow id (the hash keeps long ids unique).
@@ -22,15 +24,27 @@ _SLUG_PUNCT = frozenset("_.@-")
 
 
 def validate_user_id(user_id: object) -> str:
-    """Return the user id, or raise ValueError with a message the caller can act on."""
+    """Return the user id, or raise InvalidInputError (a ValueError) with a message the caller
+    can act on."""
     if not isinstance(user_id, str):
-        raise ValueError(f"user id must be a string, got {type(user_id).__name__}")
+        raise InvalidInputError(f"user id must be a string, got {type(user_id).__name__}")
     if not user_id.strip():
-        raise ValueError("user id is empty: pass runtime.context.user_id or state['user_id']")
+        raise InvalidInputError(
+            "user id is empty: pass runtime.context.user_id or state['user_id']"
+        )
     if len(user_id) > MAX_USER_ID_CHARS:
-        raise ValueError(f"user id is {len(user_id)} characters; at most {MAX_USER_ID_CHARS}")
+        raise InvalidInputError(
+            f"user id is {len(user_id)} characters; at most {MAX_USER_ID_CHARS}"
+        )
     if "\x00" in user_id:
-        raise ValueError("user id contains a NUL character")
+        raise InvalidInputError("user id contains a NUL character")
+    try:
+        user_id.encode("utf-8")  # every key and id derived from it hashes its UTF-8 bytes
+    except UnicodeEncodeError as err:
+        raise InvalidInputError(
+            f"user id is not valid Unicode text: a lone surrogate {user_id[err.start]!r} at "
+            f"position {err.start} (decode the id's bytes before passing it)"
+        ) from None
     return user_id
 
 
