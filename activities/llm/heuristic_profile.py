@@ -16,6 +16,21 @@ themselves, and the field is named with the speaker's own words:
 - constraints: allergies, dislikes, what one cannot do or when one is busy, as the clause was said;
 - people and pets: "my sister Anna", "Anna is my sister", "my dog's name is Rex", "我女儿叫小雨".
 
+What a sentence does not state is never kept (docs/ARCHITECTURE.md, offline models):
+
+- asking and doubting: besides `is_question`, an inverted "Am I / Is my ... ." even without its
+  question mark, Chinese A-not-A forms (是不是, 能不能, 有没有) and 是否/能否, and hedges
+  ("I wonder if", "not sure whether", "can you check whether", 不确定, 帮我查): the sentence is
+  kept only up to the hedge, a Chinese clause with an A-not-A form is dropped, and the clauses
+  after a hedged one in the same sentence go with it;
+- a negated like ("I don't love", "It's not that I love", 不太喜欢, 没那么喜欢, 不再喜欢) is
+  never a hobby, interest, favourite or free time; where it is a dislike it is a constraint
+  in the speaker's words, negation included;
+- another person's detail ("my wife's favourite band", "Anna's email", 我儿子的邮箱) is not the
+  speaker's: it goes to relationships as "wife's favourite band: Coldplay";
+- a nationality, faith, diet or habit ("I'm Italian", "I'm a vegetarian", "a former smoker")
+  is neither a name nor an occupation (a diet is a constraint).
+
 Anything they miss stays in the fragments, which are still retrieved and injected.
 """
 
@@ -34,7 +49,10 @@ _ZH_END = r"(?=[，,。.;；!！?？、\s]|$)"
 _VALUE_END = r"(?=[;!?。；！？]|,\s|\.(?:\s|$)|$)"
 # Where a stated value ends when a comma may belong to it ("42 Maple Street, Springfield").
 _LONG_VALUE_END = r"(?=[;!?。；！？]|\.(?:\s|$)|\s+(?:and|but|so|because|since|though)\s|$)"
-_CLAUSE = re.compile(r",\s*(?=(?:but|and|so|though|although|except)\b)|;\s*", re.IGNORECASE)
+_CLAUSE = re.compile(
+    r",\s*(?=(?:but|and|so|though|although|except)\b)|\s+(?=(?:but|though|although)\b)|;\s*",
+    re.IGNORECASE,
+)
 _LEAD = re.compile(
     r"^(?:(?:and|but|also|so|well|oh|i'm|i am|i'll be|i|usually)\b[\s,]*|我|一般|通常)+", _I
 )
@@ -45,6 +63,60 @@ _NAME = (
     re.compile(r"(?:我叫|我的名字是|我的名字叫|名字叫)([\u4e00-\u9fff·]{2,4}?)" + _ZH_END),
 )
 _NOT_NAMES = frozenset({"Not", "Just", "Sorry", "Fine", "Good", "Here", "Back", "Busy", "Free"})
+# What one is rather than who: nationality, language, faith, diet, identity ("I'm Italian").
+# A closed class of everyday words, plus the -ese/-ish adjectives (Japanese, Danish).
+_IDENTITY_WORDS = frozenset(
+    """american british english irish scottish welsh canadian australian mexican brazilian
+    argentinian argentine chilean peruvian colombian cuban venezuelan puerto french german
+    italian spanish portuguese dutch belgian swiss austrian swedish norwegian danish finnish
+    icelandic polish czech slovak hungarian romanian bulgarian greek turkish russian ukrainian
+    serbian croatian bosnian slovenian albanian estonian latvian lithuanian chinese japanese
+    korean vietnamese thai filipino filipina indonesian malaysian singaporean indian pakistani
+    bangladeshi nepali nepalese tibetan mongolian iranian persian iraqi israeli palestinian
+    lebanese syrian jordanian saudi emirati arab egyptian moroccan algerian tunisian nigerian
+    kenyan ethiopian ghanaian somali sudanese african asian european latino latina latinx
+    hispanic caribbean jamaican haitian taiwanese cantonese kiwi aussie jewish muslim
+    catholic protestant orthodox buddhist hindu sikh mormon atheist agnostic vegan vegetarian
+    pescatarian gay lesbian bisexual queer trans straight black white""".split()
+)
+_IDENTITY_SUFFIX = re.compile(r"^\w{3,}(?:ese|ish)$", _I)
+
+
+def _is_identity(word: str) -> bool:
+    head = word.split()[0].lower() if word.split() else ""
+    return head in _IDENTITY_WORDS or bool(_IDENTITY_SUFFIX.match(head))
+
+
+# A habit, diet, belief, status or relation one has, not a job one does ("a former smoker",
+# "a dog lover", "a perfectionist"); and a job no longer held ("a former nurse").
+_NOT_JOBS = frozenset(
+    """smoker non-smoker drinker eater sleeper riser lover fan owner homeowner user member
+    customer client follower supporter believer beginner learner speaker reader listener
+    watcher foreigner stranger newcomer outsider introvert extrovert resident citizen
+    immigrant expat native local patient survivor parent mother father twin sibling widow
+    widower tenant participant applicant perfectionist optimist pessimist minimalist realist
+    idealist feminist christian civilian libertarian humanitarian contrarian worrier
+    overthinker procrastinator dreamer planner goer holder seeker vegetarian vegan
+    pescatarian""".split()
+)
+_NOT_JOB_SUFFIX = ("lover", "owner", "goer", "holder", "seeker", "watcher", "eater", "drinker")
+_NOT_CURRENT = frozenset("former ex ex- past recovering aspiring wannabe would-be future".split())
+_NOT_JOBS_ZH = re.compile(r"会员|成员|党员|团员|粉丝|吃货")
+
+
+def _is_occupation(value: str) -> bool:
+    words = value.replace("ex-", "ex ").split()
+    if not words or words[0].lower() in _NOT_CURRENT:
+        return False
+    head = words[-1]
+    if head[:1].isupper() and head.isascii():  # "a Londoner", "a Catholic": who, not a job
+        return False
+    head = head.lower()
+    if head in _NOT_JOBS or head.endswith(_NOT_JOB_SUFFIX) or _is_identity(head):
+        return False
+    return not _NOT_JOBS_ZH.search(value)
+
+
 _JOB_WORD = (
     r"(?:\w+(?:er|or|ist|ian|ant|ent|eer|ect|nurse|chef|student|analyst|lawyer|clerk|pilot))"
 )
@@ -81,18 +153,21 @@ _INTEREST = (
         _I,
     ),
     re.compile(
-        r"(?:我|但是?|而且|还)?(?:很|非常|特别|也|最)?(?<![不讨])(?:喜欢|爱)(?!吃)(?!"
+        r"(?:我|但是?|而且|还)?(?:很|非常|特别|也|最)?(?<![不讨])(?:喜欢|爱)(?![吃的])(?!"
         + _ACTIVITIES_ZH
         + r")([\u4e00-\u9fff\w]{1,10}?)"
         + _ZH_END
     ),
 )
 _CONSTRAINT = re.compile(
-    r"\b(?:busy|not available|unavailable|can't|cannot|can not|allergic|allergy|allergies|"
+    r"\b(?:busy|not available|not free|unavailable|can't|cannot|can not|allergic|allergy|allergies|"
     r"intolerant|only (?:on|after|before)|don't call|do not call|never on|budget|hated?|hates|"
-    r"dislike[sd]?|"
-    r"don't (?:like|eat|drink)|do not (?:like|eat|drink)|avoid)\b|"
-    r"忙|没空|不方便|过敏|不能|只能|预算|别打电话|讨厌|不喜欢|不吃|不喝|忌口",
+    r"dislike[sd]?|vegan|vegetarian|pescatarian|"
+    r"(?:don't|do not|didn't|did not|never|no longer) (?:really |much |particularly )?"
+    r"(?:like[sd]?|love[sd]?|enjoy(?:s|ed)?|care for|eat|drink)|"
+    r"not (?:a (?:big |huge )?fan of|into)|avoid)\b|"
+    r"忙|没空|不方便|过敏|不能|只能|预算|别打电话|讨厌|忌口|吃素|素食|"
+    r"(?:不|没有?)(?:太|是很|是特别|怎么|那么|再|大|很|是那么)?(?:喜欢|爱)|不吃|不喝",
     _I,
 )
 _GOAL = (
@@ -150,10 +225,11 @@ _STATED_EN = re.compile(
     r"(?:,? which)? (?:is|was|are|will be)(?: on| at| in)? (.{1,120}?)" + _LONG_VALUE_END
 )
 _FAVOURITE_EN = re.compile(
-    r"\b(?:[Mm]y )?(favou?rite (?:[a-z]+ ){0,1}[a-z]+) (?:is|are|was) (.{1,80}?)" + _VALUE_END
+    r"\b(?:[Mm]y )?((?:least )?favou?rite (?:[a-z]+ ){0,1}[a-z]+) (?:is|are|was) (.{1,80}?)"
+    + _VALUE_END
 )
 _ENDING_IN = re.compile(
-    r"\b(\w+(?: \w+)?) (?:ending|ends) (?:in|with) (\d{2,})\b|"
+    r"\b((?:\w+['’]s )?\w+(?: \w+)?) (?:ending|ends) (?:in|with) (\d{2,})\b|"
     r"\blast (?:four|4|three|3|two|2) digits of (?:my |the )?(\w+(?: \w+)?) (?:are|is) (\d{2,})\b",
     _I,
 )
@@ -183,7 +259,9 @@ _ADDRESS = (
     re.compile(rf"\b(?:{_SHIP_TO}) (.{{6,120}}?)(?=[;!?]|\.(?:\s|$)|$)", _I),
     re.compile(r"(?:地址是|地址：|地址:|住在|住址是)\s*(.{4,60}?)" + r"(?=[。！？；;!?]|$)"),
 )
-_EMAIL = re.compile(r"\b([\w.+-]+@[\w-]+\.[\w.-]+)\b")
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+-])([A-Za-z0-9._%+-]+@[A-Za-z0-9-]+\.[A-Za-z0-9.-]*[A-Za-z0-9])"
+)
 _AVAILABLE = (
     re.compile(
         r"\b(?:I'm |I am )?(?:usually |only |mostly )?(?:free|available|reachable)\s+"
@@ -207,6 +285,118 @@ _CONCRETE = re.compile(r"\d|@|(?<=\s)[A-Z][a-z]|^[A-Z][\w'-]*\s+[A-Z]")
 _LEADING_ZH = re.compile(r"^(?:我的|我家的|我们的|我们|我家|我|的|用的|在用的)+")
 
 
+# Asking about oneself with the word order of a question, whatever the final mark:
+# "Am I allergic to shellfish.", "Is my flight on May 3".
+_ASKS_EN = re.compile(
+    r"^(?:(?:hey|so|ok(?:ay)?|and|but|also|well|oh|um|hmm|wait)[\s,]+)*"
+    r"(?:am|is|are|was|were|do|does|did|have|has|had|can|could|will|would|should|shall|may|"
+    r"might|must)\s+(?:i|my|me|we|our)\b",
+    _I,
+)
+# A Chinese clause that asks: an A-not-A form (是不是, 能不能, 有没有, 喜不喜欢) or 是否/能否.
+_ASKS_ZH = re.compile(r"([\u4e00-\u9fff])[不没]\1|是否|能否|可否")
+# Where doubting or asking starts inside a sentence: what follows is not stated.
+_HEDGE = re.compile(
+    r"\b(?:I(?:['’]m| am) )?(?:not (?:sure|certain)|unsure|uncertain)\b|"
+    r"\b(?:I )?(?:wonder(?:ing|ed)?|doubt)\b|"
+    r"\b(?:I )?(?:don['’]t|do not|didn['’]t|did not|can['’]t|cannot) (?:know|remember|recall|"
+    r"tell)\b|\bno idea\b|"
+    r"\b(?:can|could|would|will) you(?: please)? (?:check|see|confirm|verify|find out|look up|"
+    r"look into|figure out|tell me|let me know)\b|"
+    r"\b(?:check|confirm|verify|see|ask(?:ing|ed)?|find out|figure out|(?<!let me )know|"
+    r"remember|curious)(?: \w+){0,2}? (?:if|whether)\b|\bwhether\b|"
+    r"不确定|不清楚|不知道|不记得|记不清|记不得|想知道|想问|帮我(?:查|看|确认|问)|查一下|查查|"
+    r"确认一下",
+    _I,
+)
+_TRAILING_LINK = re.compile(r"[\s,，:：]*(?:\b(?:and|but|so|or|though|yet)\b)?[\s,，:：]*$", _I)
+_SENTENCE_DONE = tuple("。！？；.!?;")
+
+
+def _stated_part(sentence: str) -> tuple[str, bool]:
+    """The part of a sentence that states something ("" when it only asks or doubts), and
+    whether it asked or doubted (so a Chinese sentence's later clauses go with it)."""
+    if is_question(sentence) or _ASKS_EN.match(sentence) or _ASKS_ZH.search(sentence):
+        return "", True
+    hedge = _HEDGE.search(sentence)
+    if hedge is None:
+        return sentence, False
+    return _TRAILING_LINK.sub("", sentence[: hedge.start()]).strip(), True
+
+
+# What negates a like, a free time or a favourite when it comes before it in its clause.
+_NEG_EN = re.compile(r"\b(?:not|never|no longer|hardly|barely|neither|nor)\b|n['’]t\b", _I)
+_NEG_ZH = re.compile(r"[不没别未甭]|并非|从未")
+_NOT_NEG_ZH = re.compile(
+    r"不但|不仅|不只|不光|不错|不管|不论|不久|不少|不同|不断|差不多|忍不住|不用说|没想到|没事|"
+    r"特别|分别|区别|别人|告别|级别|类别|未来"
+)
+_CLAUSE_BREAK = re.compile(
+    r"[,;:，。；：、]|\b(?:but|and|so|though|although|yet|while|whereas|because)\b|"
+    r"但|可是|不过|而且|然后|因为|所以",
+    _I,
+)
+
+
+def _clause_head(text: str, pos: int) -> str:
+    """What comes before `pos` in its own clause."""
+    head = text[:pos]
+    breaks = list(_CLAUSE_BREAK.finditer(head))
+    return head[breaks[-1].end() :] if breaks else head
+
+
+def _negated(text: str, pos: int) -> bool:
+    """A negation before `pos` in the same clause: "It's not that I love", "我不太喜欢"."""
+    head = _NOT_NEG_ZH.sub("", _clause_head(text, pos))
+    return bool(_NEG_EN.search(head) or _NEG_ZH.search(head))
+
+
+_CONTRACTIONS = frozenset(
+    "it that what there here who where how let she he one everyone everybody nobody "
+    "somebody someone today tomorrow tonight yesterday".split()
+)
+_OWNER_EN = re.compile(r"\b(?:(my|our|your|his|her|their)|([A-Za-z][\w-]*)['’]s)\b", _I)
+_OWNER_ZH = re.compile(rf"(?P<kin>{_KIN_ZH}|他们|她们|他|她)|我")
+
+
+def _owner(text: str, pos: int) -> str | None:
+    """Whose the detail named before `pos` is: None for the speaker's own ("my email",
+    "我的邮箱"); else the other person, in the speaker's words ("sister", "Anna", "儿子"), or
+    "" for someone not named ("her email", "your order")."""
+    head = _clause_head(text, pos)
+    owner: str | None = None
+    for m in _OWNER_EN.finditer(head):
+        determiner, word = m.group(1), m.group(2)
+        if determiner:
+            owner = None if determiner.lower() in ("my", "our") else ""
+        elif word and word.lower() not in _CONTRACTIONS:
+            if _PEOPLE.match(word):  # "my sister's email"
+                owner = word.lower()
+            elif word[0].isupper():  # "Anna's email"
+                owner = word
+            # else "my email's x@y.com" (is), "my company's number": the speaker's still
+    for m in _OWNER_ZH.finditer(head):
+        owner = m.group("kin")
+    return owner
+
+
+_SUBJECT_OTHER_EN = re.compile(
+    rf"\b(?:(?:my|our) (?:{_PET_EN}|{_KIN_EN})\b(?!['’]s)|(?:he|she|they|his|her|their)\b)", _I
+)
+_SUBJECT_ME_EN = re.compile(r"\b(?:I|I['’]m|I['’]ve|I['’]d|me|we|we['’]re|us)\b")
+
+
+def _said_of_other(head: str) -> bool:
+    """The words before a constraint make someone else its subject: "my daughter is",
+    "she's", "我妈妈对", "他"; not when the speaker is in them too ("my son and I")."""
+    if _SUBJECT_ME_EN.search(head):
+        return False
+    if _SUBJECT_OTHER_EN.search(head):
+        return True
+    owners = [m.group("kin") for m in _OWNER_ZH.finditer(head)]
+    return bool(owners) and owners[-1] is not None and "和" not in head
+
+
 # A fragment line: `User: ...`, `User (Caroline): ...`, `Assistant (Mel): ...`.
 _SPEAKER = re.compile(r"^(User|Assistant)(?: \([^)\n]*\))?:")
 
@@ -220,16 +410,27 @@ def _human_sentences(contents: Iterable[str]) -> list[str]:
             if speaker is not None:  # else a continuation line of the same speaker
                 human = speaker.group(1) == "User"
                 line = line[speaker.end() :]
-            if human:
-                # Questions ("What am I allergic to?") ask about facts, they never state one.
-                sentences.extend(s for s in split_sentences(line.strip()) if not is_question(s))
+            if not human:
+                continue
+            # Questions ("What am I allergic to?") ask about facts, they never state one; nor
+            # does what follows a doubt ("not sure whether ..."), up to the sentence's end.
+            asking = False
+            for sentence in split_sentences(line.strip()):
+                stated, asked = ("", True) if asking else _stated_part(sentence)
+                if stated:
+                    sentences.append(stated)
+                asking = asked and not sentence.endswith(_SENTENCE_DONE)
     return sentences
 
 
-def _first(patterns: Iterable[re.Pattern[str]], text: str) -> str | None:
+def _first(patterns: Iterable[re.Pattern[str]], text: str, *, affirmed: bool = False) -> str | None:
+    """The first value the patterns find; with `affirmed`, none that a negation precedes in
+    its clause ("It's not that I love Paris", "我不太喜欢猫")."""
     for pattern in patterns:
         for match in pattern.finditer(text):
             value = next((g for g in match.groups() if g), "").strip()
+            if affirmed and _negated(text, match.start()):
+                continue
             if value and value not in _NOT_NAMES:
                 return value
     return None
@@ -244,85 +445,116 @@ def _clean(value: str) -> str:
     return _LEAD.sub("", value.strip().rstrip(".,;!。，；！")).strip()
 
 
-def _stated_fields(sentence: str) -> dict[str, str]:
+def _stated_fields(sentence: str) -> tuple[dict[str, str], list[str]]:
     """Fields the sentence states, named in the speaker's words (later patterns never
-    overwrite earlier ones within a sentence)."""
+    overwrite earlier ones within a sentence), and the details it states about someone else
+    ("my wife's favourite band is Coldplay" -> "wife's favourite band: Coldplay")."""
     found: dict[str, str] = {}
+    others: list[str] = []
     m: re.Match[str] | None
 
-    def put(key: str, value: str) -> None:
+    def put(key: str, value: str, at: int) -> None:
+        """`at`: where the value starts, so whose it is can be read from the words before."""
         key, value = " ".join(key.split()), _clean(value)
-        if key and value and key not in found:
-            found[key] = value
+        if not key or not value:
+            return
+        owner = _owner(sentence, at)
+        if owner is None:
+            if key not in found:
+                found[key] = value
+        elif owner:  # someone named: a fact about them, not the speaker's
+            zh = bool(re.search(r"[\u4e00-\u9fff]", owner))
+            if key.lower().startswith(owner.lower()):
+                label = key
+            else:
+                label = f"{owner}的{key}" if zh else f"{owner}'s {key}"
+            _add(others, f"{label}: {value}")
+        # else "her email", "your order": whose is not said, so nothing is kept
+
+    def put_if_affirmed(key: str, value: str, at: int, verb_at: int) -> None:
+        if not _negated(sentence, verb_at):
+            put(key, value, at)
 
     for m in _ENDING_IN.finditer(sentence):
+        digits_at = m.start(2) if m.group(1) else m.start(4)
         noun, digits = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
         noun = re.sub(r"^(?:my|the|a|an|our|your) ", "", noun.lower())
-        put(f"{noun} ending in", digits)
+        put(f"{noun} ending in", digits, digits_at)
     for m in _FAVOURITE_EN.finditer(sentence):
-        put(m.group(1).lower().replace("favorite", "favourite"), m.group(2))
+        key = m.group(1).lower().replace("favorite", "favourite")
+        put_if_affirmed(key, m.group(2), m.start(1), m.start(1))
     for m in _DATED_EN.finditer(sentence):
-        put(m.group(1).lower(), m.group(2))
+        put(m.group(1).lower(), m.group(2), m.start(2))
     for m in _STATED_EN.finditer(sentence):
         key, value = m.group(1), m.group(2)
         words = key.split()
         if words[-1] in _VAGUE_KEYS or _PEOPLE.match(key) or words[0] in _OWN_FIELDS:
             continue
         if _CONCRETE.search(value) and len(value.split()) <= 12:
-            put(key, value)
+            put(key, value, m.start(2))
     m = _BORN_EN.search(sentence)
     if m:
-        put("born", m.group(1))
+        put("born", m.group(1), m.start())
     m = _USES_EN.search(sentence)
     if m and re.search(r"\d|\s", m.group(1)):
-        put("uses", m.group(1))
+        put("uses", m.group(1), m.start())
     for pattern in _ADDRESS:
         m = pattern.search(sentence)
         if m:
-            put("address", m.group(1))
+            put("address", m.group(1), m.start(1))
             break
     m = _EMAIL.search(sentence)
     if m:
-        put("email", m.group(1))
+        put("email", m.group(1), m.start(1))
     for pattern in _AVAILABLE:
         m = pattern.search(sentence)
         if m:
-            put("availability", m.group(1))
+            # "I'm not free on Monday", "我明天没有空": not a free time (a constraint, if any).
+            put_if_affirmed("availability", m.group(1), m.start(1), m.end(1))
             break
     for m in _TAIL_ZH.finditer(sentence):
-        put(_LEADING_ZH.sub("", m.group(1)) or "尾号", m.group(2))
+        put(_LEADING_ZH.sub("", m.group(1)) or "尾号", m.group(2), m.start(2))
     for m in _FAVOURITE_ZH.finditer(sentence):
-        put(m.group(1), m.group(2))
+        put_if_affirmed(m.group(1), m.group(2), m.start(2), m.start(1))
     m = _LIKES_TO_EAT_ZH.search(sentence)
     if m:
-        put("最喜欢吃的", m.group(1))
+        put_if_affirmed("最喜欢吃的", m.group(1), m.start(1), m.start())
     m = _BORN_ZH.search(sentence)
     if m and m.group(1):
-        put("出生", m.group(1))
+        put("出生", m.group(1), m.start())
     for m in _STATED_ZH.finditer(sentence):
         key = _LEADING_ZH.sub("", m.group(1).split("的")[-1] if "的" in m.group(1) else m.group(1))
         if key and key not in _ZH_VAGUE_KEYS and not re.fullmatch(_KIN_ZH, key):
             if not key.endswith("尾号") and "地址" not in key:
-                put(key, m.group(2))
-    return found
+                put(key, m.group(2), m.start(2))
+    return found, others
 
 
 def extract_profile(contents: Iterable[str]) -> UserProfile:
     """A profile update holding only what the human lines state outright."""
     update = UserProfile()
     for sentence in _human_sentences(contents):
-        update.name = update.name or _first(_NAME, sentence)
-        update.occupation = update.occupation or _first(_OCCUPATION, sentence)
-        hobby = _first(_HOBBY, sentence)
+        name = _first(_NAME, sentence)
+        if name and not _is_identity(name):  # "I'm Italian" says what, not who
+            update.name = update.name or name
+        occupation = _first(_OCCUPATION, sentence)
+        if occupation and _is_occupation(occupation):
+            update.occupation = update.occupation or occupation
+        # A negated like ("我不太喜欢猫") is no hobby or interest; a dislike is a constraint.
+        hobby = _first(_HOBBY, sentence, affirmed=True)
         _add(update.hobbies, hobby)
-        interest = _first(_INTEREST, sentence)
+        interest = _first(_INTEREST, sentence, affirmed=True)
         if interest != hobby:
             _add(update.interests, interest)
         _add(update.goals, _first(_GOAL, sentence))
         for clause in _CLAUSE.split(sentence):
-            if _CONSTRAINT.search(clause):
+            constraint = _CONSTRAINT.search(clause)
+            if constraint:
                 # The clause as the human said it: paraphrasing is where details get lost.
-                _add(update.constraints, _clean(clause) or None)
+                # Someone else's ("my partner Sam is vegetarian", "我妈妈对花生过敏") is about them.
+                about_other = _said_of_other(clause[: constraint.start()])
+                field = update.relationships if about_other else update.constraints
+                _add(field, _clean(clause) or None)
         for pattern in _RELATION:
             for match in pattern.finditer(sentence):
                 named = match.groupdict()
@@ -331,5 +563,8 @@ def extract_profile(contents: Iterable[str]) -> UserProfile:
                 if who not in _NOT_NAMES:
                     _add(update.relationships, f"{label}: {who}")
         # A later statement corrects an earlier one ("sorry, the order is 4471").
-        update.business_fields.update(_stated_fields(sentence))
+        fields, others = _stated_fields(sentence)
+        update.business_fields.update(fields)
+        for other in others:
+            _add(update.relationships, other)
     return update
