@@ -21,6 +21,7 @@ import heapq
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import NamedTuple
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -30,7 +31,7 @@ from mnemoflow.activities.heartbeat import heartbeating
 from mnemoflow.activities.llm.heuristic_rules import is_question, split_sentences
 from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.memory.selection import select as select_fragments
-from mnemoflow.memory.text import NEGATIONS, fact_tokens, restates
+from mnemoflow.memory.text import NEGATIONS, fact_tokens, restates, word_shingles
 from mnemoflow.models.contracts import (
     ActivityName,
     DeleteFragmentsInput,
@@ -79,22 +80,72 @@ def asks_only(content: str) -> bool:
     return bool(asked) and all(is_question(s) and not _states_in_passing(s) for s in asked)
 
 
-_CLAUSE_BREAK = re.compile(r"[,:\u2013\u2014]\s+|\s+-\s+")
-_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i’m|i've|i’ve|i'd|i’d|my|me|we|we're|our|us)\b", re.I)
+# Where a question's clauses part: commas, colons, dashes, brackets, and the words that join a
+# statement to a question ("..., now that I live in Berlin?", "I got a puppy and what ...?").
+_CLAUSE_BREAK = re.compile(
+    r"[,:;()\[\]\u2013\u2014]\s*|\s+-\s+|\b(?:and|but|so|since|because|as|now that|given that|"
+    r"considering|although|though)\b",
+    re.IGNORECASE,
+)
+# The asker as the one a clause tells about: "I got", "we moved", "I'm", "my doctor just put
+# me on", "my son is" (a bare "my favourite food?" tells nothing).
+_FIRST_PERSON = re.compile(
+    r"\b(?:i|we)\s+\w|\b(?:i|we)['\u2019](?:m|ve|d|re|ll)\b|\b(?:me|us)\b|"
+    r"\b(?:my|our)\s+\w+(?:\s+\w+)?\s+(?:is|are|was|were|has|have|had|just|got|will|"
+    r"started|moved|lives?|works?)\b",
+    re.IGNORECASE,
+)
+# A clause that opens as a question or a request to recall: it asks, whatever it holds.
+_ASKING_OPENER = re.compile(
+    r"^(?:(?:hey|hi|so|ok(?:ay)?|well|please|then)\s+)*(?:what|when|where|who|whom|whose|which|"
+    r"why|how|do|does|did|don't|can|could|would|will|shall|should|is|isn't|are|aren't|am|was|"
+    r"were|have|has|had|may|might|must|any|tell me|remind me|let me know|i wonder|wonder|"
+    r"if|whether|or)\b",
+    re.IGNORECASE,
+)
+# "Could you remember that my locker code is 4471?": a request to keep something, not to recall.
+_KEEP_REQUEST = re.compile(
+    r"\b(?:remember|note|keep in mind|don't forget|do not forget|write down|save)\s+(?:that\b|:|"
+    r"(?=(?:my|our)\b[^?]*(?:\d|\b(?:is|are|was|were)\b)))",
+    re.IGNORECASE,
+)
+_RECALL_OPENER = re.compile(r"\b(?:do|did) you (?:still )?(?:remember|recall|know)\b", re.I)
+# "for my son Leo, who is allergic to eggs": a fact about someone, told in a relative clause.
+_RELATIVE_FACT = re.compile(
+    r"\b(?:my|our)\s+\w+(?:\s+[A-Z]\w*)?,?\s+(?:who|which|that)\s+(?:is|are|was|has|have|had)\b"
+)
+# Chinese: a clause of the asker's before the question word that tells a change (了) or a
+# plan (a time ahead): "我怀孕了吃什么好", "我下周三去东京出差要带什么".
+_ZH_QUESTION_WORD = re.compile(r"什么|哪|谁|怎么|多少|几|是否|([\u4e00-\u9fff])[不没]\1")
+_ZH_TOLD = re.compile(r"了|刚|最近|下周|下星期|明天|后天|下个月|明年|今年|周末")
 
 
 def _states_in_passing(question: str) -> bool:
-    """Whether a question tells a fact about the asker on its way ("Since I moved to Berlin,
-    where should I eat?"): a clause before its last comma that is no question itself, speaks
-    in the first person and holds two or more content words. (Chinese clauses are sentences
-    of their own already: split_sentences cuts at "，".)"""
-    clauses = _CLAUSE_BREAK.split(question.strip())
-    return any(
-        not is_question(clause)
-        and _FIRST_PERSON.search(clause) is not None
-        and len(fact_tokens(clause)) >= 2
-        for clause in clauses[:-1]
-    )
+    """Whether a question tells a fact on its way: "Since I moved to Berlin, where should I
+    eat?", "Where should I eat now that I live in Berlin?", "Could you remember that my locker
+    code is 4471?", "How do I cook for my son Leo who is allergic to eggs?", "我怀孕了吃什么
+    好？". A clause that does not open as a question and carries a fact (the first person, a
+    number or a name, and two content words or more) is a statement; so is a request to keep
+    something. Such a fragment is judged as a statement (adds_nothing), never as a recall turn.
+    (Chinese clauses split at "，" are sentences of their own already.)"""
+    text = question.strip()
+    if _KEEP_REQUEST.search(text) and not _RECALL_OPENER.search(text):
+        return True
+    if _RELATIVE_FACT.search(text):
+        return True
+    for part in _ZH_QUESTION_WORD.split(text) if _ZH_QUESTION_WORD.search(text) else ():
+        if part and "我" in part and _ZH_TOLD.search(part):
+            if len(fact_tokens(_ZH_TOLD.sub("", part))) >= 2:  # more than "我明天"
+                return True
+    for clause in _CLAUSE_BREAK.split(text):
+        clause = clause.strip(" ?？!.")
+        if not clause or _ASKING_OPENER.match(clause):
+            continue
+        words = clause.split()
+        named = any(w[:1].isupper() for w in words[1:]) or any(ch.isdigit() for ch in clause)
+        if (named or _FIRST_PERSON.search(clause)) and len(fact_tokens(clause)) >= 2:
+            return True
+    return False
 
 
 def _has_human(content: str) -> bool:
@@ -117,40 +168,52 @@ def replies(content: str) -> str:
 RECALL_SOURCES = 3
 
 
-def adds_nothing(fragment: Fragment, peers: list[set[str]]) -> bool:
-    """Whether the fragment holds no fact its user's memory lacks: the human only asks and the
-    reply states nothing ("When did I move?" / "Let me check.") or only what one earlier
-    fragment holds (memory read back), or one earlier fragment holds all it says
-    (`memory.text.restates`).
+class Peer(NamedTuple):
+    """An earlier fragment as the repeat filter compares with it."""
 
-    `restates` tolerates a share of new words (a reply paraphrases what memory holds), but
-    never a changed detail: a fragment with a number no earlier one holds, or a human line
-    with a word no earlier one holds ("I live at 14 Elm Street now" after "... 12 Elm
-    Street ..."), is an update and is stored."""
+    tokens: set[str]  # memory.text.fact_tokens of its content
+    content: str
+
+
+def adds_nothing(fragment: Fragment, peers: list[Peer]) -> bool:
+    """Whether the fragment holds no fact its user's memory lacks: the human only asks and the
+    reply states nothing ("When did I move?" / "Let me check.") or only what the earlier
+    fragments it shares most with hold (memory read back); or the human states only what one
+    earlier fragment holds, word for word.
+
+    A reply may paraphrase what memory holds (`restates` tolerates a share of new words), but
+    never changes a number. What the human states is a repeat only when every word of it, and
+    every pair of neighbouring words, is in one earlier fragment (`word_shingles`): "14 Elm
+    Street" after "12 Elm Street", "May" after "June", "I" after "my wife", "was" after "is",
+    or the same places in another order are updates, and are stored. An explicit remember is
+    always stored."""
+    if fragment.explicit:
+        return False
     # A fragment cut between a question and its answer can hold only the answer: with no human
     # line at all it is judged as a reply too.
     content = fragment.content
     labelled = any(_ANY_SPEAKER.match(line) for line in content.splitlines())
     asking = asks_only(content) or (labelled and not _has_human(content))
+    if not asking:
+        tokens = fact_tokens(content)
+        # Unlabelled content (a slicer that dropped the speakers) counts as all told.
+        told = word_shingles(_human_lines(content) if labelled else content)
+        return any(
+            restates(tokens, peer.tokens, False)
+            and _same_numbers(tokens, peer.tokens)
+            and told <= word_shingles(peer.content)
+            for peer in peers
+        )
     # When the human only asks, what the fragment could add is in the reply; a reply's "no" or
     # "not" ("You haven't told me") states nothing about the user.
-    tokens = fact_tokens(replies(content)) - NEGATIONS if asking else fact_tokens(content)
-    if asking and not tokens:
+    tokens = fact_tokens(replies(content)) - NEGATIONS
+    if not tokens:
         return True
-    if not asking:
-        # Unlabelled content (a slicer that dropped the speakers) counts as all told.
-        told = fact_tokens(_human_lines(content) if labelled else content)
-        return any(
-            restates(tokens, other, False)
-            and _same_numbers(tokens, other)
-            and _holds_all(told, other)
-            for other in peers
-        )
     # A recall turn that answers several questions reads back several fragments: it adds
     # nothing when the few earlier fragments it shares most with hold what it says together
     # (which covers one fragment holding it all: that one shares the most).
-    nearest = heapq.nlargest(RECALL_SOURCES, peers, key=lambda other: len(tokens & other))
-    held = set().union(*nearest)
+    nearest = heapq.nlargest(RECALL_SOURCES, peers, key=lambda peer: len(tokens & peer.tokens))
+    held = set().union(*(peer.tokens for peer in nearest))
     return restates(tokens, held, True) and _same_numbers(tokens, held)
 
 
@@ -158,16 +221,6 @@ def _same_numbers(tokens: set[str], earlier: set[str]) -> bool:
     """Whether every token with a digit in it (an amount, a date, a house or order number) is
     one the earlier fragments hold: a changed number is never paraphrase."""
     return all(t in earlier for t in tokens if any(ch.isdigit() for ch in t))
-
-
-def _holds_all(told: set[str], earlier: set[str]) -> bool:
-    """Whether every word the human said is one the earlier fragment holds, or a short form of
-    one ("St" for "Street"): the human's words are what an update changes."""
-    missing = told - earlier
-    return all(
-        t.isalpha() and len(t) >= 2 and t not in NEGATIONS and any(e.startswith(t) for e in earlier)
-        for t in missing
-    )
 
 
 def _human_lines(content: str) -> str:
@@ -183,11 +236,15 @@ def _human_lines(content: str) -> str:
 
 
 def new_information(fragments: list[Fragment], earlier: list[Fragment]) -> list[Fragment]:
-    """The fragments that add something to `earlier` (the user's stored fragments of other
-    rounds; a retried index compares with nothing of its own round)."""
-    rounds = {f.round_no for f in fragments}
-    peers = [fact_tokens(f.content) for f in earlier if f.round_no not in rounds]
-    return [f for f in fragments if not adds_nothing(f, peers)]
+    """The fragments that add something to `earlier` (stored fragments of other rounds; each
+    fragment is compared with its own user's only, and a retried index compares with nothing
+    of its own round)."""
+    rounds = {(f.user_id, f.round_no) for f in fragments}
+    peers: dict[str, list[Peer]] = {}
+    for f in earlier:
+        if (f.user_id, f.round_no) not in rounds:
+            peers.setdefault(f.user_id, []).append(Peer(fact_tokens(f.content), f.content))
+    return [f for f in fragments if not adds_nothing(f, peers.get(f.user_id, []))]
 
 
 async def only_new(store: FragmentStore, fragments: list[Fragment]) -> list[Fragment]:

@@ -6,6 +6,7 @@ unigrams and bigrams, since CJK has no spaces.
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 
@@ -151,11 +152,32 @@ NEGATIONS = frozenset({"no", "not", "never", "nor", "none", "nothing", "neither"
 _CONTRACTED_NOT = re.compile(r"n['\u2019]t\b", re.IGNORECASE)
 
 
+# "3.5", "3/12", "9:30", "2024-05-01": one token each, so "5 mg" after "3.5 mg" is a change.
+_NUMBER_JOINT = re.compile(r"(?<=\d)[.,/:\-](?=\d)")
+# Words (letters, digits, inner apostrophes), single CJK characters, single symbols (emoji).
+_SHINGLE_UNIT = re.compile(f"[{_CJK}]|[^\\W_]+(?:['\u2019][^\\W_]+)*|[^\\w\\s]")
+
+
+def word_shingles(text: str) -> set[str]:
+    """Every word of the text and every pair of neighbouring words, nothing left out: articles,
+    pronouns, modal verbs, CJK function characters and emoji count ("was" for "is", "I" for
+    "my wife", 下 for 上, 🍌 for 🍓), and so does their order ("Oxford ... Reading" against
+    "Reading ... Oxford"). Speaker labels and punctuation do not. What a statement must share
+    with an earlier fragment to be a repeat of it."""
+    folded = unicodedata.normalize("NFKC", _SPEAKER_LABEL.sub("", text)).casefold()
+    units = [
+        u
+        for u in _SHINGLE_UNIT.findall(_NUMBER_JOINT.sub("x", folded))
+        if not unicodedata.category(u[0]).startswith("P")
+    ]
+    return set(units) | {f"{a} {b}" for a, b in itertools.pairwise(units)}
+
+
 def fact_tokens(content: str) -> set[str]:
     """A fragment's content tokens without speaker labels, question words and the words of
     reading memory back, negations kept; CJK counts single characters (a bigram across a
     particle, "对芒" in "对芒果过敏", would make a repeat look new), less `_CJK_FUNCTION`."""
-    text = _CONTRACTED_NOT.sub(" not", _SPEAKER_LABEL.sub("", content))
+    text = _NUMBER_JOINT.sub("x", _CONTRACTED_NOT.sub(" not", _SPEAKER_LABEL.sub("", content)))
     norm = normalise(text)
     raw = [w for w in _WORD.findall(norm) if w not in _STOPWORDS]
     words = {_stem(w) for w in raw if w not in NEGATIONS} - _QUESTION_WORDS - _RECALL_WORDS

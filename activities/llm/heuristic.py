@@ -64,9 +64,14 @@ class _Group:
             self.human_text.append(human)
 
 
+_LABEL_BRACKETS = str.maketrans("()\n", "[] ")
+
+
 def _speaker(turn: ChatTurn) -> str:
     role = "User" if turn.role == "human" else "Assistant"
-    name = " ".join((turn.name or "").split())[:60]
+    # Brackets in a name ("Jamie (she/her)") would end the label early: the line would no longer
+    # read as the speaker's (the repeat filter and the profile read labels).
+    name = " ".join((turn.name or "").translate(_LABEL_BRACKETS).split())[:60]
     return f"{role} ({name})" if name else role
 
 

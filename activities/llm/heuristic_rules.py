@@ -200,7 +200,12 @@ _QUESTION_EN = re.compile(
     re.IGNORECASE,
 )
 _QUESTION_ZH = re.compile(
-    r"(?:吗|呢|么|嘛)\s*[。.!！]?$|什么|哪|谁|怎么|多少|几点|几号|为何|为什么"
+    r"(?:吗|呢|么|嘛)\s*[。.!！]?$|什么|哪|谁|怎么|多少|几点|几号|为何|为什么|是否|"
+    r"([\u4e00-\u9fff])[不没]\1"
+)
+# Question words that do not ask: "不怎么" (not much), "什么都" (anything), "谁也" (nobody).
+_ZH_INDEFINITE = re.compile(
+    r"[不没]怎么|没什么|什么[都也]|谁[都也]|哪[儿里]?[都也]|怎么[都也]|多少有点|多多少少"
 )
 # Requests to recall ("remind me what I ordered", "你还记得我的生日吗"): asking, not stating.
 _RECALL_REQUEST = re.compile(
@@ -226,7 +231,7 @@ def is_question(sentence: str) -> bool:
         return True
     if _RECALL_REQUEST.match(text):
         return True
-    return bool(_QUESTION_ZH.search(text)) and not text.endswith("。")
+    return bool(_QUESTION_ZH.search(_ZH_INDEFINITE.sub("", text))) and not text.endswith("。")
 
 
 def join_sentences(previous: str, sentence: str) -> str:
