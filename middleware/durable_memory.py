@@ -17,7 +17,9 @@ Per turn (docs/ARCHITECTURE.md, "Triggers", "Message identity", "Delivery"):
   count the tokens the response reports (Prometheus, and the user's ledger with the next
   hand-over: middleware/chat_usage.py); the reply is given an id and captured at once;
 - every tool call: its result is given an id and captured at once (other middleware may
-  rewrite the list before the turn ends: summaries replace messages);
+  rewrite the list before the turn ends: summaries replace messages); after the forget tool
+  (`middleware/tools.py`), the user's searches and cached reads are dropped and the forgotten
+  ids are left out for the rest of the turn;
 - after the agent: stamp what the turn added and release everything captured to the outbox,
   which delivers it in the background and retries until it is accepted (the turn never awaits
   it). Messages are known by identity, never by position; summaries other middleware writes
@@ -52,6 +54,7 @@ from mnemoflow.memory.search import choose_fragments
 from mnemoflow.middleware.chat_usage import ChatTokenMetrics, PendingUsage, response_usage
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.search import PendingSearches
+from mnemoflow.middleware.tools import forgotten_by
 from mnemoflow.middleware.window import (
     OWNER_KEY,
     TIME_KEY,
@@ -140,6 +143,8 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         # First position the model saw on the last call, for the ceiling check after the turn.
         self._window: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._searches = PendingSearches(MAX_TRACKED_THREADS)
+        # Fragment ids a memory tool forgot during a user's turn: never injected again in it.
+        self._forgotten: OrderedDict[str, set[str]] = OrderedDict()
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -167,6 +172,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         thread = resolve_thread_id(runtime)
         key = (user_id, thread)
         self._searches.forget(key)
+        self._forgotten.pop(user_id, None)
         messages, update = self._stamped(state, user_id)
         known = self._known_accepted(state, user_id, thread, messages)
         self._offer(user_id, thread, messages, known)
@@ -198,6 +204,12 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
                 self.config.search_deadline_s,
                 self._search_for(user_id, query),
             )
+        gone = self._forgotten.get(user_id)
+        if gone:  # a tool forgot them earlier in this turn (the stores may lag a moment)
+            found = None if found is None else [f for f in found if f.id not in gone]
+            if context is not None:
+                kept = [f for f in context.fragments if f.id not in gone]
+                context = context.model_copy(update={"fragments": kept})
 
         indexed = self._indexed_prefix(state, user_id, thread, history, context)
         start = window_start(history, indexed, self.config)
@@ -237,7 +249,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        """Capture the tool's result as soon as it exists (given an id if it has none)."""
+        """Capture the tool's result as soon as it exists (given an id if it has none); after a
+        memory tool forgot something, drop what the turn found before, so the turn's next model
+        call cannot inject it."""
         result = await handler(request)
         if isinstance(result, ToolMessage):
             try:
@@ -245,9 +259,24 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
                 thread = resolve_thread_id(request.runtime)
             except Exception:
                 return result
+            forgotten = forgotten_by(result)
+            if forgotten is not None:
+                self._after_forget(user_id, forgotten)
             state = request.state if isinstance(request.state, dict) else {}
             self._capture(user_id, thread, [result], len(state.get("messages", ())))
         return result
+
+    def _after_forget(self, user_id: str, fragment_ids: Sequence[str]) -> None:
+        """Drop the user's searches and cached reads (they may hold the forgotten fragments) and
+        leave those ids out for the rest of the turn; the next model call searches again."""
+        self._searches.drop_user(user_id)
+        self.client.reader.drop(user_id)
+        if self.client.searcher is not None:
+            self.client.searcher.drop(user_id)
+        self._forgotten.setdefault(user_id, set()).update(fragment_ids)
+        self._forgotten.move_to_end(user_id)
+        while len(self._forgotten) > MAX_TRACKED_THREADS:
+            self._forgotten.popitem(last=False)
 
     # --- background work ------------------------------------------------------------------
 

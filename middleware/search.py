@@ -102,6 +102,10 @@ class FragmentSearch:
             self._indexes.popitem(last=False)
         return index
 
+    def drop(self, user_id: str) -> None:
+        """Drop the user's cached index (after a forget); the next search reads the corpus."""
+        self._indexes.pop(user_id, None)
+
     async def _embed(self, query: str) -> Sequence[float] | None:
         if self.embeddings is None:
             return None
@@ -172,6 +176,12 @@ class PendingSearches:
         entry = self._pending.pop(key, None)
         if entry is not None and not entry[2].done():
             entry[2].cancel()
+
+    def drop_user(self, user_id: str) -> None:
+        """Drop every search of the user, finished or not (after a forget: what they found may
+        hold a forgotten fragment); the next model call searches again."""
+        for key in [k for k in self._pending if k[0] == user_id]:
+            self.forget(key)
 
 
 Found = list[ContextFragment] | None

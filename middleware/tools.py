@@ -2,7 +2,9 @@
 
 Each tool is bound to the user of the run that calls it (`runtime.context.user_id` or
 `state["user_id"]`, read from the injected ToolRuntime); no tool takes a user id from the model,
-so an agent can never reach another user's memory.
+so an agent can never reach another user's memory. `forget_memory` names the fragment in its
+result's artifact (`forgotten_by`), so DurableMemoryMiddleware stops injecting it at once, for
+the rest of the turn too.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import hashlib
 from typing import Any, Literal
 
 from langchain.tools import BaseTool, ToolRuntime, tool
+from langchain_core.messages import ToolMessage
 
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.window import resolve_user_id
@@ -19,6 +22,17 @@ from mnemoflow.models.errors import MemoryUnavailableError
 #: Fragment types an explicit memory gets: high importance weighs like a decision.
 IMPORTANCE_TYPES: dict[str, list[str]] = {"high": ["decision", "fact"], "normal": ["fact"]}
 UNAVAILABLE = "Memory is unavailable right now; carry on without it."
+#: Key of a forgetting tool's artifact: the fragment ids the user asked to forget.
+FORGET_ARTIFACT = "mnemoflow_forget"
+
+
+def forgotten_by(message: ToolMessage) -> list[str] | None:
+    """The fragment ids a forgetting tool's result names (None for any other tool's result):
+    the middleware drops what the turn found before, so its next model call cannot inject them."""
+    artifact = getattr(message, "artifact", None)
+    if not isinstance(artifact, dict) or FORGET_ARTIFACT not in artifact:
+        return None
+    return [str(i) for i in artifact[FORGET_ARTIFACT] or ()]
 
 
 def _user(runtime: ToolRuntime[Any, Any]) -> str:
@@ -68,17 +82,21 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
         ]
         return "\n".join(lines)
 
-    @tool
-    async def forget_memory(fragment_id: str, runtime: ToolRuntime[Any, Any]) -> str:
+    @tool(response_format="content_and_artifact")
+    async def forget_memory(
+        fragment_id: str, runtime: ToolRuntime[Any, Any]
+    ) -> tuple[str, dict[str, list[str]]]:
         """Delete one of the user's memories by its id (as shown by recall_memories)."""
         user_id = _user(runtime)
+        # Whatever the outcome, the rest of the turn must not inject it (forgotten_by).
+        artifact = {FORGET_ARTIFACT: [fragment_id]}
         try:
             result = await client.forget_fragment(user_id, fragment_id)
         except MemoryUnavailableError:
-            return UNAVAILABLE
+            return UNAVAILABLE, artifact
         if result.deleted:
-            return f"Forgot memory {fragment_id}."
-        return f"No memory with id {fragment_id}."
+            return f"Forgot memory {fragment_id}.", artifact
+        return f"No memory with id {fragment_id}.", artifact
 
     @tool
     async def memory_stats(runtime: ToolRuntime[Any, Any]) -> str:

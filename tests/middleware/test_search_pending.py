@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from mnemoflow.middleware.search import PendingSearches, build_index
 from mnemoflow.models.config import MemoryConfig
@@ -103,3 +104,23 @@ async def test_a_failing_search_gives_none_and_a_new_question_replaces_the_old_o
     assert calls == ["broken", "fine"]
     pending.forget(KEY)
     assert KEY not in pending._pending
+
+
+async def test_dropping_a_user_searches_again_for_that_user_only() -> None:
+    pending = PendingSearches()
+    calls: list[tuple[str, str]] = []
+
+    def work_for(key: tuple[str, str]) -> Callable[[], Awaitable[list[ContextFragment] | None]]:
+        async def work() -> list[ContextFragment] | None:
+            calls.append(key)
+            return FOUND
+
+        return work
+
+    mine, other_thread, theirs = ("user", "t1"), ("user", "t2"), ("other", "t1")
+    for key in (mine, other_thread, theirs):
+        assert await pending.result(key, "q", 5.0, work_for(key)) == FOUND
+    pending.drop_user("user")  # after a forget tool call in one of the user's turns
+    for key in (mine, other_thread, theirs):
+        await pending.result(key, "q", 5.0, work_for(key))
+    assert calls == [mine, other_thread, theirs, mine, other_thread]
