@@ -12,11 +12,33 @@ import time
 from collections.abc import Sequence
 
 from mnemoflow.memory.profile_merge import PROFILE_SCALAR_FIELDS
+from mnemoflow.memory.text import BUDGET_CHARS_PER_TOKEN, estimate_tokens
 from mnemoflow.models.contracts import ContextFragment
 from mnemoflow.models.profile import PROFILE_LIST_FIELDS, UserProfile
 
 PROFILE_HEADING = "## What you know about this user"
 FRAGMENTS_HEADING = "## Relevant memories"
+#: What a section adds after the core prompt (or the section before it): a blank line.
+SECTION_BREAK = "\n\n"
+#: The most of the memory budget the profile may take; the rest is the fragments' (the profile
+#: is the same on every call, the fragments are what the question is about).
+PROFILE_SHARE = 0.5
+#: Which profile facts are kept first when the profile is over its share (rendering keeps the
+#: fixed order): who the user is, what they must not be offered, the business facts of the
+#: account, then the rest. List fields keep their newest items first.
+PROFILE_PRIORITY: tuple[str, ...] = (
+    "name",
+    "occupation",
+    "style",
+    "constraints",
+    "business_fields",
+    "relationships",
+    "goals",
+    "values",
+    "expertise",
+    "interests",
+    "hobbies",
+)
 
 
 def _one_line(text: str) -> str:
@@ -64,6 +86,33 @@ def date_label(at: float) -> str:
     return f"{t.tm_mday} {_MONTHS.split()[t.tm_mon - 1]} {t.tm_year}"
 
 
+#: Between the lines of one fragment's content: continuation lines are indented.
+CONTINUATION = "\n   "
+
+
+def fragment_tag(frag: ContextFragment) -> str:
+    """`[theme | type, type | date] ` (with its trailing space), as an item shows it."""
+    tag = _one_line(frag.theme)
+    if frag.types:
+        tag = f"{tag} | {', '.join(frag.types)}"
+    if frag.created_at > 0:
+        tag = f"{tag} | {date_label(frag.created_at)}"
+    return f"[{tag}] "
+
+
+def render_line(line: str) -> str:
+    """One line of content (a turn, possibly of several physical lines) as an item shows it."""
+    return CONTINUATION.join(part.rstrip() for part in line.splitlines())
+
+
+def render_fragment(frag: ContextFragment, number: int) -> str:
+    """One item of the list, `N. [theme | type, type | date] content` ("" if no content)."""
+    content = frag.content.strip()
+    if not content:
+        return ""
+    return f"{number}. {fragment_tag(frag)}{render_line(content)}"
+
+
 def render_fragments(fragments: Sequence[ContextFragment]) -> str:
     """Fragments as a numbered list, `N. [theme | type, type | date] content` ("" if none).
 
@@ -72,29 +121,106 @@ def render_fragments(fragments: Sequence[ContextFragment]) -> str:
     Continuation lines of multi-line content are indented so each fragment stays one item.
     """
     lines: list[str] = []
-    number = 0
     for frag in fragments:
-        content = frag.content.strip()
-        if not content:
-            continue
-        number += 1
-        body = "\n   ".join(line.rstrip() for line in content.splitlines())
-        tag = _one_line(frag.theme)
-        if frag.types:
-            tag = f"{tag} | {', '.join(frag.types)}"
-        if frag.created_at > 0:
-            tag = f"{tag} | {date_label(frag.created_at)}"
-        lines.append(f"{number}. [{tag}] {body}")
+        item = render_fragment(frag, len(lines) + 1)
+        if item:
+            lines.append(item)
     return "\n".join(lines)
 
 
+def budget_tokens(text: str) -> int:
+    """What text costs in the memory budget (the one estimate, at the budget's ratio)."""
+    return estimate_tokens(text, BUDGET_CHARS_PER_TOKEN)
+
+
+def profile_section(profile: UserProfile) -> str:
+    """The profile's section as the prompt carries it after the core prompt ("" if empty)."""
+    text = render_profile(profile)
+    return f"{SECTION_BREAK}{PROFILE_HEADING}\n{text}" if text else ""
+
+
+def fragments_section(fragments: Sequence[ContextFragment]) -> str:
+    """The memories' section as the prompt carries it after the profile ("" if none)."""
+    text = render_fragments(fragments)
+    return f"{SECTION_BREAK}{FRAGMENTS_HEADING}\n{text}" if text else ""
+
+
+def memory_tokens(profile: UserProfile, fragments: Sequence[ContextFragment]) -> int:
+    """What the memory adds to the system prompt, by the budget's estimate: the profile and the
+    memories sections with their headings, numbering, tags and indentation. The measure the
+    memory budget (`MemoryConfig.memory_budget_tokens`) bounds."""
+    return budget_tokens(profile_section(profile) + fragments_section(fragments))
+
+
+def profile_share(budget: int) -> int:
+    """The most tokens the profile may take of a memory budget."""
+    return int(budget * PROFILE_SHARE)
+
+
+def fit_profile(profile: UserProfile, tokens: int) -> UserProfile:
+    """The profile, cut to what its section can show in `tokens` (the whole profile if it fits).
+
+    Facts are kept in PROFILE_PRIORITY order (list fields newest item first, business fields by
+    key) while they fit; what is kept renders in the usual fixed order, so the same profile and
+    budget always give the same bytes (the provider's cache). A value too long for what is left
+    is left out, never cut mid-way (half a fact can be a wrong one).
+    """
+    if budget_tokens(profile_section(profile)) <= tokens:
+        return profile
+    kept: dict[str, object] = {field: None for field in PROFILE_SCALAR_FIELDS}
+    kept.update({field: [] for field in PROFILE_LIST_FIELDS})
+    business: dict[str, str] = {}
+    kept["business_fields"] = business
+
+    def fits() -> bool:
+        return budget_tokens(profile_section(UserProfile.model_validate(kept))) <= tokens
+
+    for field in PROFILE_PRIORITY:
+        if field == "business_fields":
+            for key in sorted(profile.business_fields):
+                business[key] = profile.business_fields[key]
+                if not fits():
+                    del business[key]
+        elif field in PROFILE_LIST_FIELDS:
+            items: list[str] = []
+            for item in reversed(getattr(profile, field)):
+                kept[field] = [item, *items]
+                if fits():
+                    items = [item, *items]
+            kept[field] = items
+        else:
+            kept[field] = getattr(profile, field)
+            if not fits():
+                kept[field] = None
+    return UserProfile.model_validate(kept)
+
+
+def fit_memory(
+    profile: UserProfile, fragments: Sequence[ContextFragment], budget: int
+) -> tuple[UserProfile, list[ContextFragment]]:
+    """The profile cut to its share of `budget`, and the longest head of `fragments` that fits
+    the rest: the memory section never exceeds the budget by the budget's own estimate."""
+    profile = fit_profile(profile, profile_share(budget))
+    kept = list(fragments)
+    while kept and memory_tokens(profile, kept) > budget:
+        kept.pop()
+    return profile, kept
+
+
 def assemble_system_prompt(
-    core: str, profile: UserProfile, fragments: Sequence[ContextFragment]
+    core: str,
+    profile: UserProfile,
+    fragments: Sequence[ContextFragment],
+    budget: int | None = None,
 ) -> str:
     """Core prompt, then the profile section, then the memories section; empty ones omitted.
 
-    With nothing to add the core prompt is returned unchanged.
+    With `budget` (the memory budget, tokens) what memory adds never exceeds it (`fit_memory`:
+    the profile cut to its share, trailing fragments left out). With nothing to add the core
+    prompt is returned unchanged.
     """
+    if budget is not None:
+        profile, fragments = fit_memory(profile, fragments, budget)
     sections = []
     profile_text = render_profile(profile)
     if profile_text:
@@ -105,7 +231,7 @@ def assemble_system_prompt(
     if not sections:
         return core
     head = core.rstrip()
-    return "\n\n".join([head, *sections] if head else sections)
+    return SECTION_BREAK.join([head, *sections] if head else sections)
 
 
 def filter_in_window(
@@ -120,10 +246,15 @@ def filter_in_window(
     message list (docs/ARCHITECTURE.md, "Message identity"). Fragments of other threads, those
     without a thread (remembered explicitly) and those of unknown age are always kept.
     """
+    return [f for f in fragments if not in_window(f, thread_id, window_from)]
+
+
+def in_window(fragment: ContextFragment, thread_id: str, window_from: float | None) -> bool:
+    """Whether a fragment's source messages are still in the model's window (`filter_in_window`)."""
     if not thread_id or window_from is None:
-        return list(fragments)
-    return [
-        f
-        for f in fragments
-        if not (f.thread_id == thread_id and f.created_at > 0 and f.created_at >= window_from)
-    ]
+        return False
+    return (
+        fragment.thread_id == thread_id
+        and fragment.created_at > 0
+        and fragment.created_at >= window_from
+    )

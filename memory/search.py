@@ -19,7 +19,10 @@ The hot path asks this on every model call with the latest human message (README
   lines either side within its fragment, and windows fill the token budget. A question's
   evidence is usually one turn and the turn next to it; whole fragments spend most of the
   budget on turns the question is not about (LoCoMo evidence recall: docs/MEMORY_QUALITY.md);
-- packing: the excerpts that fit an explicit token budget next to the profile.
+- packing: the excerpts that fit an explicit token budget next to the profile, counted as the
+  prompt renders them (headings, numbering, tags, dates, indentation; `memory.prompt`), so the
+  memory section never exceeds the budget by the budget's own estimate. Fragments whose messages
+  are still in the model's window are left out before the budget is filled, not after.
 """
 
 from __future__ import annotations
@@ -29,16 +32,32 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from mnemoflow.memory.prompt import filter_in_window, render_profile
+from mnemoflow.memory.prompt import (
+    CONTINUATION,
+    FRAGMENTS_HEADING,
+    SECTION_BREAK,
+    budget_tokens,
+    filter_in_window,
+    fit_profile,
+    fragment_tag,
+    in_window,
+    memory_tokens,
+    profile_section,
+    profile_share,
+    render_fragment,
+    render_line,
+)
 from mnemoflow.memory.rerank import rerank_for_query
 from mnemoflow.memory.selection import select
 from mnemoflow.memory.text import (
+    _CJK_RUN,
     BUDGET_CHARS_PER_TOKEN,
+    NEGATIONS,
     QUESTION_TOKENS,
-    estimate_tokens,
     normalise,
     token_list,
 )
@@ -46,6 +65,21 @@ from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment, InjectedContext
 from mnemoflow.models.fragments import Candidate, Fragment
 from mnemoflow.models.params import TunedParams
+from mnemoflow.models.profile import UserProfile
+
+__all__ = [
+    "BM25",
+    "Excerpts",
+    "SearchDoc",
+    "SearchIndex",
+    "budget_tokens",
+    "choose_fragments",
+    "fragment_cost",
+    "near_duplicate",
+    "pack",
+    "rrf",
+    "split_lines",
+]
 
 #: RRF's constant: dampens the gap between rank 1 and rank 2 (the value of Cormack et al.).
 RRF_K = 60
@@ -53,10 +87,15 @@ RRF_K = 60
 DEPTH = 48
 #: The dense ranking's weight in the fusion, relative to the lexical one's 1.0.
 DENSE_WEIGHT = 0.15
-#: Content-token Jaccard similarity from which two fragments say the same thing.
+#: Content-token Jaccard similarity from which two fragments say the same thing (unless they
+#: differ in a number or a negation: then one updates the other, `near_duplicate`).
 NEAR_DUPLICATE = 0.8
-#: A fragment's cost beyond its content: number, theme/type/date tag, line break.
-LINE_OVERHEAD_TOKENS = 12
+#: Share of the memory budget left unused (fragments still in the window or over the profile's
+#: room dropped) from which the excerpts are chosen again for what is left (a second pass, ~2 ms
+#: on a LoCoMo user). LoCoMo replica: 0.721 at 0, 0.718 at 0.02 and 0.05 (whole fragments lost).
+REFILL_SLACK = 0.0
+#: Negations of scripts without spaces (a character each), next to `memory.text.NEGATIONS`.
+CJK_NEGATIONS = frozenset("不没沒无無未别別非")
 #: Okapi BM25's term-frequency saturation and length normalisation.
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -118,10 +157,33 @@ def rrf(
     return fused
 
 
-def _top(scores: Sequence[float], depth: int) -> list[int]:
-    """Indexes of the best positive scores, best first (ties by index, for determinism)."""
+def _top(scores: Sequence[float], depth: int, said: Sequence[float]) -> list[int]:
+    """Indexes of the best positive scores, best first; ties go to the newer (`said`, an update
+    of a fact outranks the fact it updates), then by index, for determinism."""
     hits = [i for i, s in enumerate(scores) if s > 0.0]
-    return sorted(hits, key=lambda i: (-scores[i], i))[:depth]
+    return sorted(hits, key=lambda i: (-scores[i], -said[i], i))[:depth]
+
+
+#: Tenths of a character per token of the budget's estimate (`memory.text.estimate_tokens`).
+_TENTHS = round(BUDGET_CHARS_PER_TOKEN * 10)
+
+
+def _units(text: str) -> int:
+    """The budget's estimate before rounding, in units that add up over concatenation:
+    `budget_tokens(a + b) == _tokens(_units(a) + _units(b))` (a CJK character is a token, other
+    characters BUDGET_CHARS_PER_TOKEN a token)."""
+    cjk = sum(len(run) for run in _CJK_RUN.findall(text))
+    return cjk * _TENTHS + (len(text) - cjk) * 10
+
+
+def _tokens(units: int) -> int:
+    return -(-units // _TENTHS)
+
+
+#: The memories section's heading (paid for by the first fragment), and what goes before each
+#: item of the list.
+_HEADING_UNITS = _units(SECTION_BREAK + FRAGMENTS_HEADING)
+_ITEM_BREAK_UNITS = _units("\n")
 
 
 @dataclass(frozen=True)
@@ -149,8 +211,13 @@ class SearchIndex:
         self.line_refs = [(d, n) for d, lines in enumerate(self.lines) for n in range(len(lines))]
         self.line_bm25 = BM25([token_list(normalise(self.lines[d][n])) for d, n in self.line_refs])
         self._position = {d.fragment.id: i for i, d in enumerate(self.docs)}
-        self._line_cost = [budget_tokens(self.lines[d][n]) for d, n in self.line_refs]
-        self._doc_cost = [budget_tokens(d.fragment.theme) + LINE_OVERHEAD_TOKENS for d in self.docs]
+        self._said = [d.created_at for d in self.docs]
+        self._line_said = [self._said[d] for d, _ in self.line_refs]
+        # what each piece costs as the prompt renders it (`memory.prompt.render_fragment`)
+        self._line_units = [_units(render_line(self.lines[d][n])) for d, n in self.line_refs]
+        self._tag_units = [_ITEM_BREAK_UNITS + _units(fragment_tag(d.fragment)) for d in self.docs]
+        self._gap_units = _units(render_line(GAP))
+        self._continuation_units = _units(CONTINUATION)
         self._chain()
 
     def _terms(self, query: str) -> list[str]:
@@ -161,11 +228,12 @@ class SearchIndex:
 
     def fused(self, query: str, query_vector: Sequence[float] | None) -> dict[int, float]:
         """RRF of the BM25 and the cosine rankings (cosine only when both vectors exist)."""
-        rankings = [_top(self.bm25.scores(self._terms(query)), DEPTH)]
+        rankings = [_top(self.bm25.scores(self._terms(query)), DEPTH, self._said)]
         if query_vector is not None and self.vectors is not None and len(self.docs):
             q = np.asarray(query_vector, dtype=np.float32)
             cos = self.vectors @ (q / max(float(np.linalg.norm(q)), 1e-12))
-            rankings.append(_top([float(c) + 1.0 for c in cos], DEPTH))  # shifted: all > 0
+            shifted = [float(c) + 1.0 for c in cos]  # all > 0
+            rankings.append(_top(shifted, DEPTH, self._said))
         return rrf(rankings, weights=[1.0, DENSE_WEIGHT][: len(rankings)])
 
     def search(
@@ -174,9 +242,13 @@ class SearchIndex:
         query_vector: Sequence[float] | None,
         config: MemoryConfig,
         now: float,
+        exclude: Callable[[ContextFragment], bool] | None = None,
     ) -> list[ContextFragment]:
-        """The fused candidates ranked by the memory formula (floor and cap as in selection)."""
+        """The fused candidates ranked by the memory formula (floor and cap as in selection),
+        without those `exclude` names."""
         fused = self.fused(query, query_vector)
+        if exclude is not None:
+            fused = {i: r for i, r in fused.items() if not exclude(self.docs[i].fragment)}
         if not fused:
             return []
         candidates = []
@@ -209,44 +281,103 @@ class SearchIndex:
         config: MemoryConfig,
         now: float,
         budget: int | None = None,
-    ) -> list[ContextFragment]:
+        *,
+        profile: UserProfile | None = None,
+        exclude: Callable[[ContextFragment], bool] | None = None,
+    ) -> Excerpts:
         """The fragments' best lines for `query`, each with its neighbours, as fragments whose
         content is that excerpt (lines verbatim, in their order, GAP where lines were left out),
-        most relevant first, filling `budget` tokens (default: the memory budget)."""
+        most relevant first, filling `budget` tokens (default: the memory budget) with
+        `profile` (cut to its share, `memory.prompt.fit_profile`), counted as the prompt renders
+        them. Fragments `exclude` names (still in the model's window) are left out before the
+        budget is filled. The result can be asked again (`Excerpts.again`) once the caller knows
+        the profile and the window."""
         limit = config.memory_budget_tokens if budget is None else budget
-        ranked = self.search(query, query_vector, config, now)
+        used = 0
+        if profile is not None:
+            used = _units(profile_section(fit_profile(profile, profile_share(limit))))
+        room = limit * _TENTHS - used - _HEADING_UNITS
+        ranked = self.search(query, query_vector, config, now, exclude)
         prior = {self._position[f.id]: rank for rank, f in enumerate(ranked, start=1)}
+        skip = (
+            {d for d, doc in enumerate(self.docs) if exclude(doc.fragment)}
+            if exclude is not None
+            else set()
+        )
         fused: dict[int, float] = {}
-        for rank, ref in enumerate(_top(self.line_bm25.scores(self._terms(query)), LINE_DEPTH), 1):
+        line_scores = self.line_bm25.scores(self._terms(query))
+        for rank, ref in enumerate(_top(line_scores, LINE_DEPTH, self._line_said), 1):
             fused[ref] = 1.0 / (RRF_K + rank)
         for ref, (doc, _) in enumerate(self.line_refs):
             if doc in prior:
                 fused[ref] = fused.get(ref, 0.0) + FRAGMENT_PRIOR / (RRF_K + prior[doc])
         chosen: dict[int, set[int]] = {}
-        used = 0
-        for ref in sorted(fused, key=lambda ref: (-fused[ref], ref)):
-            new = [
-                r
-                for r in self._window(ref)
-                if self.line_refs[r][1] not in chosen.get(self.line_refs[r][0], set())
-            ]
+        body: dict[int, int] = {}  # what each chosen fragment's content costs so far
+        spent = 0
+        for ref in sorted(fused, key=lambda ref: (-fused[ref], -self._line_said[ref], ref)):
+            if self.line_refs[ref][0] in skip:
+                continue
+            new = []
+            for r in self._window(ref):
+                doc, n = self.line_refs[r]
+                if doc not in skip and n not in chosen.get(doc, ()):
+                    new.append(r)
             if not new:
                 continue
-            cost = sum(self._line_cost[r] for r in new)
-            opened = {self.line_refs[r][0] for r in new} - set(chosen)
-            cost += sum(self._doc_cost[d] for d in opened)
-            if used + cost > limit:
+            # the least the lines can add (one may close a gap): most candidates stop here
+            if spent + sum(self._line_units[r] - self._gap_units for r in new) > room:
                 continue
             # the matching line's fragment first, then a neighbour fragment the window reached
-            for r in sorted(new, key=lambda r: r != ref):
+            new.sort(key=lambda r: r != ref)
+            grown: dict[int, set[int]] = {}
+            for r in new:
                 doc, n = self.line_refs[r]
-                chosen.setdefault(doc, set()).add(n)
-            used += cost
+                grown.setdefault(doc, set(chosen.get(doc, ()))).add(n)
+            cost = 0
+            number = len(chosen)
+            sizes = {}
+            for doc, keep in grown.items():
+                sizes[doc] = self._body_units(doc, keep)
+                cost += sizes[doc] - body.get(doc, 0)
+                if doc not in chosen:
+                    number += 1
+                    cost += self._tag_units[doc] + (len(str(number)) + 2) * 10  # "N. "
+            if spent + cost > room:
+                continue
+            chosen.update(grown)
+            body.update(sizes)
+            spent += cost
         out = []
         for doc, keep in chosen.items():  # in the order each fragment was first chosen
             fragment = self.docs[doc].fragment
             out.append(fragment.model_copy(update={"content": _excerpt(self.lines[doc], keep)}))
-        return out
+
+        def again(**changes: Any) -> Excerpts:
+            return self.excerpts(
+                query,
+                query_vector,
+                config,
+                now,
+                changes.get("budget", budget),
+                profile=changes.get("profile", profile),
+                exclude=changes.get("exclude", exclude),
+            )
+
+        return Excerpts(out, again)
+
+    def _body_units(self, doc: int, keep: set[int]) -> int:
+        """What an excerpt of `keep` lines of `doc` costs as its item's content."""
+        units = 0
+        entries = 0
+        previous = -1
+        for k in sorted(keep):
+            if entries and k != previous + 1:
+                units += self._gap_units
+                entries += 1
+            units += self._line_units[self._first_ref[doc] + k]
+            entries += 1
+            previous = k
+        return units + (entries - 1) * self._continuation_units
 
     def _window(self, ref: int) -> list[int]:
         """The line and LINE_WINDOW lines either side, in conversation order: across into the
@@ -273,6 +404,7 @@ class SearchIndex:
         for ref, (doc, _) in enumerate(self.line_refs):
             first.setdefault(doc, ref)
             last[doc] = ref
+        self._first_ref = first
         self._prev: list[int | None] = [None] * len(self.line_refs)
         self._next: list[int | None] = [None] * len(self.line_refs)
         for ref, (doc, n) in enumerate(self.line_refs):
@@ -318,42 +450,100 @@ def _excerpt(lines: Sequence[str], keep: set[int]) -> str:
     return "\n".join(out)
 
 
-def budget_tokens(text: str) -> int:
-    """What text costs in the memory budget (the one estimate, at the budget's ratio)."""
-    return estimate_tokens(text, BUDGET_CHARS_PER_TOKEN)
+class Excerpts(list[ContextFragment]):
+    """What `SearchIndex.excerpts` found, and how to ask it again: `again(profile=...,
+    exclude=..., budget=...)` fills the budget anew once the caller knows the profile and which
+    fragments are still in the model's window (then those do not take the budget's room)."""
+
+    def __init__(
+        self, fragments: Sequence[ContextFragment], again: Callable[..., Excerpts] | None = None
+    ) -> None:
+        super().__init__(fragments)
+        self.again = again
 
 
-def fragment_cost(fragment: ContextFragment, count: Callable[[str], int] = budget_tokens) -> int:
-    """Tokens one fragment takes in the memory section."""
-    return count(fragment.content) + count(fragment.theme) + LINE_OVERHEAD_TOKENS
+def fragment_cost(fragment: ContextFragment, number: int = 1) -> int:
+    """Tokens one fragment takes in the memories section as item `number`: its rendered item
+    (number, tag, date, indented content) and the line break before it."""
+    item = render_fragment(fragment, number)
+    return _tokens(_ITEM_BREAK_UNITS + _units(item)) if item else 0
 
 
 def pack(
     fragments: Sequence[ContextFragment],
     budget: int,
     used: int = 0,
-    count: Callable[[str], int] = budget_tokens,
+    *,
+    profile: UserProfile | None = None,
+    limit: int | None = None,
 ) -> list[ContextFragment]:
-    """The fragments, in order, that fit `budget` tokens after `used` (the profile's share).
+    """The fragments, in order, whose memory section fits `budget` tokens after `used` and the
+    `profile` (as given: cut it first with `memory.prompt.fit_profile`), counted as the prompt
+    renders them (`memory.prompt.memory_tokens`), at most `limit` of them.
 
     One that does not fit is skipped and smaller later ones may still go in: a long fragment
-    must not leave the rest of the budget empty. A near-duplicate of one already packed (the
-    same content tokens, up to NEAR_DUPLICATE Jaccard similarity, e.g. a fact repeated when it
-    was recalled) is skipped too: the first one in rank order stands for both.
+    must not leave the rest of the budget empty. Of two near-duplicates (`near_duplicate`, e.g.
+    a fact repeated when it was recalled) only one is kept, the newer: it takes the older one's
+    place in the list (or the older one goes if the newer does not fit there).
     """
+    room = (budget - used) * _TENTHS
+    if profile is not None:
+        room -= _units(profile_section(profile))
     out: list[ContextFragment] = []
-    seen: list[set[str]] = []
+    seen: list[tuple[set[str], frozenset[str]]] = []
+
+    def item(fragment: ContextFragment, number: int) -> int:
+        return _ITEM_BREAK_UNITS + _units(render_fragment(fragment, number))
+
+    spent = _HEADING_UNITS  # paid for by the first item
     for fragment in fragments:
-        cost = fragment_cost(fragment, count)
-        if used + cost > budget:
+        if limit is not None and len(out) >= limit:
+            break
+        if not fragment.content.strip():
             continue
-        tokens = set(token_list(normalise(fragment.content)))
-        if any(_jaccard(tokens, other) >= NEAR_DUPLICATE for other in seen):
+        marks = _marks(fragment.content)
+        twin = next((n for n, other in enumerate(seen) if near_duplicate(marks, other)), None)
+        if twin is not None:
+            if fragment.created_at <= out[twin].created_at:
+                continue  # the one already packed is as new: it stands for both
+            change = item(fragment, twin + 1) - item(out[twin], twin + 1)
+            if spent + change <= room:
+                out[twin], seen[twin] = fragment, marks
+                spent += change
+            else:  # the newer does not fit where the older was: the stale one goes anyway
+                del out[twin], seen[twin]
+                spent = _HEADING_UNITS + sum(item(f, n) for n, f in enumerate(out, start=1))
+            continue
+        cost = item(fragment, len(out) + 1)
+        if spent + cost > room:
             continue
         out.append(fragment)
-        seen.append(tokens)
-        used += cost
+        seen.append(marks)
+        spent += cost
     return out
+
+
+#: What makes a fact change: a number (any word with a digit) or a negation.
+_CHANGE = re.compile(
+    r"[^\W\d_]*\d[^\W_]*"
+    rf"|\b(?:{'|'.join(sorted(NEGATIONS))})\b|n['\u2019]t\b"
+    rf"|[{''.join(sorted(CJK_NEGATIONS))}]"
+)
+
+
+def _marks(content: str) -> tuple[set[str], frozenset[str]]:
+    """A fragment's content tokens, and what makes a fact change: its numbers (any word with a
+    digit) and its negations ("not", "never", "n't", 不 ...)."""
+    found = _CHANGE.findall(content.casefold())
+    facts = frozenset("not" if m in ("n't", "n\u2019t") else m for m in found)
+    return set(token_list(normalise(content))), facts
+
+
+def near_duplicate(a: tuple[set[str], frozenset[str]], b: tuple[set[str], frozenset[str]]) -> bool:
+    """Whether two fragments (`_marks`) say the same thing: at least NEAR_DUPLICATE Jaccard
+    similarity of their content tokens, and the same numbers and negations (texts that differ
+    in "12" against "14", or in a "not", are an update, never a repeat)."""
+    return a[1] == b[1] and _jaccard(a[0], b[0]) >= NEAR_DUPLICATE
 
 
 def _jaccard(a: set[str], b: set[str]) -> float:
@@ -368,16 +558,38 @@ def choose_fragments(
     query: str,
     config: MemoryConfig,
 ) -> list[ContextFragment]:
-    """What a model call injects. With the search's ranking (`found`): the fragments out of the
-    window, packed with the profile into `config.memory_budget_tokens`. Without it (timeout,
-    failure, nothing stored yet): the published context, out of the window, re-ranked for the
-    query, up to its top_k, as before the search existed."""
+    """What a model call injects, packed with the profile (cut to its share) into
+    `config.memory_budget_tokens` as the prompt renders them (`memory.prompt.fit_memory`).
+
+    With the search's ranking (`found`): the fragments out of the window. When the window (or
+    the profile) left more than REFILL_SLACK of the budget unused, the search fills it again
+    without the fragments still in the window (`Excerpts.again`), so those never take the room
+    of older memory. When
+    that leaves nothing, or without a ranking (timeout, failure, nothing stored yet): the
+    published context, out of the window, re-ranked for the query, up to its top_k, within the
+    same budget (a fragment too long for it is skipped)."""
+    budget = config.memory_budget_tokens
+    full = context.profile if context is not None else UserProfile()
+    profile = fit_profile(full, profile_share(budget))
     if found:
-        profile = context.profile if context is not None else None
-        share = budget_tokens(render_profile(profile)) if profile is not None else 0
         outside = filter_in_window(found, thread, window_from)
-        return pack(outside, config.memory_budget_tokens, share)
+        chosen = pack(outside, budget, profile=profile)
+        again = getattr(found, "again", None)
+        unused = budget - memory_tokens(profile, chosen)
+        dropped = len(outside) < len(found) or len(chosen) < len(outside)
+        if again is not None and dropped and unused > REFILL_SLACK * budget:
+
+            def still_visible(fragment: ContextFragment) -> bool:
+                return in_window(fragment, thread, window_from)
+
+            refilled = filter_in_window(
+                again(profile=full, exclude=still_visible), thread, window_from
+            )
+            chosen = pack(refilled, budget, profile=profile)
+        if chosen:
+            return chosen
     if context is None:
         return []
     outside = filter_in_window(context.fragments, thread, window_from)
-    return rerank_for_query(outside, query)[: context.top_k or config.top_k]
+    ranked = rerank_for_query(outside, query)
+    return pack(ranked, budget, profile=profile, limit=context.top_k or config.top_k)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mnemoflow.memory.prompt import render_fragments
+from mnemoflow.memory.prompt import memory_tokens, render_fragments
 from mnemoflow.memory.search import (
     BM25,
     SearchDoc,
@@ -18,6 +18,7 @@ from mnemoflow.memory.search import (
 from mnemoflow.memory.text import normalise, token_list
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
+from mnemoflow.models.profile import UserProfile
 
 NOW = 1_700_000_000.0
 
@@ -126,10 +127,10 @@ def test_pack_respects_the_budget_and_skips_what_does_not_fit() -> None:
     packed = pack([small[0], big, *small[1:]], budget=100, used=20)
     assert "big" not in [f.id for f in packed]
     assert packed[0].id == "s0"
-    total = 20 + sum(fragment_cost(f) for f in packed)
+    total = 20 + memory_tokens(UserProfile(), packed)
     assert total <= 100
     # One more would not fit: the budget is used, not just respected.
-    assert total + fragment_cost(small[0]) > 100
+    assert 20 + memory_tokens(UserProfile(), [*packed, small[-1]]) > 100
     assert pack(small, budget=10, used=20) == []
 
 
@@ -181,9 +182,13 @@ def test_choose_packs_what_the_search_found_else_falls_back_to_the_published_con
     found = [frag(9, thread="here", said=900.0), frag(8), frag(7), frag(6)]
     chosen = choose_fragments(found, context, "here", 500.0, "fact", config)
     assert [f.id for f in chosen] == ["f8", "f7"]  # f9 is in the window; f6 over budget
-    # A profile takes its share of the same budget first.
-    rich = context.model_copy(update={"profile": UserProfile(name="Ada " * 120)})
-    assert [f.id for f in choose_fragments(found, rich, "here", 500.0, "fact", config)] == []
+    # A profile takes its share of the same budget first...
+    rich = context.model_copy(update={"profile": UserProfile(name="Ada " * 40)})
+    assert [f.id for f in choose_fragments(found, rich, "here", 500.0, "fact", config)] == ["f8"]
+    # ... and no more than its share: a fact too long for it is left out, not the fragments.
+    huge = context.model_copy(update={"profile": UserProfile(name="Ada " * 120)})
+    chosen = choose_fragments(found, huge, "here", 500.0, "fact", config)
+    assert [f.id for f in chosen] == ["f8", "f7"]
     # No search result (timeout, failure, nothing stored): the published context, up to top_k.
     assert [f.id for f in choose_fragments(None, context, "here", 500.0, "fact", config)] == [
         "f1",
@@ -248,8 +253,8 @@ def test_excerpts_fill_the_budget_and_stop() -> None:
     config = MemoryConfig(memory_budget_tokens=300)
     found = SearchIndex(docs).excerpts("pottery class", None, config, NOW)
     assert found
-    assert sum(fragment_cost(f) for f in found) <= 300 + 12 * len(found)
-    assert sum(budget_tokens(f.content) for f in found) <= 300
+    assert memory_tokens(UserProfile(), found) <= 300
+    assert sum(fragment_cost(f, n) for n, f in enumerate(found, 1)) <= 300
     assert SearchIndex(docs).excerpts("zebra quantum", None, config, NOW) == []
 
 
