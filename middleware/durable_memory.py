@@ -226,7 +226,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             ]
         current = message_text(request.system_message) if request.system_message else ""
         core = self.core_prompt if self.core_prompt is not None else current
-        prompt = assemble_system_prompt(core, profile, fragments)
+        prompt = assemble_system_prompt(core, profile, fragments, self.config.memory_budget_tokens)
         if prompt != current or (prompt and request.system_message is None):
             overrides["system_message"] = SystemMessage(content=prompt) if prompt else None
         response = await handler(request.override(**overrides) if overrides else request)
