@@ -118,7 +118,7 @@ def _is_occupation(value: str) -> bool:
 
 
 _JOB_WORD = (
-    r"(?:\w+(?:er|or|ist|ian|ant|ent|eer|ect|nurse|chef|student|analyst|lawyer|clerk|pilot))"
+    r"(?:\w*(?:nurse|chef|student|analyst|lawyer|clerk|pilot)|\w+(?:er|or|ist|ian|ant|ent|eer|ect))"
 )
 _OCCUPATION = (
     re.compile(
@@ -162,11 +162,14 @@ _INTEREST = (
 _CONSTRAINT = re.compile(
     r"\b(?:busy|not available|not free|unavailable|can't|cannot|can not|allergic|allergy|allergies|"
     r"intolerant|only (?:on|after|before)|don't call|do not call|never on|budget|hated?|hates|"
-    r"dislike[sd]?|vegan|vegetarian|pescatarian|"
+    r"dislike[sd]?|"
+    # A diet one keeps ("I'm a vegetarian", "Sam is vegan"), not a dish ("vegan ice cream").
+    r"(?:am|['’]m|is|are|['’]re|was|were|been|be|became|become|went|gone|going|stay|stayed)"
+    r" (?:an? |now |strictly |fully |mostly |still )?(?:vegan|vegetarian|pescatarian)|"
     r"(?:don't|do not|didn't|did not|never|no longer) (?:really |much |particularly )?"
     r"(?:like[sd]?|love[sd]?|enjoy(?:s|ed)?|care for|eat|drink)|"
     r"not (?:a (?:big |huge )?fan of|into)|avoid)\b|"
-    r"忙|没空|不方便|过敏|不能|只能|预算|别打电话|讨厌|忌口|吃素|素食|"
+    r"忙|没空|不方便|过敏|不能|只能|预算|别打电话|讨厌|忌口|吃素|素食者|素食主义|"
     r"(?:不|没有?)(?:太|是很|是特别|怎么|那么|再|大|很|是那么)?(?:喜欢|爱)|不吃|不喝",
     _I,
 )
@@ -313,15 +316,31 @@ _TRAILING_LINK = re.compile(r"[\s,，:：]*(?:\b(?:and|but|so|or|though|yet)\b)?
 _SENTENCE_DONE = tuple("。！？；.!?;")
 
 
-def _stated_part(sentence: str) -> tuple[str, bool]:
-    """The part of a sentence that states something ("" when it only asks or doubts), and
-    whether it asked or doubted (so a Chinese sentence's later clauses go with it)."""
+# Where a doubt with its own object ends ("I'll see if I can find it, my order is 7781").
+_HEDGE_SCOPE_END = re.compile(r"[,;，；]\s*|\s+(?=but\b)", _I)
+# A clause offering the other half of a question ("我是不是对花生过敏，还是对芒果").
+_ALTERNATIVE = re.compile(r"^(?:还是|或者|或是|抑或|or\b)", _I)
+
+
+def _stated_parts(sentence: str) -> tuple[list[str], str]:
+    """The parts of a sentence that state something, and what the clauses after it in the
+    same sentence go with: "question" (an alternative: "还是..."), "doubt" (a doubt whose
+    object is still to come: "I'm not sure, ...", "我不确定，") or "" (nothing)."""
     if is_question(sentence) or _ASKS_EN.match(sentence) or _ASKS_ZH.search(sentence):
-        return "", True
+        return [], "question"
     hedge = _HEDGE.search(sentence)
     if hedge is None:
-        return sentence, False
-    return _TRAILING_LINK.sub("", sentence[: hedge.start()]).strip(), True
+        return [sentence], ""
+    before = _TRAILING_LINK.sub("", sentence[: hedge.start()]).strip()
+    parts = [before] if before else []
+    scope_end = _HEDGE_SCOPE_END.search(sentence, hedge.end())
+    doubted = sentence[hedge.end() : scope_end.start() if scope_end else len(sentence)]
+    if not re.search(r"\w", doubted):
+        return parts, "doubt"
+    if scope_end is None:
+        return parts, ""
+    more, after = _stated_parts(sentence[scope_end.end() :])
+    return parts + more, after
 
 
 # What negates a like, a free time or a favourite when it comes before it in its clause.
@@ -381,7 +400,13 @@ def _owner(text: str, pos: int) -> str | None:
 
 
 _SUBJECT_OTHER_EN = re.compile(
-    rf"\b(?:(?:my|our) (?:{_PET_EN}|{_KIN_EN})\b(?!['’]s)|(?:he|she|they|his|her|their)\b)", _I
+    rf"^\W*(?:(?:and|but|also|so|oh|well|plus|then)\b\W*)*"
+    rf"(?:(?:my|our) (?:{_PET_EN}|{_KIN_EN})s?\b(?!['’]s)|(?:he|she|they)\b)",
+    _I,
+)
+_SUBJECT_OTHER_ZH = re.compile(
+    rf"^(?:但是?|而且|还有|另外|其实|不过)?(?:我的|我家的?|我们家的?|我们的|我)?"
+    rf"(?:{_KIN_ZH}|他们|她们|他|她)"
 )
 _SUBJECT_ME_EN = re.compile(r"\b(?:I|I['’]m|I['’]ve|I['’]d|me|we|we['’]re|us)\b")
 
@@ -393,8 +418,7 @@ def _said_of_other(head: str) -> bool:
         return False
     if _SUBJECT_OTHER_EN.search(head):
         return True
-    owners = [m.group("kin") for m in _OWNER_ZH.finditer(head)]
-    return bool(owners) and owners[-1] is not None and "和" not in head
+    return bool(_SUBJECT_OTHER_ZH.search(head)) and "和" not in head
 
 
 # A fragment line: `User: ...`, `User (Caroline): ...`, `Assistant (Mel): ...`.
@@ -413,23 +437,38 @@ def _human_sentences(contents: Iterable[str]) -> list[str]:
             if not human:
                 continue
             # Questions ("What am I allergic to?") ask about facts, they never state one; nor
-            # does what follows a doubt ("not sure whether ..."), up to the sentence's end.
-            asking = False
+            # does what a doubt covers ("not sure whether ..."), nor the clauses that complete
+            # a question or a doubt in the same sentence ("我不确定，...", "是不是...，还是...").
+            pending = ""
             for sentence in split_sentences(line.strip()):
-                stated, asked = ("", True) if asking else _stated_part(sentence)
-                if stated:
-                    sentences.append(stated)
-                asking = asked and not sentence.endswith(_SENTENCE_DONE)
+                parts: list[str]
+                if pending == "doubt" or (pending == "question" and _ALTERNATIVE.match(sentence)):
+                    parts, state = [], pending
+                else:
+                    parts, state = _stated_parts(sentence)
+                sentences.extend(parts)
+                pending = "" if sentence.endswith(_SENTENCE_DONE) else state
     return sentences
+
+
+# A match that names its subject as the speaker ("I love jazz", "我喜欢猫").
+_FIRST_PERSON = re.compile(r"\bI\b|^我")
 
 
 def _first(patterns: Iterable[re.Pattern[str]], text: str, *, affirmed: bool = False) -> str | None:
     """The first value the patterns find; with `affirmed`, none that a negation precedes in
-    its clause ("It's not that I love Paris", "我不太喜欢猫")."""
+    its clause ("It's not that I love Paris", "我不太喜欢猫") and none said of someone else
+    ("他们都喜欢爬山")."""
     for pattern in patterns:
         for match in pattern.finditer(text):
             value = next((g for g in match.groups() if g), "").strip()
-            if affirmed and _negated(text, match.start()):
+            if affirmed and (
+                _negated(text, match.start())
+                or (
+                    not _FIRST_PERSON.search(match.group(0))
+                    and _said_of_other(_clause_head(text, match.start()))
+                )
+            ):
                 continue
             if value and value not in _NOT_NAMES:
                 return value
