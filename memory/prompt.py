@@ -167,31 +167,44 @@ def fit_profile(profile: UserProfile, tokens: int) -> UserProfile:
     """
     if budget_tokens(profile_section(profile)) <= tokens:
         return profile
+    # Each line (with the break before it) is counted alone: the estimate of a whole is never
+    # more than the sum of its parts', so what is kept fits.
+    room = tokens - budget_tokens(f"{SECTION_BREAK}{PROFILE_HEADING}")
     kept: dict[str, object] = {field: None for field in PROFILE_SCALAR_FIELDS}
     kept.update({field: [] for field in PROFILE_LIST_FIELDS})
     business: dict[str, str] = {}
     kept["business_fields"] = business
 
-    def fits() -> bool:
-        return budget_tokens(profile_section(UserProfile.model_validate(kept))) <= tokens
+    def line_cost(label: str, value: str) -> int:
+        return budget_tokens(f"\n- {label}: {value}")
 
     for field in PROFILE_PRIORITY:
         if field == "business_fields":
             for key in sorted(profile.business_fields):
-                business[key] = profile.business_fields[key]
-                if not fits():
-                    del business[key]
+                value = _one_line(profile.business_fields[key])
+                if not value or not key.strip():
+                    continue
+                cost = line_cost(_label(_one_line(key)), value)
+                if cost <= room:
+                    business[key] = profile.business_fields[key]
+                    room -= cost
         elif field in PROFILE_LIST_FIELDS:
             items: list[str] = []
-            for item in reversed(getattr(profile, field)):
-                kept[field] = [item, *items]
-                if fits():
-                    items = [item, *items]
+            spent = 0
+            for item in reversed(getattr(profile, field)):  # newest first
+                if not _one_line(item):
+                    continue
+                trial = [item, *items]
+                cost = line_cost(_label(field), "; ".join(_one_line(i) for i in trial))
+                if cost - spent <= room:
+                    items, room, spent = trial, room - (cost - spent), cost
             kept[field] = items
         else:
-            kept[field] = getattr(profile, field)
-            if not fits():
-                kept[field] = None
+            value = _one_line(getattr(profile, field) or "")
+            cost = line_cost(_label(field), value) if value else 0
+            if value and cost <= room:
+                kept[field] = getattr(profile, field)
+                room -= cost
     return UserProfile.model_validate(kept)
 
 

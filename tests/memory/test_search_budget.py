@@ -333,3 +333,21 @@ def test_excerpts_count_what_is_rendered_and_use_the_budget(kind: str) -> None:
     unbounded = pack(found, 10**9, profile=fitted)
     assert pack(found, config.memory_budget_tokens, profile=fitted) == unbounded
     assert used >= config.memory_budget_tokens - 60
+
+
+def test_fit_profile_never_exceeds_what_it_was_given() -> None:
+    rng = random.Random(7)
+    profile = UserProfile(
+        name="安娜 Ana\nsecond line",
+        occupation="   ",
+        style="brief " * rng.randint(1, 20),
+        constraints=["", "no mango", "不吃辣" * 5, "vegetarian\n(strict)"],
+        relationships=[f"friend {i} 朋友" * rng.randint(1, 4) for i in range(12)],
+        business_fields={" ": "hidden", "plan": "gold", "note": "备注" * 30, "empty": ""},
+    )
+    full = budget_tokens(profile_section(profile))
+    for tokens in range(0, full + 2):
+        fitted = fit_profile(profile, tokens)
+        assert budget_tokens(profile_section(fitted)) <= max(tokens, 0)
+        assert render_profile(fitted) == render_profile(fit_profile(profile, tokens))
+    assert fit_profile(profile, full) == profile
