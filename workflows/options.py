@@ -60,6 +60,14 @@ LOCAL_LLM_BOUND = timedelta(seconds=30)
 LOCAL_LLM_RETRY = RetryPolicy(
     maximum_attempts=1, non_retryable_error_types=list(NON_RETRYABLE_TYPES)
 )
+# A round's workflow task stays open while its local attempts run (the LLM step, then the store
+# step). Past 80 % of the task timeout the SDK completes the task and opens a new one to keep
+# it alive: three more history events and one more task each time. With Temporal's default of
+# 10 s, a local LLM call of 8 s or more cost that (measured: 24.8 events and 4.8 tasks a round
+# at 5 s per LLM call, against 19-20 and 3.5 at 0 s). This bound covers both local steps. What
+# it costs: a worker that dies holding a round's task leaves it for this long before another
+# worker takes it over (the round is background work; the user workflow keeps the default).
+ROUND_TASK_TIMEOUT = (LOCAL_LLM_BOUND + LOCAL_STORE_BOUND) * 1.25 + timedelta(seconds=5)
 # A publish is one small Redis write: an attempt that takes longer is stuck.
 PUBLISH_START_TO_CLOSE = timedelta(seconds=15)
 

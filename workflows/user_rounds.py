@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow, publish_context
     from mnemoflow.workflows.options import (
+        ROUND_TASK_TIMEOUT,
         failure_text,
         round_search_attributes,
     )
@@ -181,6 +182,7 @@ async def _start_round(
                 _round_input(run, record, batch, after),
                 id=record.workflow_id,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                task_timeout=ROUND_TASK_TIMEOUT,
                 search_attributes=_round_attributes(run, record),
                 static_summary=(
                     f"user {run.display_user()}, round {round_no}, "
