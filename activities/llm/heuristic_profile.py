@@ -145,7 +145,8 @@ _HOBBY = (
 _INTEREST = (
     re.compile(r"\b(?:I'm|I am) (?:really |very )?interested in ([\w ,'-]{3,60}?)" + _END, _I),
     re.compile(r"\bI'm (?:a big |a huge )?fan of ([\w ,'-]{3,60}?)" + _END, _I),
-    re.compile(r"对([\u4e00-\u9fff\w]{2,12}?)(?:很|非常|比较)?感兴趣"),
+    # Never across a negation: "我对猫不感兴趣" is no interest in "猫不".
+    re.compile(r"对((?:(?![不没])[\u4e00-\u9fff\w]){1,12}?)(?:很|非常|比较|特别)?感兴趣"),
     # Likes that are not activities (those are hobbies): "I love spicy food", "我喜欢猫".
     re.compile(
         r"\bI (?:really |also |just )?(?:like|love|prefer|adore) (?!to\b|it\b|that\b|this\b)"
@@ -168,8 +169,8 @@ _CONSTRAINT = re.compile(
     r" (?:an? |now |strictly |fully |mostly |still )?(?:vegan|vegetarian|pescatarian)|"
     r"(?:don't|do not|didn't|did not|never|no longer) (?:really |much |particularly )?"
     r"(?:like[sd]?|love[sd]?|enjoy(?:s|ed)?|care for|eat|drink)|"
-    r"not (?:a (?:big |huge )?fan of|into)|avoid)\b|"
-    r"忙|没空|不方便|过敏|不能|只能|预算|别打电话|讨厌|忌口|吃素|素食者|素食主义|"
+    r"(?:not|never been) (?:a (?:big |huge )?fan of|into|interested in)|avoid)\b|"
+    r"忙|没空|不方便|过敏|不能|只能|预算|别打电话|讨厌|忌口|吃素|素食者|素食主义|不感兴趣|没兴趣|没有兴趣|"
     r"(?:不|没有?)(?:太|是很|是特别|怎么|那么|再|大|很|是那么)?(?:喜欢|爱)|不吃|不喝",
     _I,
 )

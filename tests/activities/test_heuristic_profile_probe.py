@@ -53,6 +53,11 @@ NEGATED_LIKES = [
     "I don't really love jazz.",
     "I'm not a big fan of horror films.",
     "My least favourite food is liver.",
+    "我对猫不感兴趣",
+    "我对足球没兴趣",
+    "I've never been a fan of sushi",
+    "I'm not interested in politics.",
+    "I can't say I love opera.",
 ]
 
 
@@ -77,6 +82,8 @@ def test_a_negated_like_is_never_a_hobby_interest_or_favourite(sentence: str) ->
         ("I no longer enjoy hiking.", "no longer enjoy hiking"),
         ("I never liked swimming.", "never liked swimming"),
         ("I'm not free on Monday.", "not free on Monday"),
+        ("我对猫不感兴趣", "对猫不感兴趣"),
+        ("I'm not interested in politics.", "not interested in politics"),
     ],
 )
 def test_a_dislike_is_kept_as_a_constraint_with_its_negation(
@@ -260,6 +267,8 @@ def test_a_diet_is_a_constraint() -> None:
         ("我特别喜欢游泳", "hobbies", ["游泳"]),
         ("我不但喜欢游泳，还喜欢跑步", "hobbies", ["游泳", "跑步"]),
         ("我喜欢猫", "interests", ["猫"]),
+        ("我对猫很感兴趣", "interests", ["猫"]),
+        ("I'm interested in politics.", "interests", ["politics"]),
         ("不过我很喜欢猫", "interests", ["猫"]),
         ("I love spicy food", "interests", ["spicy food"]),
         ("I enjoy hiking", "hobbies", ["hiking"]),
