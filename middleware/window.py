@@ -7,6 +7,7 @@ Nothing here does I/O, so every rule the middleware applies to a window is unit-
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -124,7 +125,12 @@ def message_text(message: BaseMessage) -> str:
                     parts.append(f"[{kind}]")
     for call in getattr(message, "tool_calls", None) or []:
         parts.append(f"[tool call: {call.get('name', '?')}]")
-    return "\n".join(p for p in parts if p)
+    # A lone surrogate (a broken emoji from a bad decoder) cannot be encoded: the hand-over
+    # would fail at every retry. It becomes U+FFFD; the rest of the text is kept as said.
+    return _LONE_SURROGATE.sub("\ufffd", "\n".join(p for p in parts if p))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def message_role(message: BaseMessage) -> Role:
@@ -152,7 +158,7 @@ def to_turns(
                 role=message_role(message),
                 content=message_text(message),
                 time=now if stamp is None else stamp,
-                name=message.name,
+                name=None if message.name is None else _LONE_SURROGATE.sub("\ufffd", message.name),
                 message_id=message_identity(message),
             )
         )

@@ -221,6 +221,8 @@ async def test_empty_and_non_text_messages_and_a_5mb_tool_output(
             HumanMessage(""),
             HumanMessage(content=image),  # type: ignore[arg-type]
             HumanMessage("Please fetch the server log for order 55120."),
+            # a lone surrogate (half an emoji from a bad decoder), in the text and the name
+            HumanMessage("My parrot Kiwi \ud83e is 3 years old.", name="Ada \udc00"),
         ]
         result: dict[str, Any] = {}
         for message in inputs:
@@ -235,13 +237,15 @@ async def test_empty_and_non_text_messages_and_a_5mb_tool_output(
         assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
         stored = " ".join(f.content for f in await mw.store.all_for_user(user))
         assert "55120" in stored
+        assert "My parrot Kiwi \ufffd is 3 years old." in stored  # kept, the half emoji replaced
         assert len(stored.encode()) < MAX_EVENT_BYTES  # only a bounded prefix reached Temporal
         await client.aclose()
     reliability.record(
         request,
         key="empty-nontext-5mb",
         kind="bad input",
-        what="An empty message, an image-only message, and a 5 MB tool output in one thread",
+        what="An empty message, an image-only message, a 5 MB tool output and a message with "
+        "a lone surrogate in one thread",
         happened="every turn answered; the tool output was trimmed to a bounded prefix before "
         f"Temporal (the agent's state keeps it whole); all {len(messages)} messages indexed "
         "once, the order number remembered",
