@@ -59,8 +59,12 @@ _LEAD = re.compile(
 
 _NAME = (
     re.compile(r"\b(?i:my name is) ([A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"),
-    re.compile(r"\b(?:call me|I'm|I am) ([A-Z][a-z'-]+(?: [A-Z][a-z'-]+)?)" + _END),
-    re.compile(r"(?:我叫|我的名字是|我的名字叫|名字叫)([\u4e00-\u9fff·]{2,4}?)" + _ZH_END),
+    re.compile(r"\b(?:[Cc]all me|I'm|I am) ([A-Z][a-z'-]+(?: [A-Z][a-z'-]+)?)" + _END),
+    # The speaker's own name only: not "她的名字叫小雨", "我家狗名字叫旺财".
+    re.compile(
+        r"(?:我叫|我的名字(?:是|叫)|我名字叫|(?<![\u4e00-\u9fff])名字(?:是|叫))"
+        r"([\u4e00-\u9fff·]{2,4}?)" + _ZH_END
+    ),
 )
 _NOT_NAMES = frozenset({"Not", "Just", "Sorry", "Fine", "Good", "Here", "Back", "Busy", "Free"})
 # What one is rather than who: nationality, language, faith, diet, identity ("I'm Italian").
@@ -212,7 +216,7 @@ _RELATION = (
     re.compile(rf"\b(?P<who>[A-Z][a-z'-]+),? (?:the|our|my) (?P<kind>{_PET_EN})\b"),
     re.compile(rf"\b(?P<who>[A-Z][a-z'-]+) is (?:my|our) (?P<kind>{_PET_EN}|{_KIN_EN})\b"),
     re.compile(
-        rf"(?:我家|我的|我)?(?:有一只|有只|养了一只|养了只|有一个|有个|的)?({_KIN_ZH})(?:的名字)?(?:叫|是)"
+        rf"(?:我家|我的|我)?(?:有一只|有只|养了一只|养了只|有一个|有个|的)?({_KIN_ZH})(?:的?名字)?(?:叫|是)"
         r"([\u4e00-\u9fff\w]{1,4}?)" + _ZH_END
     ),
     re.compile(rf"(?P<who>[\u4e00-\u9fff]{{2,3}})是我(?:的)?(?P<kind>{_KIN_ZH})" + _ZH_END),

@@ -55,6 +55,7 @@ NEGATED_LIKES = [
     "My least favourite food is liver.",
     "我对猫不感兴趣",
     "我对足球没兴趣",
+    "我不怎么喜欢猫",
     "I've never been a fan of sushi",
     "I'm not interested in politics.",
     "I can't say I love opera.",
@@ -177,6 +178,9 @@ def test_what_is_stated_before_a_doubt_is_kept(
         ("My daughter is allergic to peanuts", "My daughter is allergic to peanuts"),
         ("我妈妈对花生过敏", "妈妈对花生过敏"),
         ("Oh and my partner Sam is vegetarian.", "partner Sam is vegetarian"),
+        ("我女儿的名字叫小雨", "女儿: 小雨"),
+        ("我家狗名字叫旺财", "pet 狗: 旺财"),
+        ("My daughter's name is Lily.", "daughter: Lily"),
     ],
 )
 def test_another_persons_detail_is_theirs_not_the_speakers(
@@ -194,6 +198,11 @@ def test_another_persons_detail_is_theirs_not_the_speakers(
 def test_someone_elses_like_is_not_the_speakers(sentence: str) -> None:
     profile = _profile(sentence)
     assert profile.hobbies == [] and profile.interests == [], profile
+
+
+@pytest.mark.parametrize("sentence", ["她的名字叫小雨", "His name is Tom.", "他叫李四"])
+def test_someone_elses_name_is_not_the_speakers(sentence: str) -> None:
+    assert _profile(sentence).name is None
 
 
 def test_whose_detail_is_read_from_the_nearest_owner() -> None:
@@ -255,6 +264,8 @@ def test_a_diet_is_a_constraint() -> None:
         ("I'm Brian", "name", "Brian"),
         ("Hi, I'm Marco and I'm Italian.", "name", "Marco"),
         ("我叫林晓", "name", "林晓"),
+        ("名字叫李明", "name", "李明"),
+        ("Call me Ishmael", "name", "Ishmael"),
         ("I work as a nurse", "occupation", "nurse"),
         ("I'm a librarian", "occupation", "librarian"),
         ("I'm a retired teacher", "occupation", "retired teacher"),
