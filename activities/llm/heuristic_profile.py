@@ -101,7 +101,8 @@ _NOT_JOBS = frozenset(
     widower tenant participant applicant perfectionist optimist pessimist minimalist realist
     idealist feminist christian civilian libertarian humanitarian contrarian worrier
     overthinker procrastinator dreamer planner goer holder seeker vegetarian vegan
-    pescatarian""".split()
+    pescatarian voter buyer shopper traveler traveller passenger visitor guest subscriber
+    renter borrower donor dependent""".split()
 )
 _NOT_JOB_SUFFIX = ("lover", "owner", "goer", "holder", "seeker", "watcher", "eater", "drinker")
 _NOT_CURRENT = frozenset("former ex ex- past recovering aspiring wannabe would-be future".split())
