@@ -19,7 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from mnemoflow.activities.heartbeat import heartbeating
-from mnemoflow.activities.llm.base import MemoryModels, validate_drafts
+from mnemoflow.activities.llm.base import MemoryModels, validate_drafts, with_every_turn
 from mnemoflow.activities.llm.errors import to_activity_error
 from mnemoflow.memory.params import renormalise
 from mnemoflow.memory.profile_merge import merge_profile
@@ -120,6 +120,8 @@ class LLMActivities:
         async def call() -> SliceOutput:
             sliced = await self.models.slice(inp.turns, inp.max_fragments)
             drafts = validate_drafts(sliced.drafts, len(inp.turns), inp.max_fragments)
+            # Whatever the model left out or only paraphrased is kept verbatim as well.
+            drafts = with_every_turn(drafts, inp.turns, inp.max_fragments)
             return SliceOutput(drafts=drafts, usage=sliced.usage, model=self.models.name)
 
         return await self._guarded("slice", call, inp.attempts_before)

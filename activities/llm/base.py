@@ -4,7 +4,8 @@ A memory model is anything that can do the three LLM jobs of a round. Two implem
 `HeuristicMemoryModels` (deterministic, offline) and `LangChainMemoryModels` (any chat model with
 tool calling, DeepSeek by default). Whatever a model answers is untrusted: `validate_drafts` turns
 raw slicer output into `FragmentDraft`s, repairing what can be repaired (unknown types, indexes
-out of range) and raising `MalformedModelOutputError` for what cannot.
+out of range) and raising `MalformedModelOutputError` for what cannot; `with_every_turn` adds,
+verbatim, whatever the drafts did not quote.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from mnemoflow.activities.llm.heuristic_rules import split_sentences
+from mnemoflow.memory.text import estimate_tokens, normalise
 from mnemoflow.models.config import FRAGMENT_TYPES
 from mnemoflow.models.errors import InvalidInputError, MalformedModelOutputError
 from mnemoflow.models.fragments import Fragment, FragmentDraft
@@ -21,6 +24,9 @@ from mnemoflow.models.turns import ChatTurn
 from mnemoflow.models.usage import LLMUsage
 
 MAX_THEME_CHARS = 200
+#: A fragment made of turns the model left out is cut at about this many (estimated) tokens,
+#: the offline slicer's bound.
+MAX_KEPT_TURN_TOKENS = 160
 FALLBACK_THEME = "general"
 FALLBACK_TYPES: tuple[str, ...] = ("chat",)
 
@@ -174,3 +180,78 @@ def validate_drafts(
     if max_fragments is not None and max_fragments >= 1:
         drafts = _merge_overflow(drafts, max_fragments)
     return drafts
+
+
+_LABEL_BRACKETS = str.maketrans("()\n", "[] ")
+
+
+def speaker_label(turn: ChatTurn) -> str:
+    """`User`, `Assistant`, or `User (Ada)`: how a fragment line names its speaker. Brackets in
+    a name ("Jamie (she/her)") would end the label early, so they become square ones."""
+    role = "User" if turn.role == "human" else "Assistant"
+    name = " ".join((turn.name or "").translate(_LABEL_BRACKETS).split())[:60]
+    return f"{role} ({name})" if name else role
+
+
+def with_every_turn(
+    drafts: list[FragmentDraft],
+    turns: Sequence[ChatTurn],
+    max_fragments: int | None,
+) -> list[FragmentDraft]:
+    """The drafts, plus, verbatim, every sentence of the human's and the assistant's turns that
+    no draft quotes (a model asked to quote may still paraphrase or skip a turn it found
+    unimportant: nothing said may exist only as a paraphrase, or not at all). A left-out
+    sentence joins the draft whose turns cover it; sentences no draft covers make drafts of
+    their own, in order, about MAX_KEPT_TURN_TOKENS each. Tool and system turns stay out, as
+    in the offline slicer.
+    """
+    quoted = normalise("\n".join(d.content for d in drafts))
+    extra: dict[int, list[str]] = {}
+    for idx, turn in enumerate(turns):
+        text = turn.content.strip()
+        if not text or turn.role not in ("human", "ai"):
+            continue
+        missing = [s for s in split_sentences(text) if normalise(s) and normalise(s) not in quoted]
+        if missing:
+            extra[idx] = missing
+    if not extra:
+        return drafts
+    out = [d.model_copy() for d in drafts]
+    loose: list[tuple[int, str]] = []
+    for idx, missing in extra.items():
+        line = f"{speaker_label(turns[idx])}: {' '.join(missing)}"
+        home = next((d for d in out if d.start_idx <= idx <= d.end_idx), None)
+        if home is not None:
+            home.content = f"{home.content}\n{line}"
+        else:
+            loose.append((idx, line))
+    group: list[tuple[int, str]] = []
+    for item in loose:
+        if group and (
+            item[0] != group[-1][0] + 1
+            or estimate_tokens("\n".join(line for _, line in group) + item[1])
+            > MAX_KEPT_TURN_TOKENS
+        ):
+            out.append(_kept_draft(group, out))
+            group = []
+        group.append(item)
+    if group:
+        out.append(_kept_draft(group, out))
+    out.sort(key=lambda d: d.start_idx)
+    if max_fragments is not None and max_fragments >= 1:
+        out = _merge_overflow(out, max_fragments)
+    return out
+
+
+def _kept_draft(group: list[tuple[int, str]], drafts: list[FragmentDraft]) -> FragmentDraft:
+    """A draft of left-out turns, themed like the draft said just before them."""
+    first = group[0][0]
+    before = [d for d in drafts if d.end_idx < first]
+    near = max(before, key=lambda d: d.end_idx) if before else None
+    return FragmentDraft(
+        theme=near.theme if near else FALLBACK_THEME,
+        types=list(near.types) if near else list(FALLBACK_TYPES),
+        content="\n".join(line for _, line in group),
+        start_idx=first,
+        end_idx=group[-1][0],
+    )

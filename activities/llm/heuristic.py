@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from mnemoflow.activities.llm.base import InductedProfile, SlicedDrafts, TunedRaw
+from mnemoflow.activities.llm.base import InductedProfile, SlicedDrafts, TunedRaw, speaker_label
 from mnemoflow.activities.llm.heuristic_profile import extract_profile
 from mnemoflow.activities.llm.heuristic_rules import (
     GENERAL,
@@ -64,15 +64,8 @@ class _Group:
             self.human_text.append(human)
 
 
-_LABEL_BRACKETS = str.maketrans("()\n", "[] ")
-
-
 def _speaker(turn: ChatTurn) -> str:
-    role = "User" if turn.role == "human" else "Assistant"
-    # Brackets in a name ("Jamie (she/her)") would end the label early: the line would no longer
-    # read as the speaker's (the repeat filter and the profile read labels).
-    name = " ".join((turn.name or "").translate(_LABEL_BRACKETS).split())[:60]
-    return f"{role} ({name})" if name else role
+    return speaker_label(turn)
 
 
 def _pieces(turn: ChatTurn, text: str) -> list[str]:

@@ -94,7 +94,11 @@ async def test_slice_parses_clamps_and_reports_deepseek_usage(emulator: DeepSeek
     first = await _env().run(acts.slice, SliceInput(user_id="u1", turns=TURNS))
     second = await _env().run(acts.slice, SliceInput(user_id="u1", turns=TURNS))
 
-    assert [d.content for d in first.drafts] == ["order A-1", "cat Mochi"]
+    # The model paraphrased: the turns it did not quote are kept verbatim beside its words.
+    assert [d.content for d in first.drafts] == [
+        "order A-1\nUser: My order is A-1 and my cat is Mochi.",
+        "cat Mochi\nAssistant: Noted.",
+    ]
     pets = first.drafts[1]
     assert (pets.start_idx, pets.end_idx, pets.types) == (0, 1, ["fact"])
     assert first.model == "deepseek-chat"
@@ -105,6 +109,61 @@ async def test_slice_parses_clamps_and_reports_deepseek_usage(emulator: DeepSeek
     assert second.usage.cache_hit_tokens > 0
     assert (
         second.usage.cache_hit_tokens + second.usage.cache_miss_tokens == second.usage.input_tokens
+    )
+
+
+async def test_what_the_model_skips_or_paraphrases_is_kept_verbatim(
+    emulator: DeepSeekEmulator,
+) -> None:
+    """A model asked to quote may still paraphrase a turn or leave one out as unimportant:
+    every sentence said by the human or the assistant ends up verbatim in some fragment, the
+    model's quotes are not repeated, and tool output stays out."""
+    said = [
+        ("human", "Hi there! My badge number is 7731-B and I start on the night shift Monday."),
+        ("ai", "Welcome aboard. Your locker is 14 in the east wing."),
+        ("tool", "HR system: record 7731-B updated."),
+        ("human", "我女儿叫小雨，今年六岁。她对芒果过敏。"),
+        ("human", "Also, my manager is Priya Raman."),
+    ]
+    turns = [
+        ChatTurn(thread_id="t", position=i, role=role, content=text, time=float(i))  # type: ignore[arg-type]
+        for i, (role, text) in enumerate(said)
+    ]
+    reply = {
+        "fragments": [
+            {  # a paraphrase of turn 0, one quote of turn 3, turns 1 and 4 left out
+                "theme": "work",
+                "types": ["fact"],
+                "content": "User starts nights Monday, badge 7731-B.",
+                "start_idx": 0,
+                "end_idx": 0,
+            },
+            {
+                "theme": "family",
+                "types": ["identity"],
+                "content": "User: 我女儿叫小雨，今年六岁。",
+                "start_idx": 3,
+                "end_idx": 3,
+            },
+        ]
+    }
+    emulator.push(Reply.tool(reply))
+    acts = _activities(emulator)
+    out = await _env().run(acts.slice, SliceInput(user_id="u1", turns=turns))
+    text = "\n".join(d.content for d in out.drafts)
+    for role, sentence in [
+        ("User", "Hi there! My badge number is 7731-B and I start on the night shift Monday."),
+        ("Assistant", "Welcome aboard. Your locker is 14 in the east wing."),
+        ("User", "她对芒果过敏。"),
+        ("User", "Also, my manager is Priya Raman."),
+    ]:
+        assert f"{role}: {sentence}" in text, sentence
+    assert text.count("我女儿叫小雨，今年六岁。") == 1  # quoted by the model: not added again
+    assert "HR system" not in text
+    family = next(d for d in out.drafts if d.theme == "family")
+    assert "她对芒果过敏" in family.content  # joined the draft that covers its turn
+    assert [(d.start_idx, d.end_idx) for d in out.drafts] == sorted(
+        (d.start_idx, d.end_idx) for d in out.drafts
     )
 
 

@@ -54,7 +54,11 @@ async def test_round_through_deepseek_parses_and_renormalises(
         )
         done = await wait_status(handle, lambda s: s.rounds_completed == 1, env=env, step_s=1)
         [fragment] = await mw.store.all_for_user(user)
-        assert fragment.content == "Gus, order 4411 late"
+        # the model's paraphrase, and the turns it did not quote, verbatim
+        assert fragment.content == (
+            "Gus, order 4411 late\nUser: I'm Gus and my order 4411 is late.\n"
+            "Assistant: Checking order 4411.\nUser: Thanks."
+        )
         assert done.ledger.by_operation["slice"].calls == 1
         assert done.ledger.by_operation["slice"].cache_miss_tokens > 0
         assert done.tuned_themes == ["orders"]
