@@ -229,8 +229,10 @@ _PEOPLE = re.compile(rf"^(?:{_PET_EN}|{_KIN_EN})$", _I)
 
 # "my X is Y" / "the X is Y" / "my X, which is on Y": X in the speaker's words (one to three
 # lower-case words, a possessive allowed: "sister's wedding"), Y up to the end of the clause.
+# A named person's ("Tom's birthday is May 5") is read too, and goes to relationships.
 _STATED_EN = re.compile(
-    r"\b(?:[Mm]y|[Oo]ur|[Tt]he) (?:own )?((?:[a-z][a-z'-]* ){0,2}[a-z][a-z'-]*)"
+    r"\b(?:[Mm]y|[Oo]ur|[Tt]he|(?!(?:It|That|What|There|Here|Who|Where|How|Let|She|He)['’]s)"
+    r"[A-Z][a-z]+['’]s) (?:own )?((?:[a-z][a-z'-]* ){0,2}[a-z][a-z'-]*)"
     r"(?:,? which)? (?:is|was|are|will be)(?: on| at| in)? (.{1,120}?)" + _LONG_VALUE_END
 )
 _FAVOURITE_EN = re.compile(

@@ -181,6 +181,8 @@ def test_what_is_stated_before_a_doubt_is_kept(
         ("我女儿的名字叫小雨", "女儿: 小雨"),
         ("我家狗名字叫旺财", "pet 狗: 旺财"),
         ("My daughter's name is Lily.", "daughter: Lily"),
+        ("Tom's birthday is May 5.", "Tom's birthday: May 5"),
+        ("Anna's phone number is 0176 5553 2231", "Anna's phone number: 0176 5553 2231"),
     ],
 )
 def test_another_persons_detail_is_theirs_not_the_speakers(
@@ -300,6 +302,7 @@ def test_a_diet_is_a_constraint() -> None:
         ("I'm free on Monday evenings.", "availability", "on Monday evenings"),
         ("我周六有空", "availability", "周六"),
         ("My card ending in 4242", "card ending in", "4242"),
+        ("Today's order number is 7781", "order number", "7781"),
         ("我的生日是6月4日", "生日", "6月4日"),
         ("My sister Anna lives in Rome", "relationships", ["sister: Anna"]),
     ],
