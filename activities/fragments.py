@@ -154,12 +154,17 @@ def _has_human(content: str) -> bool:
 
 def replies(content: str) -> str:
     """The lines of a fragment that are not the human's (`Assistant ...:` and unlabelled)."""
+    return _lines_of(content, human=False)
+
+
+def _lines_of(content: str, human: bool) -> str:
+    """The human's lines of a fragment (`User ...:`, and the lines under them), or the others."""
     out: list[str] = []
-    human = False
+    said_by_human = False
     for line in content.splitlines():
         if _ANY_SPEAKER.match(line):
-            human = _HUMAN_LINE.match(line) is not None
-        if not human:
+            said_by_human = _HUMAN_LINE.match(line) is not None
+        if said_by_human == human:
             out.append(line)
     return "\n".join(out)
 
@@ -197,7 +202,7 @@ def adds_nothing(fragment: Fragment, peers: list[Peer]) -> bool:
     if not asking:
         tokens = fact_tokens(content)
         # Unlabelled content (a slicer that dropped the speakers) counts as all told.
-        told = word_shingles(_human_lines(content) if labelled else content)
+        told = word_shingles(_lines_of(content, human=True) if labelled else content)
         return any(
             restates(tokens, peer.tokens, False)
             and _same_numbers(tokens, peer.tokens)
@@ -221,18 +226,6 @@ def _same_numbers(tokens: set[str], earlier: set[str]) -> bool:
     """Whether every token with a digit in it (an amount, a date, a house or order number) is
     one the earlier fragments hold: a changed number is never paraphrase."""
     return all(t in earlier for t in tokens if any(ch.isdigit() for ch in t))
-
-
-def _human_lines(content: str) -> str:
-    """The human's lines of a fragment (`User ...:`), the complement of `replies`."""
-    out: list[str] = []
-    human = False
-    for line in content.splitlines():
-        if _ANY_SPEAKER.match(line):
-            human = _HUMAN_LINE.match(line) is not None
-        if human:
-            out.append(line)
-    return "\n".join(out)
 
 
 def new_information(fragments: list[Fragment], earlier: list[Fragment]) -> list[Fragment]:

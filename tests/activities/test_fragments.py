@@ -287,6 +287,20 @@ async def test_recall_only_turns_and_repeats_are_not_stored(acts: FragmentActivi
     assert (await env.run(acts.index, IndexInput(fragments=told))).ids == [f.id for f in told]
 
 
+def _frag(fid: str, content: str, round_no: int, user_id: str = "u") -> Fragment:
+    """A stored fragment of `user_id` said in round `round_no`."""
+    return Fragment(
+        id=fid,
+        user_id=user_id,
+        theme="t",
+        types=["fact"],
+        content=content,
+        created_at=1,
+        reinforced_at=1,
+        round_no=round_no,
+    )
+
+
 def test_asks_only_and_restates() -> None:
     from mnemoflow.activities.fragments import asks_only, new_information, replies
     from mnemoflow.memory.text import fact_tokens, restates
@@ -316,24 +330,12 @@ def test_a_recall_turn_reading_back_several_fragments_adds_nothing() -> None:
     turn with a fact no earlier fragment holds is kept."""
     from mnemoflow.activities.fragments import new_information
 
-    def frag(fid: str, content: str, round_no: int) -> Fragment:
-        return Fragment(
-            id=fid,
-            user_id="u",
-            theme="t",
-            types=["fact"],
-            content=content,
-            created_at=1,
-            reinforced_at=1,
-            round_no=round_no,
-        )
-
     earlier = [
-        frag("home", "User: I live in Leeds, on Cross Street, with two cats.", 1),
-        frag("food", "User: My favourite food is pad thai, extra spicy please.", 2),
-        frag("job", "User: I work night shifts as a nurse at the city hospital.", 3),
+        _frag("home", "User: I live in Leeds, on Cross Street, with two cats.", 1),
+        _frag("food", "User: My favourite food is pad thai, extra spicy please.", 2),
+        _frag("job", "User: I work night shifts as a nurse at the city hospital.", 3),
     ]
-    recall = frag(
+    recall = _frag(
         "r",
         "User: Where do I live?\nAssistant: On Cross Street in Leeds.\n"
         "User: And my favourite food?\nAssistant: Pad thai, extra spicy.",
@@ -360,58 +362,48 @@ def test_an_update_that_changes_one_detail_is_stored() -> None:
     reply carries a number memory does not hold is stored too."""
     from mnemoflow.activities.fragments import new_information
 
-    def frag(fid: str, content: str, round_no: int) -> Fragment:
-        return Fragment(
-            id=fid,
-            user_id="u",
-            theme="t",
-            types=["fact"],
-            content=content,
-            created_at=1,
-            reinforced_at=1,
-            round_no=round_no,
-        )
-
     home = "I live at 12 Elm Street in Springfield with my wife Anna and our dog Max."
     allergies = "I'm allergic to peanuts, shellfish and penicillin; my sister Jane nurses in Leeds."
     zh = "我住在北京朝阳区建国路12号，和妻子安娜还有我们的狗一起。"
     order = "User: Where is my order?\nAssistant: Order 4521, the blue kettle, ships by DHL on "
     earlier = [
-        frag("home", f"User: {home}\nAssistant: Got it, 12 Elm Street with Anna and Max.", 1),
-        frag("allergies", f"User: {allergies}", 2),
-        frag("zh", f"User: {zh}", 3),
-        frag("order", order + "Tuesday, tracking 88230.", 4),
+        _frag("home", f"User: {home}\nAssistant: Got it, 12 Elm Street with Anna and Max.", 1),
+        _frag("allergies", f"User: {allergies}", 2),
+        _frag("zh", f"User: {zh}", 3),
+        _frag("order", order + "Tuesday, tracking 88230.", 4),
     ]
     updates = [
-        frag("moved", "User: We moved! " + home.replace("12", "14"), 9),
-        frag("dairy", "User: " + allergies.replace("shellfish", "shellfish, dairy"), 9),
-        frag("unlabelled", allergies.replace("peanuts", "peanuts, kiwi"), 9),
-        frag("zh-moved", "User: " + zh.replace("12", "14"), 9),
-        frag("zh-husband", "User: " + zh.replace("妻子", "丈夫"), 9),
-        frag("tracking", order + "Tuesday, tracking 88231.", 9),
+        _frag("moved", "User: We moved! " + home.replace("12", "14"), 9),
+        _frag("dairy", "User: " + allergies.replace("shellfish", "shellfish, dairy"), 9),
+        _frag("unlabelled", allergies.replace("peanuts", "peanuts, kiwi"), 9),
+        _frag("zh-moved", "User: " + zh.replace("12", "14"), 9),
+        _frag("zh-husband", "User: " + zh.replace("妻子", "丈夫"), 9),
+        _frag("tracking", order + "Tuesday, tracking 88231.", 9),
         # the words a bag of content words misses: a month that is a modal verb, who it is
         # about, the tense, the order, a decimal, a short form, an emoji
-        frag("may", "User: " + home + " We marry in May.", 9),
-        frag("who", "User: " + allergies.replace("I'm", "My wife is"), 9),
-        frag("tense", "User: " + home.replace("I live", "I lived"), 9),
-        frag("order", "User: " + home.replace("Anna and our dog Max", "Max and our dog Anna"), 9),
-        frag("dose", "User: I take 3.5 mg of warfarin every morning with breakfast and water.", 11),
-        frag("short", "User: " + home.replace("Anna", "Ann"), 9),
-        frag("emoji", "User: " + home + " My favourite fruit is 🍌.", 12),
+        _frag("may", "User: " + home + " We marry in May.", 9),
+        _frag("who", "User: " + allergies.replace("I'm", "My wife is"), 9),
+        _frag("tense", "User: " + home.replace("I live", "I lived"), 9),
+        _frag("order", "User: " + home.replace("Anna and our dog Max", "Max and our dog Anna"), 9),
+        _frag(
+            "dose", "User: I take 3.5 mg of warfarin every morning with breakfast and water.", 11
+        ),
+        _frag("short", "User: " + home.replace("Anna", "Ann"), 9),
+        _frag("emoji", "User: " + home + " My favourite fruit is 🍌.", 12),
     ]
     earlier += [
-        frag("weds", "User: " + home + " We marry in June.", 5),
-        frag(
+        _frag("weds", "User: " + home + " We marry in June.", 5),
+        _frag(
             "warfarin", "User: I take 5 mg of warfarin every morning with breakfast and water.", 6
         ),
-        frag("fruit", "User: " + home + " My favourite fruit is 🍓.", 7),
+        _frag("fruit", "User: " + home + " My favourite fruit is 🍓.", 7),
     ]
     for update in updates:
         assert new_information([update], earlier) == [update], update.id
     repeats = [
-        frag("home-again", f"User: {home}", 9),
-        frag("zh-again", f"User: {zh}", 9),
-        frag("order-again", order + "Tuesday, tracking 88230.", 9),
+        _frag("home-again", f"User: {home}", 9),
+        _frag("zh-again", f"User: {zh}", 9),
+        _frag("order-again", order + "Tuesday, tracking 88230.", 9),
     ]
     for repeat in repeats:
         assert new_information([repeat], earlier) == [], repeat.id
