@@ -347,11 +347,13 @@ def without_forgotten(
     )
 
 
-def forget_all(s: UserMemoryState) -> int:
+def forget_all(s: UserMemoryState, clear_backoff: bool = False) -> int:
     """Clear everything a later round or induction could resurrect; returns the events dropped.
 
     Identities already seen stay seen, so a re-send of old turns brings nothing back (and the
-    caller sets the fence for messages said before it but never delivered).
+    caller sets the fence for messages said before it but never delivered). `clear_backoff`:
+    the back-off of rounds that failed before (the forget cancels the running round, which
+    counts as failed) is lifted too, so what is said after the forget is not held up.
     """
     dropped = len(s.pending_reinforce)
     for ts in s.threads.values():
@@ -359,6 +361,8 @@ def forget_all(s: UserMemoryState) -> int:
         ts.accepted -= len(ts.pending)  # accepted == indexed + pending: these were dropped
         ts.pending = []
         ts.urgent = False
+        if clear_backoff:
+            ts.not_before = 0.0
     s.pending_reinforce = []
     s.uninducted = []
     s.tuned = {}

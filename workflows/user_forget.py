@@ -65,6 +65,10 @@ async def forget(run: UserRun, req: ForgetRequest) -> ForgetReceipt:
     return run.forget_receipt
 
 
+#: The forget lifts the back-off of failed rounds (histories from before it replay as they ran).
+FORGET_CLEARS_BACKOFF = "forget-clears-backoff"
+
+
 async def maybe_forget(run: UserRun) -> bool:
     """Run the saga if a forget was requested; True when it ran."""
     req = run.forget_request
@@ -73,7 +77,7 @@ async def maybe_forget(run: UserRun) -> bool:
     await workflow.wait_condition(lambda: run.writes_in_flight == 0)
     absorb_requests(run)
     facts = len(profile_facts(run.state.profile))
-    dropped = state_ops.forget_all(run.state)
+    dropped = state_ops.forget_all(run.state, clear_backoff=workflow.patched(FORGET_CLEARS_BACKOFF))
     # The fence: a message said before the forget and delivered late (a writer that was cut
     # off, a re-send from a checkpointer) is refused, never indexed again.
     run.state.fence = max(run.state.fence, workflow.now().timestamp())

@@ -52,6 +52,8 @@ with workflow.unsafe.imports_passed_through():
 
 #: Patch id of forget_fragment's republish (histories before it only deleted the row).
 FORGET_FRAGMENT_REPUBLISHES = "forget-fragment-republishes"
+#: forget_fragment waits for a reinforce in flight before it deletes.
+FORGET_FRAGMENT_WAITS_REINFORCE = "forget-fragment-waits-reinforce"
 
 #: An explicit memory starts as if reinforced a few times: the user asked for it.
 EXPLICIT_STRENGTH = 4
@@ -141,7 +143,11 @@ def validate_recall(req: RecallRequest) -> None:
 
 async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFragmentResult:
     """Delete one of this user's fragments (ids of other users delete nothing), remove the
-    profile facts that came only from it, and republish the read model at once."""
+    profile facts that came only from it, and republish the read model at once. A reinforce in
+    flight is waited for first: it could write the row back after the delete."""
+    run.forgetting.add(req.fragment_id)
+    if workflow.patched(FORGET_FRAGMENT_WAITS_REINFORCE):
+        await workflow.wait_condition(lambda: not run.reinforcing)
     run.writes_in_flight += 1
     try:
         out = await workflow.execute_activity(
@@ -152,6 +158,17 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
         )
     finally:
         run.writes_in_flight -= 1
+    try:
+        return await _forgotten_everywhere(run, req, out)
+    finally:
+        # From here the state's forgotten ids keep a reinforce away from it.
+        run.forgetting.discard(req.fragment_id)
+
+
+async def _forgotten_everywhere(
+    run: UserRun, req: ForgetFragmentRequest, out: DeleteFragmentsOutput
+) -> ForgetFragmentResult:
+    """After the delete: the induction batch, the profile facts and the read model."""
     run.dropped_ids.append(req.fragment_id)
     if not out.deleted or not workflow.patched(FORGET_FRAGMENT_REPUBLISHES):
         return ForgetFragmentResult(deleted=out.deleted)

@@ -49,6 +49,11 @@ class UserRun:
     publishing: bool = False  # the loop is publishing a context it built from the current one
     # The forget saga and what it must wait for or cancel.
     writes_in_flight: int = 0
+    # forget_fragment and reinforce: a reinforce reads rows and writes them back whole, so a
+    # delete between the two would be undone. The delete waits for a reinforce in flight, and
+    # a reinforce leaves out the ids being forgotten or forgotten.
+    reinforcing: bool = False
+    forgetting: set[str] = field(default_factory=set)
     forget_request: ForgetRequest | None = None
     forget_receipt: ForgetReceipt | None = None
     round_task: asyncio.Task | None = None

@@ -76,18 +76,35 @@ async def maybe_reinforce(run: UserRun) -> bool:
     if not s.pending_reinforce:
         return False
     event = s.pending_reinforce.pop(0)
+    # A fragment forgotten (or being forgotten) is never reinforced: the reinforce would write
+    # its row back whole (ARCHITECTURE.md, "Forget leaves nothing to resurrect").
+    gone = run.forgetting | set(s.forgotten_fragments)
+    ids = [i for i in event.fragment_ids if i not in gone]
+    if len(ids) < len(event.fragment_ids) and workflow.patched(REINFORCE_SKIPS_FORGOTTEN):
+        if not ids:
+            return True
+    else:
+        ids = event.fragment_ids
+    run.reinforcing = True
     try:
         await workflow.execute_activity(
             ActivityName.REINFORCE,
             ReinforceInput(
                 user_id=run.inp.user_id,
                 call_id=event.call_id,
-                fragment_ids=event.fragment_ids,
+                fragment_ids=ids,
                 now=workflow.now().timestamp(),
             ),
             result_type=ReinforceOutput,
-            **store_activity(f"reinforce {len(event.fragment_ids)} fragments"),
+            **store_activity(f"reinforce {len(ids)} fragments"),
         )
     except ActivityError as err:
         s.last_error = f"reinforce failed: {failure_text(err)}"
+    finally:
+        run.reinforcing = False
     return True
+
+
+#: Patch of the reinforce step that leaves forgotten fragments out (histories from before it
+#: replay as they ran).
+REINFORCE_SKIPS_FORGOTTEN = "reinforce-skips-forgotten"
