@@ -33,6 +33,7 @@ from langchain_core.embeddings import Embeddings
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from mnemoflow.middleware.outbox import (
@@ -76,7 +77,7 @@ from mnemoflow.models.contracts import (
     UserMemoryInput,
     UserStatus,
 )
-from mnemoflow.models.errors import MemoryUnavailableError
+from mnemoflow.models.errors import InvalidInputError, MemoryUnavailableError
 from mnemoflow.models.ids import (
     pseudonymous_workflow_id,
     search_user_value,
@@ -92,6 +93,15 @@ from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
 #: The hot path may wait at most this long for the query fallback (docs/ARCHITECTURE.md, one GET).
 MAX_QUERY_TIMEOUT_S = 2.0
+
+
+def _run_closed_under(err: RPCError) -> bool:
+    """Whether the server aborted an update because its workflow run closed (continue-as-new)
+    before the update was accepted; the next run takes it."""
+    text = str(err).lower()
+    return err.status == RPCStatusCode.ABORTED or any(
+        mark in text for mark in ("update was aborted", "workflownotready", "workflow not ready")
+    )
 
 
 class MemoryClient:
@@ -540,17 +550,34 @@ class MemoryClient:
             raise MemoryUnavailableError(f"memory query failed: {err!r}") from err
 
     async def _update(self, uid: str, update: Any, request: Any) -> Any:
-        """Execute an update; LookupError when the user has no workflow."""
-        try:
-            return await self._handle(uid).execute_update(
-                update, request, rpc_timeout=self._rpc(self.update_timeout_s)
-            )
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise LookupError("no memory workflow for this user") from err
-            raise MemoryUnavailableError(f"memory update failed: {err}") from err
-        except RuntimeError as err:  # the lazy connect failed
-            raise MemoryUnavailableError(f"memory update failed: {err}") from err
+        """Execute an update; LookupError when the user has no workflow, InvalidInputError when
+        the workflow refused the request (e.g. while the user is being forgotten).
+
+        An update the server aborted because the workflow run closed under it (it continued as
+        new while the update waited) is sent again to the new run, within `update_timeout_s`:
+        every update is idempotent (remember by its event id)."""
+        deadline = time.monotonic() + self.update_timeout_s
+        pause = 0.1
+        while True:
+            try:
+                return await self._handle(uid).execute_update(
+                    update, request, rpc_timeout=self._rpc(self.update_timeout_s)
+                )
+            except WorkflowUpdateFailedError as err:
+                cause = err.cause
+                if isinstance(cause, ApplicationError) and cause.type == InvalidInputError.type:
+                    raise InvalidInputError(cause.message) from err
+                raise
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    raise LookupError("no memory workflow for this user") from err
+                if _run_closed_under(err) and time.monotonic() + pause < deadline:
+                    await asyncio.sleep(pause)  # back-off before the new run is asked
+                    pause = min(pause * 2, 1.0)
+                    continue
+                raise MemoryUnavailableError(f"memory update failed: {err}") from err
+            except RuntimeError as err:  # the lazy connect failed
+                raise MemoryUnavailableError(f"memory update failed: {err}") from err
 
     async def _query_context(self, uid: str) -> InjectedContext:
         return await self._query(uid, UserMemoryWorkflow.context)  # type: ignore[no-any-return]
