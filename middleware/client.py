@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -303,14 +303,33 @@ class MemoryClient:
             return None
         return await self.reader.context(uid)
 
-    async def search(self, user_id: str, query: str, now: float) -> list[ContextFragment] | None:
+    async def search(
+        self,
+        user_id: str,
+        query: str,
+        now: float,
+        *,
+        exclude: Callable[[ContextFragment], bool] | None = None,
+    ) -> list[ContextFragment] | None:
         """All of the user's fragments ranked for `query` (middleware.search); None when there
         is nothing to search (no Redis, or no corpus yet). Errors propagate: the caller bounds
-        this with a deadline and falls back to the published context."""
+        this with a deadline and falls back to the published context. The budget is filled
+        next to the user's published profile, without the fragments `exclude` names (those
+        the caller expects in the model's window)."""
         uid = validate_user_id(user_id)
         if self.searcher is None:
             return None
-        return await self.searcher.search(uid, query, self.config, now) or None
+        profile = self._published_profile(uid)
+        return (
+            await self.searcher.search(
+                uid, query, self.config, now, profile=profile, exclude=exclude
+            )
+            or None
+        )
+
+    async def _published_profile(self, uid: str) -> UserProfile | None:
+        context = await self.reader.cached(uid)
+        return None if context is None else context.profile
 
     async def profile(self, user_id: str, *, timeout_s: float | None = None) -> UserProfile | None:
         """The stored profile (workflow query, else the read model); None if the user is unknown.

@@ -48,7 +48,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from mnemoflow.memory.prompt import assemble_system_prompt
+from mnemoflow.memory.prompt import assemble_system_prompt, in_window
 from mnemoflow.memory.rerank import drawn_on
 from mnemoflow.memory.search import choose_fragments
 from mnemoflow.middleware.chat_usage import ChatTokenMetrics, PendingUsage, response_usage
@@ -160,7 +160,12 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         update.update(self._accepted_update(state, user_id, thread, messages, known))
         query = _latest_human_text(messages)
         if query.strip():  # as early as the turn allows: the model call awaits it
-            self._searches.start((user_id, thread), query, self._search_for(user_id, query))
+            # Fragments of this thread said since its oldest message are likely still in the
+            # model's window: the search leaves them out of the budget from the start.
+            since = window_from(messages, 0)
+            self._searches.start(
+                (user_id, thread), query, self._search_for(user_id, query, thread, since)
+            )
         return update or None
 
     async def aafter_agent(
@@ -429,12 +434,17 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
     # --- helpers --------------------------------------------------------------------------
 
     def _search_for(
-        self, user_id: str, query: str
+        self, user_id: str, query: str, thread: str = "", since: float | None = None
     ) -> Callable[[], Coroutine[Any, Any, list[ContextFragment] | None]]:
-        """The search of all of the user's fragments for `query`, to run as a task."""
+        """The search of all of the user's fragments for `query`, to run as a task; those of
+        `thread` said at or after `since` are expected in the window and left out."""
+
+        def visible(fragment: ContextFragment) -> bool:
+            return in_window(fragment, thread, since)
 
         async def work() -> list[ContextFragment] | None:
-            return await self.client.search(user_id, query, self._clock())
+            exclude = visible if since is not None else None
+            return await self.client.search(user_id, query, self._clock(), exclude=exclude)
 
         return work
 

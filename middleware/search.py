@@ -29,6 +29,7 @@ from mnemoflow.memory.search import SearchDoc, SearchIndex
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
 from mnemoflow.models.corpus import CorpusEntry, corpus_key, corpus_version_key
+from mnemoflow.models.profile import UserProfile
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +113,30 @@ class FragmentSearch:
         return await asyncio.to_thread(self.embeddings.embed_query, query)
 
     async def search(
-        self, user_id: str, query: str, config: MemoryConfig, now: float
+        self,
+        user_id: str,
+        query: str,
+        config: MemoryConfig,
+        now: float,
+        *,
+        profile: Awaitable[UserProfile | None] | None = None,
+        exclude: Callable[[ContextFragment], bool] | None = None,
     ) -> list[ContextFragment]:
         """Excerpts of the user's fragments for `query`, most relevant first, filling the memory
-        budget (`SearchIndex.excerpts`; errors propagate, the caller falls back)."""
-        index, vector = await asyncio.gather(self.index(user_id), self._embed(query))
-        return await asyncio.to_thread(index.excerpts, query, vector, config, now)
+        budget (`SearchIndex.excerpts`; errors propagate, the caller falls back). `profile`
+        (read alongside the index and the embedding) and `exclude` (fragments expected in the
+        model's window) let the first pass fill the budget as the model call will pack it, so
+        it rarely has to be asked again (`Excerpts.again`, on the event loop)."""
+        index, vector, known = await asyncio.gather(
+            self.index(user_id), self._embed(query), profile or _nothing()
+        )
+        return await asyncio.to_thread(
+            index.excerpts, query, vector, config, now, profile=known, exclude=exclude
+        )
+
+
+async def _nothing() -> None:
+    return None
 
 
 class PendingSearches:

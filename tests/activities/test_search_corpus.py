@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.middleware.search import FragmentSearch
 from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import ContextFragment
 from mnemoflow.models.corpus import corpus_version_key
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.ids import fragment_id, user_key
@@ -88,5 +89,55 @@ async def test_every_change_moves_the_version_up(redis_url: str, unique_name: st
         print("versions:", seen)
         assert seen == sorted(set(seen)), "versions must only grow, across deletes too"
         assert seen[0] > 10**15, "a new counter starts at the server's time in microseconds"
+    finally:
+        await redis.aclose()
+
+
+async def test_the_first_pass_fills_the_budget_as_the_model_call_packs_it(
+    redis_url: str, unique_name: str
+) -> None:
+    """The search started early gets the published profile and the fragments expected in the
+    window: none of those is in what it returns, and the profile's room is left free, so the
+    model call's packing keeps all of it without asking the search again."""
+    from mnemoflow.memory.prompt import in_window, memory_tokens
+    from mnemoflow.memory.search import choose_fragments
+    from mnemoflow.models.contracts import InjectedContext
+    from mnemoflow.models.profile import UserProfile
+
+    redis = aioredis.Redis.from_url(redis_url)
+    prefix = f"{unique_name}:"
+    corpus = SearchCorpus(redis, prefix)
+    search = FragmentSearch(redis, prefix)
+    user = "carol"
+    old = [
+        frag(user, f"User: my {i}th trip went to Lisbon {i} times with mango ice cream").model_copy(
+            update={"id": fragment_id(user, 2 + i, 0), "thread_id": "t0", "created_at": NOW - 9e5}
+        )
+        for i in range(40)
+    ]
+    recent = [
+        f.model_copy(
+            update={"id": fragment_id(user, 90 + n, 0), "thread_id": "t9", "created_at": NOW}
+        )
+        for n, f in enumerate(old[:10])
+    ]
+    profile = UserProfile(name="Carol", constraints=["allergic to mango"] * 3)
+    try:
+        await corpus.add([*old, *recent], [[0.1, 0.2]] * 50)
+
+        async def published() -> UserProfile:
+            return profile
+
+        def visible(fragment: ContextFragment) -> bool:
+            return in_window(fragment, "t9", NOW - 10)
+
+        found = await search.search(
+            user, "mango trip Lisbon", CFG, NOW, profile=published(), exclude=visible
+        )
+        assert found and not any(f.thread_id == "t9" for f in found)
+        context = InjectedContext(user_id=user, version=1, generated_at=NOW, profile=profile)
+        chosen = choose_fragments(found, context, "t9", NOW - 10, "mango trip Lisbon", CFG)
+        assert [f.id for f in chosen] == [f.id for f in found]  # nothing to refill
+        assert memory_tokens(profile, chosen) <= CFG.memory_budget_tokens
     finally:
         await redis.aclose()
