@@ -82,15 +82,16 @@ def asks_only(content: str) -> bool:
 
 # Where a question's clauses part: commas, colons, dashes, brackets, and the words that join a
 # statement to a question ("..., now that I live in Berlin?", "I got a puppy and what ...?").
-_CLAUSE_BREAK = re.compile(
-    r"[,:;()\[\]\u2013\u2014]\s*|\s+-\s+|\b(?:and|but|so|since|because|as|now that|given that|"
-    r"considering|although|though)\b",
+# Where a question's clauses part: commas, colons, dashes, brackets (_PUNCTUATION_BREAK), and
+# the words that join a statement to a question ("..., now that I live in Berlin?", "I got a
+# puppy and what ...?").
+_PUNCTUATION_BREAK = re.compile(r"[,:;()\[\]\u2013\u2014]\s*|\s+-\s+")
+_WORD_BREAK = re.compile(
+    r"\b(?:and|but|so|since|because|as|now that|given that|considering|although|though)\b",
     re.IGNORECASE,
 )
-# The asker as the one a clause tells about: "I got", "we moved", "I'm", "my doctor just put
-# me on", "my son is" (a bare "my favourite food?" tells nothing).
 _FIRST_PERSON = re.compile(
-    r"\b(?:i|we)\s+\w|\b(?:i|we)['\u2019](?:m|ve|d|re|ll)\b|\b(?:me|us)\b|"
+    r"\b(?:i|we)\s+\w|\b(?:i|we)['\u2019](?:m|ve|d|re|ll)\b|\bme\b|\b(?-i:us)\b|"
     r"\b(?:my|our)\s+\w+(?:\s+\w+)?\s+(?:is|are|was|were|has|have|had|just|got|will|"
     r"started|moved|lives?|works?)\b",
     re.IGNORECASE,
@@ -137,15 +138,42 @@ def _states_in_passing(question: str) -> bool:
         if part and "我" in part and _ZH_TOLD.search(part):
             if len(fact_tokens(_ZH_TOLD.sub("", part))) >= 2:  # more than "我明天"
                 return True
-    for clause in _CLAUSE_BREAK.split(text):
-        clause = clause.strip(" ?？!.")
-        if not clause or _ASKING_OPENER.match(clause):
-            continue
-        words = clause.split()
-        named = any(w[:1].isupper() for w in words[1:]) or any(ch.isdigit() for ch in clause)
-        if (named or _FIRST_PERSON.search(clause)) and len(fact_tokens(clause)) >= 2:
+    segments = _PUNCTUATION_BREAK.split(text)
+    for n, segment in enumerate(segments):
+        # A leading segment ("Just moved to Berlin, ...", "New job at Google starting March
+        # 3, ...") tells something when it names a place, a person or a number.
+        clause = segment.strip(" ?？!.")
+        if n < len(segments) - 1 and _tells(clause, named_too=True):
+            return True
+        if any(
+            _tells(part.strip(" ?？!."), named_too=False) for part in _WORD_BREAK.split(segment)
+        ):
             return True
     return False
+
+
+# A segment that only places the question ("as mentioned on 3 June", "in July 2023",
+# "based on Tim's collections"): a name or a number in it is no news.
+_REFERENCE_OPENER = re.compile(
+    r"^(?:as|on|in|at|by|for|from|with|about|around|after|before|during|since|until|based on|"
+    r"according to|apart from|besides|other than)\b",
+    re.IGNORECASE,
+)
+
+
+def _tells(clause: str, named_too: bool) -> bool:
+    """Whether a clause of a question is a statement that carries a fact: it does not open as a
+    question, and it speaks of the asker (or, `named_too`, names something or has a number),
+    with two content words or more."""
+    if not clause or _ASKING_OPENER.match(clause):
+        return False
+    words = clause.split()
+    named = (
+        named_too
+        and not _REFERENCE_OPENER.match(clause)
+        and (any(w[:1].isupper() for w in words[1:]) or any(ch.isdigit() for ch in clause))
+    )
+    return (named or _FIRST_PERSON.search(clause) is not None) and len(fact_tokens(clause)) >= 2
 
 
 def _has_human(content: str) -> bool:
