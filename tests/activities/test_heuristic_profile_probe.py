@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from mnemoflow.activities.llm.base import validate_drafts
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.activities.llm.heuristic_profile import extract_profile
-from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.profile import UserProfile
-from mnemoflow.models.turns import ChatTurn
+from tests.activities.test_heuristic_models import _slice
 
 
 def _profile(*lines: str) -> UserProfile:
@@ -330,24 +328,8 @@ async def test_induct_over_sliced_turns_keeps_only_the_speakers_own_facts() -> N
         ("human", "我是不是对花生过敏"),
         ("ai", "I have nothing on that."),
     ]
-    turns = [
-        ChatTurn(thread_id="t", position=i, role=role, content=text, time=1000.0 + i)  # type: ignore[arg-type]
-        for i, (role, text) in enumerate(conversation)
-    ]
     models = HeuristicMemoryModels()
-    drafts = validate_drafts((await models.slice(turns, 16)).drafts, len(turns), 16)
-    fragments = [
-        Fragment(
-            id=f"f{i}",
-            user_id="u",
-            theme=d.theme,
-            types=d.types,
-            content=d.content,
-            created_at=0,
-            reinforced_at=0,
-        )
-        for i, d in enumerate(drafts)
-    ]
+    fragments = await _slice(conversation)
     profile = (await models.induct(UserProfile(), fragments)).update
     assert profile.name == "Marco"
     assert profile.occupation == "nurse"
