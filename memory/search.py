@@ -54,12 +54,12 @@ from mnemoflow.memory.prompt import (
 from mnemoflow.memory.rerank import rerank_for_query
 from mnemoflow.memory.selection import select
 from mnemoflow.memory.text import (
-    _CJK_RUN,
     BUDGET_CHARS_PER_TOKEN,
     NEGATIONS,
     QUESTION_TOKENS,
     normalise,
     token_list,
+    token_units,
 )
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment, InjectedContext
@@ -169,11 +169,9 @@ _TENTHS = round(BUDGET_CHARS_PER_TOKEN * 10)
 
 
 def _units(text: str) -> int:
-    """The budget's estimate before rounding, in units that add up over concatenation:
-    `budget_tokens(a + b) == _tokens(_units(a) + _units(b))` (a CJK character is a token, other
-    characters BUDGET_CHARS_PER_TOKEN a token)."""
-    cjk = sum(len(run) for run in _CJK_RUN.findall(text))
-    return cjk * _TENTHS + (len(text) - cjk) * 10
+    """The budget's estimate before rounding (`memory.text.token_units`): units add up over
+    concatenation, `budget_tokens(a + b) == _tokens(_units(a) + _units(b))`."""
+    return token_units(text, BUDGET_CHARS_PER_TOKEN)
 
 
 def _tokens(units: int) -> int:

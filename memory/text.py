@@ -78,9 +78,16 @@ def estimate_tokens(text: str, chars_per_token: float = WINDOW_CHARS_PER_TOKEN) 
     fraction undercounts Chinese about threefold), other text `chars_per_token` characters a
     token, rounded up, so non-empty text is at least 1 token. Integer arithmetic on tenths keeps
     it exact (33 / 3.3 is not 10 in floating point)."""
-    cjk = sum(len(run) for run in _CJK_RUN.findall(text))
     tenths = round(chars_per_token * 10)
-    return cjk + ((len(text) - cjk) * 10 + tenths - 1) // tenths
+    return -(-token_units(text, chars_per_token) // tenths)
+
+
+def token_units(text: str, chars_per_token: float = WINDOW_CHARS_PER_TOKEN) -> int:
+    """`estimate_tokens` before rounding, in tenths of a character: units add up over
+    concatenation, so a packer can sum the pieces of a text and round once (a CJK character
+    is `chars_per_token` * 10 units, any other character 10)."""
+    cjk = sum(len(run) for run in _CJK_RUN.findall(text))
+    return cjk * round(chars_per_token * 10) + (len(text) - cjk) * 10
 
 
 def content_tokens(norm: str) -> set[str]:

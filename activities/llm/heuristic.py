@@ -64,14 +64,10 @@ class _Group:
             self.human_text.append(human)
 
 
-def _speaker(turn: ChatTurn) -> str:
-    return speaker_label(turn)
-
-
 def _pieces(turn: ChatTurn, text: str) -> list[str]:
     """The turn as `Speaker: text` lines, verbatim; a turn over the fragment bound is cut at
     sentence ends (each piece still verbatim and attributed)."""
-    speaker = _speaker(turn)
+    speaker = speaker_label(turn)
     if estimate_tokens(text) <= MAX_FRAGMENT_TOKENS:
         return [f"{speaker}: {text}"]
     pieces: list[str] = []

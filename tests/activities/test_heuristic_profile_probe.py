@@ -13,19 +13,11 @@ import pytest
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.activities.llm.heuristic_profile import extract_profile
 from mnemoflow.models.profile import UserProfile
-from tests.activities.test_heuristic_models import _slice
+from tests.activities.test_heuristic_models import _slice, _values
 
 
 def _profile(*lines: str) -> UserProfile:
     return extract_profile(["\n".join(f"User: {line}" for line in lines)])
-
-
-def _values(profile: UserProfile) -> list[str]:
-    out = [v for v in (profile.name, profile.occupation, profile.style) if v]
-    for field in ("hobbies", "interests", "goals", "constraints", "relationships", "values"):
-        out.extend(getattr(profile, field))
-    out.extend(f"{k}: {v}" for k, v in profile.business_fields.items())
-    return out
 
 
 _NEGATIONS = ("不", "没", "not", "n't", "never", "no longer")
