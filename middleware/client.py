@@ -309,27 +309,21 @@ class MemoryClient:
         query: str,
         now: float,
         *,
+        profile: UserProfile | None = None,
         exclude: Callable[[ContextFragment], bool] | None = None,
     ) -> list[ContextFragment] | None:
         """All of the user's fragments ranked for `query` (middleware.search); None when there
         is nothing to search (no Redis, or no corpus yet). Errors propagate: the caller bounds
         this with a deadline and falls back to the published context. The budget is filled
-        next to the user's published profile, without the fragments `exclude` names (those
-        the caller expects in the model's window)."""
+        next to `profile` (the one the caller will inject), without the fragments `exclude`
+        names (those the caller expects in the model's window)."""
         uid = validate_user_id(user_id)
         if self.searcher is None:
             return None
-        profile = self._published_profile(uid)
-        return (
-            await self.searcher.search(
-                uid, query, self.config, now, profile=profile, exclude=exclude
-            )
-            or None
+        found = await self.searcher.search(
+            uid, query, self.config, now, profile=profile, exclude=exclude
         )
-
-    async def _published_profile(self, uid: str) -> UserProfile | None:
-        context = await self.reader.cached(uid)
-        return None if context is None else context.profile
+        return found or None
 
     async def profile(self, user_id: str, *, timeout_s: float | None = None) -> UserProfile | None:
         """The stored profile (workflow query, else the read model); None if the user is unknown.

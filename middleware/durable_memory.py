@@ -145,6 +145,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         self._searches = PendingSearches(MAX_TRACKED_THREADS)
         # Fragment ids a memory tool forgot during a user's turn: never injected again in it.
         self._forgotten: OrderedDict[str, set[str]] = OrderedDict()
+        # The profile each user's last model call injected: the next turn's early search fills
+        # the budget next to it (no second read of the read model).
+        self._profiles: OrderedDict[str, UserProfile] = OrderedDict()
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -201,6 +204,11 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         history: Sequence[AnyMessage] = state.get("messages", [])
         query = _latest_human_text(history)
         context = await self.client.context(user_id)
+        if context is not None:
+            self._profiles[user_id] = context.profile
+            self._profiles.move_to_end(user_id)
+            while len(self._profiles) > MAX_TRACKED_THREADS:
+                self._profiles.popitem(last=False)
         found = None
         if query.strip():
             found = await self._searches.result(
@@ -275,6 +283,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         """Drop the user's searches and cached reads (they may hold the forgotten fragments) and
         leave those ids out for the rest of the turn; the next model call searches again."""
         self._searches.drop_user(user_id)
+        self._profiles.pop(user_id, None)
         self.client.reader.drop(user_id)
         if self.client.searcher is not None:
             self.client.searcher.drop(user_id)
@@ -442,9 +451,13 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         def visible(fragment: ContextFragment) -> bool:
             return in_window(fragment, thread, since)
 
+        profile = self._profiles.get(user_id)
+
         async def work() -> list[ContextFragment] | None:
             exclude = visible if since is not None else None
-            return await self.client.search(user_id, query, self._clock(), exclude=exclude)
+            return await self.client.search(
+                user_id, query, self._clock(), profile=profile, exclude=exclude
+            )
 
         return work
 

@@ -119,24 +119,18 @@ class FragmentSearch:
         config: MemoryConfig,
         now: float,
         *,
-        profile: Awaitable[UserProfile | None] | None = None,
+        profile: UserProfile | None = None,
         exclude: Callable[[ContextFragment], bool] | None = None,
     ) -> list[ContextFragment]:
         """Excerpts of the user's fragments for `query`, most relevant first, filling the memory
         budget (`SearchIndex.excerpts`; errors propagate, the caller falls back). `profile`
-        (read alongside the index and the embedding) and `exclude` (fragments expected in the
-        model's window) let the first pass fill the budget as the model call will pack it, so
-        it rarely has to be asked again (`Excerpts.again`, on the event loop)."""
-        index, vector, known = await asyncio.gather(
-            self.index(user_id), self._embed(query), profile or _nothing()
-        )
+        (the one the model call is expected to inject) and `exclude` (fragments expected in
+        the model's window) let the first pass fill the budget as the model call will pack it,
+        so it rarely has to be asked again (`Excerpts.again`, on the event loop)."""
+        index, vector = await asyncio.gather(self.index(user_id), self._embed(query))
         return await asyncio.to_thread(
-            index.excerpts, query, vector, config, now, profile=known, exclude=exclude
+            index.excerpts, query, vector, config, now, profile=profile, exclude=exclude
         )
-
-
-async def _nothing() -> None:
-    return None
 
 
 class PendingSearches:

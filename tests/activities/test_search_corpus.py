@@ -125,14 +125,11 @@ async def test_the_first_pass_fills_the_budget_as_the_model_call_packs_it(
     try:
         await corpus.add([*old, *recent], [[0.1, 0.2]] * 50)
 
-        async def published() -> UserProfile:
-            return profile
-
         def visible(fragment: ContextFragment) -> bool:
             return in_window(fragment, "t9", NOW - 10)
 
         found = await search.search(
-            user, "mango trip Lisbon", CFG, NOW, profile=published(), exclude=visible
+            user, "mango trip Lisbon", CFG, NOW, profile=profile, exclude=visible
         )
         assert found and not any(f.thread_id == "t9" for f in found)
         context = InjectedContext(user_id=user, version=1, generated_at=NOW, profile=profile)
