@@ -54,15 +54,45 @@ class Conversation:
 
 def load(path: Path) -> Conversation:
     """One conversation file; questions of categories 1-4 only (5 is adversarial)."""
-    raw = json.loads(path.read_text())
+    found = conversations(path)
+    if len(found) != 1:
+        raise ValueError(f"{path} holds {len(found)} conversations, not one")
+    return found[0]
+
+
+def conversations(path: Path, limit: int = 0) -> list[Conversation]:
+    """The conversations at `path`: a folder of JSON files, or one file. A file holds one
+    conversation (as in ../shared/data/locomo) or a list of them (the published
+    `locomo10.json`, each named by its `sample_id`). `limit`: the first N (0: all)."""
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    out: list[Conversation] = []
+    for file in files:
+        raw = json.loads(file.read_text())
+        items = raw if isinstance(raw, list) else [raw]
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise ValueError(f"{file}: item {i} is not a LoCoMo conversation object")
+            alone = file.stem if len(items) == 1 else f"{file.stem}-{i}"
+            name = str(item.get("sample_id") or alone)
+            out.append(_conversation(name, item, file))
+    return out[:limit] if limit else out
+
+
+def _conversation(name: str, raw: dict[str, Any], file: Path) -> Conversation:
     data = raw.get("conversation", raw)
-    conv = Conversation(path.stem, data["speaker_a"], data["speaker_b"])
+    try:
+        conv = Conversation(name, data["speaker_a"], data["speaker_b"])
+    except KeyError as err:
+        raise ValueError(f"{file}: conversation {name} has no {err.args[0]}") from None
     for key in data:
         m = re.fullmatch(r"session_(\d+)", key)
         if not m or not data[key]:
             continue
         n = int(m.group(1))
-        start = parse_date(data[f"session_{n}_date_time"])
+        when = data.get(f"session_{n}_date_time")
+        if not when:
+            raise ValueError(f"{file}: conversation {name}, session {n} has no date_time")
+        start = parse_date(when)
         conv.sessions[n] = [
             Turn(t["dia_id"], t["speaker"], t.get("text", ""), start + i * TURN_GAP_S, n)
             for i, t in enumerate(data[key])

@@ -22,7 +22,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import ROOT
-from _locomo_data import CATEGORIES, Baselines, evidence_texts, judge, load, session_turns
+from _locomo_data import (
+    CATEGORIES,
+    Baselines,
+    conversations,
+    evidence_texts,
+    judge,
+    session_turns,
+)
 from _locomo_report import token_counter
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
@@ -88,7 +95,7 @@ def _asked(question: str, n: int, now: float, stored: list[Any]) -> list[Any]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", default=str(DEFAULT_DATA))
-    parser.add_argument("--conversations", type=int, default=5)
+    parser.add_argument("--conversations", type=int, default=0, help="the first N (0: all)")
     parser.add_argument("--questions", type=int, default=0)
     parser.add_argument("--budget", type=int, default=1200)
     parser.add_argument("--baselines", action="store_true")
@@ -122,12 +129,11 @@ def main() -> int:
         config = config.model_copy(
             update={"search_weights": tuple(float(w) for w in args.weights.split(","))}
         )
-    files = sorted(Path(args.data).glob("*.json"))[: args.conversations]
+    convs = conversations(Path(args.data), args.conversations)
     totals: dict[str, list[bool]] = {}
     tokens: list[int] = []
     started = time.perf_counter()
-    for path in files:
-        conv = load(path)
+    for conv in convs:
         frags = asyncio.run(fragments_of(conv, "u"))
         vectors = _unit(emb.embed_documents([f.content for f in frags]))
         docs = [SearchDoc(ContextFragment.of(f), f.created_at, 0) for f in frags]

@@ -43,9 +43,9 @@ from _locomo_data import (
     CATEGORIES,
     Baselines,
     Conversation,
+    conversations,
     evidence_texts,
     judge,
-    load,
     session_turns,
 )
 from _locomo_report import token_counter, write_report
@@ -285,8 +285,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from mnemoflow.models.config import MemoryConfig
     from mnemoflow.worker.memory_client import memory_client
 
-    files = sorted(Path(args.data).glob("*.json"))[: args.conversations]  # noqa: ASYNC240
-    if not files:
+    convs = conversations(Path(args.data), args.conversations)
+    if not convs:
         raise SystemExit(f"no LoCoMo conversations in {args.data}")
     config = MemoryConfig(memory_budget_tokens=args.budget)
     per_conv: dict[str, Any] = {}
@@ -296,8 +296,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         client = memory_client(temporal, settings, config, embeddings=embeddings)
         client.searcher.warm()
         try:
-            for path in files:
-                conv = load(path)
+            for conv in convs:
                 tag = uuid.uuid4().hex[:6]
                 users = {"mnemoflow": f"locomo-{conv.name}-{tag}"}
                 if args.reinforcement == "both":
@@ -348,8 +347,13 @@ def _line(s: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of LoCoMo JSON files")
-    parser.add_argument("--conversations", type=int, default=5)
+    parser.add_argument(
+        "--data",
+        default=str(DEFAULT_DATA),
+        help="a folder of LoCoMo JSON files, or one file (one conversation or the published "
+        "locomo10.json list)",
+    )
+    parser.add_argument("--conversations", type=int, default=0, help="the first N (0: all)")
     parser.add_argument("--questions", type=int, default=0, help="per conversation; 0 = all")
     parser.add_argument("--budget", type=int, default=1200, help="memory tokens (all sides)")
     parser.add_argument("--short", action="store_true", help="1 conversation, 30 questions")

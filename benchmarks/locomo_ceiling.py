@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import write_result
-from _locomo_data import CATEGORIES, evidence_texts, load, norm
+from _locomo_data import CATEGORIES, conversations, evidence_texts, norm
 from _locomo_offline import DEFAULT_DATA, _unit, fragments_of
 from _locomo_report import token_counter
 
@@ -73,13 +73,11 @@ def main() -> int:
 
         minilm = MiniLM()
     count = token_counter()
-    files = sorted(Path(args.data).glob("*.json"))
-    files = files[: args.conversations] if args.conversations else files
+    convs = conversations(Path(args.data), args.conversations)
     hits: dict[str, dict[str, list[bool]]] = {}
     tokens: dict[int, list[int]] = {k: [] for k in KS}
     started = time.perf_counter()
-    for path in files:
-        conv = load(path)
+    for conv in convs:
         frags = asyncio.run(fragments_of(conv, "u"))
         index = SearchIndex([SearchDoc(ContextFragment.of(f), f.created_at, 0) for f in frags])
         lines = [index.lines[d][n] for d, n in index.line_refs]
@@ -118,7 +116,7 @@ def main() -> int:
         key: {cat: round(sum(v) / len(v), 3) for cat, v in by.items()} for key, by in hits.items()
     }
     result = {
-        "conversations": [p.stem for p in files],
+        "conversations": [c.name for c in convs],
         "questions": len(next(iter(hits.values()))["all"]) if hits else 0,
         "token_counter": count.name,
         "median_tokens_of_top_k_lines": {str(k): statistics.median(v) for k, v in tokens.items()},
