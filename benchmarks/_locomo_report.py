@@ -109,7 +109,7 @@ def token_counter() -> _Counter:
         pass
     from mnemoflow.memory.search import budget_tokens
 
-    return _Counter("estimate (chars/4, CJK 1 per char)", budget_tokens)
+    return _Counter("estimate (memory.text.estimate_tokens, budget)", budget_tokens)
 
 
 def _sides(overall: dict[str, Any]) -> list[str]:

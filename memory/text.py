@@ -13,6 +13,7 @@ import unicodedata
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
 _WORD = re.compile(f"[^\\s{_CJK}]+")
+_NON_ASCII_RUN = re.compile("[^\\x00-\\x7f]+")
 # Words that change nothing about a profile item. Negations ("not", "no", "never") are kept on
 # purpose: they change everything.
 _STOPWORDS = frozenset(
@@ -84,10 +85,23 @@ def estimate_tokens(text: str, chars_per_token: float = WINDOW_CHARS_PER_TOKEN) 
 
 def token_units(text: str, chars_per_token: float = WINDOW_CHARS_PER_TOKEN) -> int:
     """`estimate_tokens` before rounding, in tenths of a character: units add up over
-    concatenation, so a packer can sum the pieces of a text and round once (a CJK character
-    is `chars_per_token` * 10 units, any other character 10)."""
-    cjk = sum(len(run) for run in _CJK_RUN.findall(text))
-    return cjk * round(chars_per_token * 10) + (len(text) - cjk) * 10
+    concatenation, so a packer can sum the pieces of a text and round once. An ASCII character
+    is 10 units; a CJK character `chars_per_token` * 10 (a token); any other character half a
+    token per UTF-8 byte (rounded up): byte-level BPE vocabularies (cl100k_base) cut Cyrillic,
+    Greek, Hebrew and Arabic letters into about one token each, Devanagari, Thai and Tamil
+    letters into one or two, emoji into two or more, where counting them as ASCII undercounted
+    them two to eight times (docs/ARCHITECTURE.md, "Token estimates")."""
+    if text.isascii():
+        return len(text) * 10
+    tenths = round(chars_per_token * 10)
+    units = 0
+    wide = 0  # characters outside ASCII
+    for run in _NON_ASCII_RUN.findall(text):
+        wide += len(run)
+        cjk = sum(len(r) for r in _CJK_RUN.findall(run))
+        other_bytes = len(run.encode("utf-8", "surrogatepass")) - 3 * cjk  # CJK here: 3 bytes
+        units += cjk * tenths + other_bytes * ((tenths + 1) // 2)
+    return units + (len(text) - wide) * 10
 
 
 def content_tokens(norm: str) -> set[str]:
