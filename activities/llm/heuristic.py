@@ -20,8 +20,8 @@ from mnemoflow.activities.llm.heuristic_profile import extract_profile
 from mnemoflow.activities.llm.heuristic_rules import (
     GENERAL,
     Theme,
+    bounded_pieces,
     is_question,
-    join_sentences,
     split_sentences,
     theme_label,
     themes_of,
@@ -66,17 +66,12 @@ class _Group:
 
 def _pieces(turn: ChatTurn, text: str) -> list[str]:
     """The turn as `Speaker: text` lines, verbatim; a turn over the fragment bound is cut at
-    sentence ends (each piece still verbatim and attributed)."""
+    sentence ends, and a sentence over it between words, a word between characters (each piece
+    still verbatim and attributed)."""
     speaker = speaker_label(turn)
     if estimate_tokens(text) <= MAX_FRAGMENT_TOKENS:
         return [f"{speaker}: {text}"]
-    pieces: list[str] = []
-    for sentence in split_sentences(text):
-        if pieces and estimate_tokens(pieces[-1] + sentence) <= MAX_FRAGMENT_TOKENS:
-            pieces[-1] = join_sentences(pieces[-1], sentence)
-        else:
-            pieces.append(sentence)
-    return [f"{speaker}: {piece}" for piece in pieces]
+    return [f"{speaker}: {p}" for p in bounded_pieces(text, MAX_FRAGMENT_TOKENS, estimate_tokens)]
 
 
 def _dominant(themes: list[Theme]) -> Theme:

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _CJK = re.compile(r"[\u3400-\u9fff]")
 # Clause ends: Latin sentence punctuation followed by space (so "3.5" stays whole), CJK sentence
 # punctuation and the CJK comma (kept on the clause, so clauses re-join verbatim), line breaks.
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；，])|\n+")
+# Sentence ends: Latin, Greek (U+037E), Devanagari dandas, Arabic and Urdu, Armenian and
+# Ethiopic marks before a space; CJK punctuation at once; line breaks.
+_SENTENCE_END = re.compile(
+    r"(?<=[.!?;\u037e\u0964\u0965\u061f\u06d4\u0589\u1362\u1367])\s+|(?<=[。！？；，])|\n+"
+)
 _CJK_PUNCT = tuple("。！？；，")
+# Question marks: Latin, CJK fullwidth, Arabic, Greek (U+037E), Ethiopic.
+_QUESTION_MARKS = ("?", "？", "\u061f", "\u037e", "\u1367")
 # A clause that opens with a pronoun continues the previous clause's topic ("She is three").
 _CONTINUATION = re.compile(r"^(?:(?:she|he|it|they|her|his|its|their)\b|[它她他])", re.IGNORECASE)
 
@@ -225,13 +232,51 @@ def is_question(sentence: str) -> bool:
     text = sentence.strip()
     if not text:
         return False
-    if text.endswith(("?", "？")):
+    if text.endswith(_QUESTION_MARKS):
         return True
     if _QUESTION_EN.match(text) and not text.endswith("."):
         return True
     if _RECALL_REQUEST.match(text):
         return True
     return bool(_QUESTION_ZH.search(_ZH_INDEFINITE.sub("", text))) and not text.endswith("。")
+
+
+def bounded_pieces(text: str, bound: int, tokens: Callable[[str], int]) -> list[str]:
+    """`text` cut into verbatim pieces of at most `bound` tokens (by `tokens`): whole
+    sentences where they fit, else words, else characters (a script written without spaces,
+    a run-on line); joined again they give the text back, up to the whitespace between
+    pieces."""
+    pieces: list[str] = []
+    for sentence in split_sentences(text):
+        for part in _cut(sentence, bound, tokens):
+            if pieces and tokens(join_sentences(pieces[-1], part)) <= bound:
+                pieces[-1] = join_sentences(pieces[-1], part)
+            else:
+                pieces.append(part)
+    return pieces
+
+
+def _cut(sentence: str, bound: int, tokens: Callable[[str], int]) -> list[str]:
+    if tokens(sentence) <= bound:
+        return [sentence]
+    out: list[str] = []
+    for word in sentence.split():
+        parts = [word] if tokens(word) <= bound else _chars(word, bound, tokens)
+        for part in parts:
+            if out and tokens(f"{out[-1]} {part}") <= bound:
+                out[-1] = f"{out[-1]} {part}"
+            else:
+                out.append(part)
+    return out
+
+
+def _chars(word: str, bound: int, tokens: Callable[[str], int]) -> list[str]:
+    out = [""]
+    for char in word:
+        if out[-1] and tokens(out[-1] + char) > bound:
+            out.append("")
+        out[-1] += char
+    return out
 
 
 def join_sentences(previous: str, sentence: str) -> str:

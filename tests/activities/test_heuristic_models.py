@@ -509,3 +509,36 @@ async def test_a_statement_and_its_question_give_only_the_statement(
     ).update
     for value in _values(profile):
         assert not any(mark in value for mark in "?？什么哪"), value
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "मेरी बेटी लिली चार सितंबर को स्कूल जाना शुरू करेगी और उसे मूंगफली से एलर्जी है। ",
+        "ลูกสาวของฉันลิลลี่จะเริ่มไปโรงเรียนวันที่สี่กันยายนและเธอแพ้ถั่วลิสง ",
+        "ابنتي ليلي تبدأ المدرسة في الرابع من سبتمبر وهي تعاني من حساسية الفول السوداني. ",
+        "my brother tom fixes old bikes in his garage every weekend and sells them on and ",
+        "我弟弟汤姆每个周末都在车库里修旧自行车然后卖掉",
+    ],
+    ids=["hindi-danda", "thai-no-stops", "arabic", "english-run-on", "chinese-no-stops"],
+)
+async def test_long_turns_in_any_script_are_cut_within_the_bound(sentence: str) -> None:
+    """A turn with no sentence end the slicer knows (a run-on, a script without spaces or
+    full stops) is cut between words or characters: every fragment stays bounded, each piece
+    attributed, and the pieces give the whole turn back."""
+    from mnemoflow.activities.llm.heuristic import MAX_FRAGMENT_TOKENS
+    from mnemoflow.memory.text import estimate_tokens
+
+    said = (sentence * 9).strip()
+    turns = [
+        ChatTurn(thread_id="t", position=0, role="human", content=said, time=1.0, name="Ravi"),
+        ChatTurn(thread_id="t", position=1, role="ai", content="Noted.", time=2.0),
+    ]
+    drafts = (await HeuristicMemoryModels().slice(turns, 16)).drafts
+    contents = [d["content"] for d in drafts]
+    assert len(contents) >= 2
+    assert all(estimate_tokens(c) <= MAX_FRAGMENT_TOKENS + 8 for c in contents)
+    lines = [line for c in contents for line in c.splitlines()]
+    mine = [line.removeprefix("User (Ravi): ") for line in lines if line.startswith("User (Ravi)")]
+    assert len(mine) >= 2
+    assert "".join("".join(mine).split()) == "".join(said.split())
