@@ -80,8 +80,19 @@ def exit_without_finalising(code: int) -> NoReturn:
     os._exit(code)
 
 
+def _user_id(text: str) -> str:
+    """A USER argument, checked as the middleware checks a user id (argparse reports the
+    error with the usage line)."""
+    from mnemoflow.models.ids import validate_user_id
+
+    try:
+        return validate_user_id(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _user_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("user", metavar="USER", help="the user id")
+    parser.add_argument("user", metavar="USER", type=_user_id, help="the user id")
 
 
 def _target_arguments(parser: argparse.ArgumentParser) -> None:
@@ -235,7 +246,7 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         print(asyncio.run(replay_file(settings, Path(args.file), args.workflow_id)))
-    except (NondeterminismError, ValueError) as err:
+    except (NondeterminismError, ValueError, OSError) as err:
         print(f"mnemoflow replay: {err}", file=sys.stderr)
         return 1
     return 0
