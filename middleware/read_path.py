@@ -4,6 +4,11 @@ fallback, and nothing when both fail (a turn without memory, never a failed turn
 The read model's key is `models.ids.context_key` and its value is decoded by
 `models.contracts.parse_published`, as the publishing activity writes them. The redis client is
 built without its own retries: the hot path prefers a fast miss to a slow hit.
+
+After a clean miss the workflow's answer serves later calls, but only while the user's corpus
+version (`models.corpus.corpus_version_key`, read in the same round trip) is the one seen when
+that answer was asked for: a forget in any process deletes it, so no process keeps serving a
+forgotten context (a round moving it only makes the answer be asked again).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Awaitable, Callable
 import redis.asyncio as aioredis
 
 from mnemoflow.models.contracts import InjectedContext, parse_published
+from mnemoflow.models.corpus import corpus_version_key
 from mnemoflow.models.errors import MemoryUnavailableError
 from mnemoflow.models.ids import context_key
 
@@ -53,8 +59,11 @@ class ContextReader:
                 redis, retry=None, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
             )
         self.redis: aioredis.Redis | None = redis
-        # Answers of background queries after clean read-model misses, and those in flight.
-        self._queried: OrderedDict[str, tuple[float, InjectedContext | None]] = OrderedDict()
+        # Answers of background queries after clean read-model misses (when, what, the corpus
+        # version seen when it was asked for), and those in flight.
+        self._queried: OrderedDict[
+            str, tuple[float, InjectedContext | None, bytes | str | None]
+        ] = OrderedDict()
         self._querying: dict[str, asyncio.Task[None]] = {}
 
     async def context(self, uid: str) -> InjectedContext | None:
@@ -64,14 +73,14 @@ class ContextReader:
         simply has nothing for the user, the query runs in the background and its answer serves
         later calls.
         """
-        reachable, cached = await self._state(uid)
+        reachable, cached, version = await self._state(uid)
         if cached is not None:
             return cached
         if reachable:
             # Redis answered "nothing published yet": the workflow has nothing newer to say
             # unless the read model was lost, so ask it off the turn (measured: the query
             # waits 30-200 ms on a busy worker, every turn until the first round publishes).
-            return self._miss(uid)
+            return self._miss(uid, version)
         try:
             return await self._query(uid)
         except (MemoryUnavailableError, LookupError):
@@ -80,6 +89,15 @@ class ContextReader:
     async def cached(self, uid: str) -> InjectedContext | None:
         """What Redis holds; None on a miss, a bad value or any Redis error."""
         return (await self._state(uid))[1]
+
+    async def _read(self, uid: str) -> tuple[InjectedContext | None, bytes | str | None]:
+        """`published` and the corpus version, in one round trip."""
+        if self.redis is None:
+            raise LookupError("this client reads no read model (no Redis configured)")
+        keys = [context_key(self.key_prefix, uid), corpus_version_key(self.key_prefix, uid)]
+        async with asyncio.timeout(self.timeout_s):
+            raw, version = await self.redis.mget(keys)
+        return parse_published(raw), version
 
     async def published(self, uid: str) -> InjectedContext | None:
         """The one GET of the read model: None when absent, ValueError when unreadable, and
@@ -98,48 +116,52 @@ class ContextReader:
         if self.redis is not None and self._owns_redis:
             await self.redis.aclose()
 
-    async def _state(self, uid: str) -> tuple[bool, InjectedContext | None]:
-        """(Redis answered with no usable value = a clean miss, the context). A Redis error or
-        an unreadable value is not a clean miss: the caller then queries the workflow."""
+    async def _state(self, uid: str) -> tuple[bool, InjectedContext | None, bytes | str | None]:
+        """(Redis answered with no usable value = a clean miss, the context, the corpus
+        version). A Redis error or an unreadable value is not a clean miss: the caller then
+        queries the workflow."""
         if self.redis is None:
-            return False, None
+            return False, None, None
         try:
-            context = await self.published(uid)
+            context, version = await self._read(uid)
         except ValueError:
             log.warning("unreadable read-model value; using the workflow query")
-            return False, None
+            return False, None, None
         except Exception as err:  # any Redis failure means "use the fallback"
             log.debug("read model unavailable: %r", err)
-            return False, None
+            return False, None, None
         if context is None:
-            return True, None  # `_miss` serves what the background query found
+            return True, None, version  # `_miss` serves what the background query found
         # Redis holds the context again: an earlier background answer is stale from now on.
         self._queried.pop(uid, None)
-        return False, context
+        return False, context, version
 
     def drop(self, uid: str) -> None:
         """Forget what a background query found for the user (after a forget, it may hold a
         forgotten fragment); the next clean miss asks the workflow again."""
         self._queried.pop(uid, None)
 
-    def _miss(self, uid: str) -> InjectedContext | None:
-        """On a clean Redis miss: what an earlier background query found (or None), and a new
-        background query at most every MISS_REQUERY_S per user. Never waits."""
+    def _miss(self, uid: str, version: bytes | str | None) -> InjectedContext | None:
+        """On a clean Redis miss: what an earlier background query found (or None) while the
+        corpus version is the one it was asked at, and a new background query at most every
+        MISS_REQUERY_S per user. Never waits."""
         now = time.monotonic()
-        found_at, found = self._queried.get(uid, (float("-inf"), None))
+        found_at, found, seen = self._queried.get(uid, (float("-inf"), None, None))
+        if found is not None and seen != version:
+            found = None  # forgotten (the version was deleted) or changed since: not served
         if uid not in self._querying and now - found_at >= MISS_REQUERY_S:
-            task = asyncio.get_running_loop().create_task(self._query_later(uid))
+            task = asyncio.get_running_loop().create_task(self._query_later(uid, version))
             self._querying[uid] = task
         return found
 
-    async def _query_later(self, uid: str) -> None:
+    async def _query_later(self, uid: str, version: bytes | str | None) -> None:
         try:
             found = await self._query(uid)
         except (MemoryUnavailableError, LookupError):
             found = None
         finally:
             self._querying.pop(uid, None)
-        self._queried[uid] = (time.monotonic(), found)
+        self._queried[uid] = (time.monotonic(), found, version)
         self._queried.move_to_end(uid)
         while len(self._queried) > MAX_MISS_CACHE:
             self._queried.popitem(last=False)

@@ -94,3 +94,36 @@ async def test_a_published_context_retires_the_background_answer(
         assert await reader.context(uid) is None
     finally:
         await reader.aclose()
+
+
+async def test_a_background_answer_is_not_served_once_the_user_is_forgotten_anywhere(
+    redis_url: str, unique_name: str
+) -> None:
+    """Another process forgets the user (the read model and the corpus version go): this
+    process must not keep serving the workflow's earlier answer for MISS_REQUERY_S."""
+    from mnemoflow.models.corpus import corpus_version_key
+
+    answers = WorkflowAnswers()
+    prefix = f"{unique_name}:"
+    reader = ContextReader(redis_url, prefix, 0.5, answers)
+    uid = "u3"
+    assert reader.redis is not None
+    version = corpus_version_key(prefix, uid)
+    await reader.redis.set(version, "1700000000000001")
+    try:
+        await reader.context(uid)
+
+        async def answered() -> bool:
+            return await reader.context(uid) is not None
+
+        await eventually(answered, deadline_s=10, what="the background answer served")
+        assert all([await reader.context(uid) is not None for _ in range(5)])
+        await reader.redis.delete(version)  # the forget, in another process
+        assert [await reader.context(uid) for _ in range(5)] == [None] * 5
+        assert answers.calls == [uid]  # still throttled: dropped, not re-asked on every call
+        # The user speaks again and a round starts a new corpus: a new answer is asked for
+        # and served, the old one never is.
+        await reader.redis.set(version, "1700000000000999")
+        assert await reader.context(uid) is None
+    finally:
+        await reader.aclose()
