@@ -7,7 +7,9 @@ states nothing ("When did I move?" / "Let me check."). That is how a turn in whi
 read memory back ("What am I allergic to?" / "You are allergic to shellfish.") stays out of the
 store, and how a fact told twice keeps one fragment; the round slices one batch of turns and
 cannot see what earlier rounds stored. A changed detail (a new number, a new word of the
-human's) is an update and always stored.
+human's) is an update and always stored, and so is going back to an earlier value in the same
+words (A, then B, then A again): the fragment holding A is superseded by B's (`changes`), so
+the newest telling of A is news.
 
 Each is a thin shell over the FragmentStore and the pure selection of memory.selection. Store
 and network failures propagate unchanged so Temporal's retry policy retries them; permanent
@@ -218,8 +220,9 @@ def adds_nothing(fragment: Fragment, peers: list[Peer]) -> bool:
     never changes a number. What the human states is a repeat only when every word of it, and
     every pair of neighbouring words, is in one earlier fragment (`word_shingles`): "14 Elm
     Street" after "12 Elm Street", "May" after "June", "I" after "my wife", "was" after "is",
-    or the same places in another order are updates, and are stored. An explicit remember is
-    always stored."""
+    or the same places in another order are updates, and are stored. So is a statement whose
+    newest holder a later fragment changed (`changes`: A, then B, then A again). An explicit
+    remember is always stored. `peers`: the user's earlier fragments, oldest first."""
     if fragment.explicit:
         return False
     # A fragment cut between a question and its answer can hold only the answer: with no human
@@ -229,14 +232,18 @@ def adds_nothing(fragment: Fragment, peers: list[Peer]) -> bool:
     asking = asks_only(content) or (labelled and not _has_human(content))
     if not asking:
         tokens = fact_tokens(content)
-        # Unlabelled content (a slicer that dropped the speakers) counts as all told.
-        told = word_shingles(_lines_of(content, human=True) if labelled else content)
-        return any(
-            restates(tokens, peer.tokens, False)
+        told = _told(content)
+        shingles = word_shingles(told)
+        holders = [
+            n
+            for n, peer in enumerate(peers)
+            if restates(tokens, peer.tokens, False)
             and _same_numbers(tokens, peer.tokens)
-            and told <= word_shingles(peer.content)
-            for peer in peers
-        )
+            and shingles <= word_shingles(peer.content)
+        ]
+        # The newest fragment holding it word for word stands for it, unless a later one
+        # changed what it says: then telling it again goes back to it, and is news.
+        return bool(holders) and not _changed_since(told, peers[holders[-1] + 1 :])
     # When the human only asks, what the fragment could add is in the reply; a reply's "no" or
     # "not" ("You haven't told me") states nothing about the user.
     tokens = fact_tokens(replies(content)) - NEGATIONS
@@ -248,6 +255,58 @@ def adds_nothing(fragment: Fragment, peers: list[Peer]) -> bool:
     nearest = heapq.nlargest(RECALL_SOURCES, peers, key=lambda peer: len(tokens & peer.tokens))
     held = set().union(*(peer.tokens for peer in nearest))
     return restates(tokens, held, True) and _same_numbers(tokens, held)
+
+
+def _told(content: str) -> str:
+    """What the human states in a fragment: its human lines; unlabelled content (a slicer that
+    dropped the speakers) counts as all told."""
+    labelled = any(_ANY_SPEAKER.match(line) for line in content.splitlines())
+    return _lines_of(content, human=True) if labelled else content
+
+
+def _sentences(told: str) -> list[str]:
+    """The sentences (CJK: clauses) of the human's lines, without speaker labels."""
+    out: list[str] = []
+    for line in told.splitlines():
+        match = _HUMAN_LINE.match(line)
+        out.extend(split_sentences(match.group(1) if match else line))
+    return out
+
+
+def _changed_since(told: str, later: list[Peer]) -> bool:
+    """Whether a fragment after the one holding `told` word for word changed one of its
+    statements (`changes`): "I moved to 14 Elm Street" after "I live at 12 Elm Street". Then the
+    holder is superseded, and `told` said again is an update back to the earlier value."""
+    said = _sentences(told)
+    return any(
+        changes(sentence, other)
+        for peer in later
+        for other in _sentences(_told(peer.content))
+        for sentence in said
+    )
+
+
+#: Share of the smaller sentence's fact tokens two sentences share to be about one thing.
+TOPIC_SHARE = 1 / 3
+
+
+def changes(sentence: str, later: str) -> bool:
+    """Whether `later` says something else about what `sentence` is about: neither holds the
+    other word for word (`word_shingles`), they share a third of the smaller one's fact tokens,
+    and either one's fact tokens are all in the other ("I am vegan" / "I am not vegan any more")
+    or they share a pair of neighbouring words with a fact token in it ("ship my", "Elm
+    Street", "快递"), which words shared by chance rarely are ("Leeds" in "a kettle from a shop
+    in Leeds" against "ship my orders to ... Leeds")."""
+    mine, theirs = word_shingles(sentence), word_shingles(later)
+    if mine <= theirs or theirs <= mine:
+        return False
+    a, b = fact_tokens(sentence), fact_tokens(later)
+    shared = a & b
+    if not shared or len(shared) < TOPIC_SHARE * min(len(a), len(b)):
+        return False
+    if shared in (a, b):
+        return True
+    return any(" " in pair and fact_tokens(pair) & shared for pair in mine & theirs)
 
 
 def _same_numbers(tokens: set[str], earlier: set[str]) -> bool:
@@ -262,7 +321,7 @@ def new_information(fragments: list[Fragment], earlier: list[Fragment]) -> list[
     of its own round)."""
     rounds = {(f.user_id, f.round_no) for f in fragments}
     peers: dict[str, list[Peer]] = {}
-    for f in earlier:
+    for f in sorted(earlier, key=lambda f: (f.created_at, f.round_no)):  # oldest first
         if (f.user_id, f.round_no) not in rounds:
             peers.setdefault(f.user_id, []).append(Peer(fact_tokens(f.content), f.content))
     return [f for f in fragments if not adds_nothing(f, peers.get(f.user_id, []))]

@@ -195,8 +195,11 @@ async def test_index_feeds_the_search_corpus_and_select_rebuilds_a_lost_one(
         await store.close()
 
 
-async def _round(user: str, round_no: int, conversation: list[tuple[str, str]]) -> list[Fragment]:
-    """The heuristic slicer's fragments of one round, as the round workflow builds them."""
+async def _round(
+    user: str, round_no: int, conversation: list[tuple[str, str]], at: float = NOW
+) -> list[Fragment]:
+    """The heuristic slicer's fragments of one round said at `at`, as the round workflow builds
+    them."""
     from mnemoflow.activities.llm.base import validate_drafts
     from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
     from mnemoflow.models.contracts import RoundInput
@@ -204,7 +207,7 @@ async def _round(user: str, round_no: int, conversation: list[tuple[str, str]]) 
     from mnemoflow.workflows.memory_round import build_fragments
 
     turns = [
-        ChatTurn(thread_id=f"t{round_no}", position=i, role=role, content=text, time=NOW + i)  # type: ignore[arg-type]
+        ChatTurn(thread_id=f"t{round_no}", position=i, role=role, content=text, time=at + i)  # type: ignore[arg-type]
         for i, (role, text) in enumerate(conversation)
     ]
     drafts = validate_drafts((await HeuristicMemoryModels().slice(turns, 8)).drafts, len(turns), 8)
@@ -216,7 +219,7 @@ async def _round(user: str, round_no: int, conversation: list[tuple[str, str]]) 
         event_id=f"e{round_no}",
         first_seq=0,
     )
-    return build_fragments(inp, drafts, NOW + 100)
+    return build_fragments(inp, drafts, at + 100)
 
 
 # Held-out facts (not the demo's) told in a first session, then sessions that only ask about them
@@ -611,3 +614,88 @@ async def test_the_lean_round_store_step_skips_recall_only_turns_too(
         await read_model.close()
         await store.drop()
         await store.close()
+
+
+# A statement (A), a change of it (B), then A again in the same words: going back to the earlier
+# value. The probe's shipping address, then held-out ones in English and Chinese.
+REVERTS = [
+    (
+        "Please ship my orders to my office at 5 Main Street, third floor, reception desk, Leeds.",
+        "Please ship my orders to my home at 22 Park Lane, Leeds, from now on.",
+    ),
+    (
+        "My emergency contact is my brother Sam Patel on 07700 900123, he lives in York.",
+        "My emergency contact is my neighbour Ruth Cole on 07700 900456 from today.",
+    ),
+    (
+        "I take 5 mg of warfarin every morning with breakfast, as my cardiologist said.",
+        "My cardiologist changed it: I take 3 mg of warfarin every evening now.",
+    ),
+    (
+        "For work calls I prefer Microsoft Teams over Zoom, and keep the meetings short please.",
+        "For work calls I now prefer Zoom over Microsoft Teams, since our company switched.",
+    ),
+    (
+        "I live at 12 Elm Street, Springfield, with my wife Anna, and I am vegan.",
+        "I moved to 14 Elm Street and I am not vegan any more.",
+    ),
+    (
+        "请把我的快递寄到公司，上海市徐汇区漕溪北路88号三楼前台，工作日都有人签收。",
+        "以后请把我的快递寄到家里，浦东新区世纪大道100号。",
+    ),
+    (
+        "我每周二和周四晚上去健身房练瑜伽，一般七点开始，练一个半小时。",
+        "我现在改成每周六上午去健身房练瑜伽了。",
+    ),
+]
+# A between two tellings of A that is about something else (some share a word with A): the
+# second A is still a repeat.
+UNRELATED = [
+    "I ordered a new kettle from the shop in Leeds yesterday.",
+    "My sister Jane just started a new job as a teacher in Glasgow.",
+    "我姐姐下个月在杭州结婚，我要去当伴娘。",
+]
+
+
+async def test_going_back_to_an_earlier_value_is_stored(acts: FragmentActivities) -> None:
+    """A, then B changing it, then A again in the same words: the third telling is memory's
+    newest word and is stored (the earlier A is superseded by B), though an earlier fragment
+    holds it verbatim; telling A a fourth time is a repeat of the third and stays out. Counted
+    per round: said (fragments sliced) and stored (ids the index activity wrote)."""
+    env = ActivityEnvironment()
+    hour = 3600.0
+    for k, (first, change) in enumerate(REVERTS):
+        user = f"revert-{k}"
+        counts = []
+        for n, line in enumerate((first, change, first, first), start=1):
+            said = await _round(
+                user, n, [("human", line), ("ai", "Done, I have noted that.")], NOW + n * hour
+            )
+            stored = (await env.run(acts.index, IndexInput(fragments=said))).ids
+            counts.append((len(said), len(stored)))
+        assert [s for s, _ in counts] == [1, 1, 1, 1], (first, counts)
+        assert [w for _, w in counts] == [1, 1, 1, 0], (first, counts)
+        newest = max(await acts.store.all_for_user(user), key=lambda f: f.created_at)
+        assert newest.created_at > NOW + 3 * hour - 1 and first in newest.content
+
+
+def test_a_repeat_after_something_unrelated_is_still_a_repeat() -> None:
+    """Between two tellings of A, fragments about something else (sharing a word with A, or
+    stating part of A again) do not supersede A: the second telling adds nothing."""
+    from mnemoflow.activities.fragments import new_information
+
+    for k, (first, _) in enumerate(REVERTS[:4] + REVERTS[5:]):
+        for other in UNRELATED:
+            earlier = [
+                _frag(f"a{k}", f"User: {first}\nAssistant: Noted.", 1),
+                _frag(f"o{k}", f"User: {other}\nAssistant: Lovely.", 2),
+            ]
+            again = _frag(f"b{k}", f"User: {first}\nAssistant: Noted.", 3)
+            assert new_information([again], earlier) == [], (first, other)
+    # a part of A said again later is no change of A
+    told = "I live at 12 Elm Street, Springfield, with my wife Anna and our two cats."
+    earlier = [
+        _frag("home", f"User: {told}", 1),
+        _frag("part", "User: I live at 12 Elm Street. The cats are fine.", 2),
+    ]
+    assert new_information([_frag("again", f"User: {told}", 3)], earlier) == []
