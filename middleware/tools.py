@@ -10,6 +10,7 @@ the rest of the turn too.
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Any, Literal
 
 from langchain.tools import BaseTool, ToolRuntime, tool
@@ -18,6 +19,9 @@ from langchain_core.messages import ToolMessage
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.window import resolve_user_id
 from mnemoflow.models.errors import MemoryUnavailableError
+from mnemoflow.models.ids import validate_user_id
+
+log = logging.getLogger(__name__)
 
 #: Fragment types an explicit memory gets: high importance weighs like a decision.
 IMPORTANCE_TYPES: dict[str, list[str]] = {"high": ["decision", "fact"], "normal": ["fact"]}
@@ -86,17 +90,21 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
     async def forget_memory(
         fragment_id: str, runtime: ToolRuntime[Any, Any]
     ) -> tuple[str, dict[str, list[str]]]:
-        """Delete one of the user's memories by its id (as shown by recall_memories)."""
+        """Delete one of the user's memories by its id (as shown by recall_memories), and any
+        other memory that holds the same words (the conversation it was said in)."""
         user_id = _user(runtime)
-        # Whatever the outcome, the rest of the turn must not inject it (forgotten_by).
-        artifact = {FORGET_ARTIFACT: [fragment_id]}
+        copies = await _copies(client, user_id, fragment_id)
+        # Whatever the outcome, the rest of the turn must not inject them (forgotten_by).
+        artifact = {FORGET_ARTIFACT: [fragment_id, *copies]}
         try:
             result = await client.forget_fragment(user_id, fragment_id)
+            also = [c for c in copies if (await client.forget_fragment(user_id, c)).deleted]
         except MemoryUnavailableError:
             return UNAVAILABLE, artifact
+        more = f" and {len(also)} other memory holding the same words" if also else ""
         if result.deleted:
-            return f"Forgot memory {fragment_id}.", artifact
-        return f"No memory with id {fragment_id}.", artifact
+            return f"Forgot memory {fragment_id}{more}.", artifact
+        return f"No memory with id {fragment_id}{more}.", artifact
 
     @tool
     async def memory_stats(runtime: ToolRuntime[Any, Any]) -> str:
@@ -118,3 +126,27 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
         )
 
     return [remember_this, recall_memories, forget_memory, memory_stats]
+
+
+#: A memory's words shorter than this (normalised characters) are too common to look for.
+MIN_COPY_CHARS = 16
+
+
+async def _copies(client: MemoryClient, user_id: str, fragment_id: str) -> list[str]:
+    """Ids of the user's other fragments that hold the named fragment's words (case and
+    spacing aside): a fact the agent was asked to remember is usually also in the fragment
+    of the conversation it was said in, and forgetting the memory must not leave it there.
+    Read from the agent's search index (the Redis corpus); none when that is unavailable."""
+    searcher = client.searcher
+    if searcher is None:
+        return []
+    try:
+        docs = (await searcher.index(validate_user_id(user_id))).docs
+    except Exception:  # the copies are a courtesy: the named memory is forgotten regardless
+        log.warning("memory search index unavailable: only the named memory is forgotten")
+        return []
+    texts = {d.fragment.id: " ".join(d.fragment.content.casefold().split()) for d in docs}
+    words = texts.get(fragment_id, "")
+    if len(words) < MIN_COPY_CHARS:
+        return []
+    return [i for i, text in texts.items() if i != fragment_id and words in text]

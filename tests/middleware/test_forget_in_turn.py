@@ -68,3 +68,53 @@ async def test_a_fragment_forgotten_by_the_tool_is_not_injected_later_in_the_tur
         assert "Rexford" in before, "the first model call gets the fragment (the test can fail)"
         assert "Rexford" not in after, "a forgotten fragment was injected later in the same turn"
         assert len(model.seen) == 2
+
+
+async def test_forgetting_a_remembered_fact_also_forgets_the_conversation_that_said_it(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """The user asks the agent to remember a fact: it is stored twice, as the explicit memory
+    and in the fragment of the conversation it was said in. Forgetting the memory by its id
+    (as recall shows it) must leave neither, while what else the user said stays."""
+    fact = "My son Leo 2468 is allergic to peanuts."
+    kept = "My daughter Ada 9753 plays the cello on Sundays."
+    async with stack(dev_env, milvus_uri, redis_url) as (mw, client):
+        user = new_user("forget-copies")
+        mw.track(client.workflow_id(user))
+        model = ScriptedModel(
+            script=[tool_call("remember_this", {"text": fact}), AIMessage("Noted.")]
+        )
+        h = harness(client, tools=memory_tools(client), model=model)
+        await h.turn(user, "t1", f"Please remember this: {fact}")
+        await h.turn(user, "t2", kept)
+        await h.mw.flush()
+        for thread in ("t1", "t2"):
+            await client.consolidate(user, thread)
+        await client.settle(user, 120)
+        rows = [f.content for f in await mw.store.all_for_user(user)]
+        assert sum(fact in r for r in rows) == 2, rows  # the memory and the conversation
+        memory_id = next(
+            f.id
+            for f in (await client.recall(user, "Leo allergic peanuts")).fragments
+            if f.content.strip() == fact
+        )
+
+        async def searchable() -> bool:  # the agent's search index holds both copies
+            found = await client.search(user, "Leo allergic peanuts", time.time())
+            return found is not None and sum(fact in f.content for f in found) >= 1
+
+        await eventually(searchable, deadline_s=60, what="the copies searchable")
+        forget = tool_call("forget_memory", {"fragment_id": memory_id})
+        model.script.extend([forget, AIMessage("ok")])
+        out = await h.turn(user, "t3", "Forget what I told you about my son.")
+        await h.mw.flush()
+        said = [m.content for m in out["messages"] if isinstance(m, ToolMessage)]
+        await client.consolidate(user, "t3")
+        await client.settle(user, 120)
+        rows = [f.content for f in await mw.store.all_for_user(user)]
+        hits = [f.content for f in (await client.recall(user, "Leo allergic peanuts")).fragments]
+        print(f"tool: {said}; rows with the fact {sum(fact in r for r in rows)}; recall {hits}")
+        assert said and said[0].startswith(f"Forgot memory {memory_id} and 1 other")
+        assert not [r for r in rows if "2468" in r], rows
+        assert not [h for h in hits if "2468" in h]
+        assert sum(kept in r for r in rows) == 1, "a fragment without the fact was forgotten"
