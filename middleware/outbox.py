@@ -6,14 +6,18 @@ thread: one background task retries it with exponential back-off until it is acc
 message captured twice (by a hook and again from the graph state) is sent once, and the
 identities the workflow accepted are remembered (bounded) so the middleware can tell which of
 its messages are safe. Bounded in memory: past `max_messages` messages or `max_bytes` of text
-(each message is already cut to `MemoryConfig.max_turn_chars`) new messages are refused (counted
+(a message's whole text counts) new messages are refused (counted
 in `mnemoflow_handover_refused_total`); the graph state still holds them, so the next turn
 offers them again.
 
 Messages can be held: the middleware adds what a turn creates as it is created (a model
-reply, a tool result) and releases them together after the turn, so a turn is one signal;
-`release`, `flush` and the next turn release what a turn that failed midway left held, and
-nothing stays held longer than `max_hold_s` (a turn that raised, or waits on an interrupt).
+reply, a tool result) and releases them together after the turn, so a turn is one signal and
+what is delivered is the version the turn ends with (other middleware may edit a message in
+place, e.g. redact it, after it was captured). A hold belongs to each message, not to its
+thread: whatever an earlier turn of the thread still has queued (a delivery in flight or
+waiting for its retry) is delivered on its own, without the held messages of the turn now
+running. `release` and `flush` release what a turn that failed midway left held, and nothing
+stays held longer than `max_hold_s` (a turn that raised, or waits on an interrupt).
 """
 
 from __future__ import annotations
@@ -71,8 +75,8 @@ class OutboxMetrics:
 @dataclass
 class _Entry:
     turns: OrderedDict[str, ChatTurn] = field(default_factory=OrderedDict)
-    held: bool = False
-    held_until: float = 0.0
+    #: Identities still held by their turn, with when the hold ends by itself (monotonic).
+    held: dict[str, float] = field(default_factory=dict)
     urgent: bool = False
     trigger: Trigger = "handover"
     usage: LLMUsage | None = None
@@ -122,8 +126,11 @@ class Outbox:
 
     def add(self, user_id: str, turns: Iterable[ChatTurn], *, hold: bool = False) -> int:
         """Queue turns of one (user, thread) not accepted nor queued yet; returns how many
-        were new. With `hold`, they wait for `release` (or the next add without hold)."""
+        were new. With `hold`, new ones wait for `release` (or `max_hold_s`); without, the
+        ones given are released. A message queued already is replaced by the version given
+        (the same identity, as the turn now holds it) and keeps its hold."""
         added = 0
+        until = time.monotonic() + self.max_hold_s
         for turn in turns:
             key = (user_id, turn.thread_id)
             identity = turn_identity(turn)
@@ -134,6 +141,8 @@ class Outbox:
             if entry is not None and identity in entry.turns:
                 self._bytes += _size(turn) - _size(entry.turns[identity])
                 entry.turns[identity] = turn  # the same message, seen where it now sits
+                if not hold:
+                    entry.held.pop(identity, None)
                 continue
             size = _size(turn)
             if self._count >= self.max_messages or self._bytes + size > self.max_bytes:
@@ -146,10 +155,10 @@ class Outbox:
                 )
                 continue
             if entry is None:
-                entry = self._entries[key] = _Entry(held=hold)
-                entry.held_until = time.monotonic() + self.max_hold_s
+                entry = self._entries[key] = _Entry()
             entry.turns[identity] = turn
-            entry.held = entry.held and hold
+            if hold:
+                entry.held[identity] = until
             self._count += 1
             self._bytes += size
             added += 1
@@ -175,7 +184,7 @@ class Outbox:
             if chat_usage is None:
                 return
             entry = self._entries[key] = _Entry()
-        entry.held = False
+        entry.held.clear()
         entry.urgent = entry.urgent or urgent
         entry.trigger = stronger_trigger(entry.trigger, trigger)
         if chat_usage is not None:
@@ -184,7 +193,7 @@ class Outbox:
 
     def release_all(self) -> None:
         for entry in self._entries.values():
-            entry.held = False
+            entry.held.clear()
         if self._entries:
             self._start()
 
@@ -247,17 +256,21 @@ class Outbox:
             self._wake.clear()
             now = time.monotonic()
             for entry in self._entries.values():
-                if entry.held and entry.held_until <= now:
-                    entry.held = False  # the turn that held it never ended: deliver anyway
+                for identity in [i for i, until in entry.held.items() if until <= now]:
+                    del entry.held[identity]  # the turn that held it never ended: deliver anyway
             ready = [
                 (k, e)
                 for k, e in self._entries.items()
-                if not e.held and not e.sending and e.next_try <= now
+                if _deliverable(e) and not e.sending and e.next_try <= now
             ][:MAX_PARALLEL_SENDS]
             if ready:
                 await asyncio.gather(*(self._send_one(k, e) for k, e in ready))
                 continue
-            waits = [(e.held_until if e.held else e.next_try) - now for e in self._entries.values()]
+            waits = [
+                (e.next_try if _deliverable(e) else min(e.held.values(), default=now)) - now
+                for e in self._entries.values()
+                if not e.sending
+            ]
             delay = max(0.0, min(waits)) if waits else None
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
@@ -266,9 +279,11 @@ class Outbox:
 
     async def _send_one(self, key: Key, entry: _Entry) -> None:
         user_id, _ = key
-        turns = list(entry.turns.values())
+        turns = [t for i, t in entry.turns.items() if i not in entry.held]
+        # The trigger and usage of this send; a release meanwhile sets them for the next one.
         urgent, trigger = entry.urgent, entry.trigger
-        usage, entry.usage = entry.usage, None  # usage added meanwhile rides on the next send
+        entry.urgent, entry.trigger = False, "handover"
+        usage, entry.usage = entry.usage, None
         entry.sending = True
         try:
             if turns or usage is not None:
@@ -276,6 +291,8 @@ class Outbox:
         except Exception as err:  # every failure is retried
             if usage is not None:
                 entry.usage = usage if entry.usage is None else usage + entry.usage
+            entry.urgent = entry.urgent or urgent
+            entry.trigger = stronger_trigger(entry.trigger, trigger)
             entry.attempts += 1
             self.metrics.retries.inc()
             backoff = min(self.max_backoff_s, self.base_backoff_s * 2 ** (entry.attempts - 1))
@@ -293,16 +310,14 @@ class Outbox:
             entry.sending = False
         self._mark_accepted(key, [turn_identity(t) for t in turns])
         for turn in turns:
+            entry.held.pop(turn_identity(turn), None)
             queued = entry.turns.pop(turn_identity(turn), None)
             if queued is not None:
                 self._count -= 1
                 self._bytes -= _size(queued)
         entry.attempts, entry.next_try = 0, 0.0
-        if not entry.turns and entry.usage is None:
-            if self._entries.get(key) is entry:
-                del self._entries[key]
-        else:
-            entry.urgent, entry.trigger = False, "handover"
+        if not entry.turns and entry.usage is None and self._entries.get(key) is entry:
+            del self._entries[key]
         self._changed_count()
 
     def _mark_accepted(self, key: Key, identities: Sequence[str]) -> None:
@@ -315,6 +330,14 @@ class Outbox:
             known.popitem(last=False)
         while len(self._accepted) > MAX_TRACKED_THREADS:
             self._accepted.popitem(last=False)
+
+
+def _deliverable(entry: _Entry) -> bool:
+    """Whether the entry has something to send now: a message no turn holds, or chat usage
+    when no message waits for its turn (the usage then rides on that turn's signal)."""
+    if len(entry.held) < len(entry.turns):
+        return True
+    return entry.usage is not None and not entry.held
 
 
 def _loop_running() -> bool:
