@@ -121,7 +121,10 @@ def query_all(
     if len(rows) < QUERY_WINDOW:
         return rows
     rows = []
-    it = client.query_iterator(collection, batch_size=1000, filter=expr, output_fields=fields)
+    passed = {k: v for k, v in opts.items() if k in ("partition_names", "consistency_level")}
+    it = client.query_iterator(
+        collection, batch_size=1000, filter=expr, output_fields=fields, **passed
+    )
     try:
         while batch := it.next():
             rows.extend(batch)

@@ -140,8 +140,12 @@ class FragmentStore:
         return {"timeout": self.timeout_s, "retry_times": 0}
 
     def _read_opts(self, key: str) -> dict[str, Any]:
-        """Options of a read of one user's rows: on Milvus Lite, only the user's bucket."""
+        """Options of a read of one user's rows: on Milvus Lite, only the user's bucket; on
+        any Milvus, strong consistency: a read right after an upsert must see it (a bounded
+        read on a Milvus server may miss fresh rows, and induction would then mark facts it
+        never saw as folded in, the corpus reconcile drop rows it did not see)."""
         opts = self._opts()
+        opts["consistency_level"] = "Strong"
         if self._lite_buckets:
             bucket = int(hashlib.md5(key.encode()).hexdigest(), 16) % LITE_BUCKETS
             opts["partition_names"] = [f"{LITE_BUCKET_PREFIX}{bucket}"]

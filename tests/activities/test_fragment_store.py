@@ -347,3 +347,20 @@ async def test_unflushed_rows_and_deletes_survive_a_milvus_lite_sigkill(tmp_path
     finally:
         await store.close()
         proc.stop()
+
+
+async def test_all_for_user_past_the_query_window_reads_every_row_of_that_user_only(
+    store: FragmentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past Milvus's result window the rows come from an iterator, with the same options (the
+    user's bucket, strong consistency) as a single query: every row of the user, none of
+    another's, each distinct."""
+    from mnemoflow.activities import fragment_collection
+
+    monkeypatch.setattr(fragment_collection, "QUERY_WINDOW", 7)
+    mine = [frag("iter-a", i, f"line {i} of user a, token {i * 37}") for i in range(23)]
+    theirs = [frag("iter-b", i, f"line {i} of user b, token {i * 41}") for i in range(5)]
+    await store.upsert(mine + theirs)
+    got = await store.all_for_user("iter-a")
+    assert sorted(f.content for f in got) == sorted(f.content for f in mine)
+    assert len({f.id for f in got}) == 23
