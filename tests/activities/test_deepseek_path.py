@@ -223,6 +223,39 @@ async def test_induct_merges_the_models_update(emulator: DeepSeekEmulator) -> No
     assert "order A-1" in emulator.requests[0].body["messages"][1]["content"]
 
 
+async def test_induct_keeps_the_users_fact_beside_someone_elses(
+    emulator: DeepSeekEmulator,
+) -> None:
+    """The model reads facts about the user's family in nearly the user's own words: the merged
+    profile keeps the user's facts beside them (it kept only the newest, another person's)."""
+    emulator.push(
+        Reply.tool(
+            {
+                "hobbies": ["Son Leo plays the cello"],
+                "constraints": ["Wife Priya is allergic to sesame", "我妈妈对猫毛过敏"],
+            }
+        )
+    )
+    fragments = [
+        _fragment("f1", "User: My son Leo plays the cello."),
+        _fragment("f2", "User: My wife Priya is allergic to sesame. 我妈妈对猫毛过敏。"),
+    ]
+    base = UserProfile(
+        hobbies=["Plays the cello"], constraints=["Allergic to sesame", "对猫毛过敏"]
+    )
+    out = await _env().run(
+        _activities(emulator, fragments).induct,
+        InductInput(user_id="u1", profile=base, fragment_ids=["f1", "f2"]),
+    )
+    assert out.profile.hobbies == ["Plays the cello", "Son Leo plays the cello"]
+    assert out.profile.constraints == [
+        "Allergic to sesame",
+        "对猫毛过敏",
+        "Wife Priya is allergic to sesame",
+        "我妈妈对猫毛过敏",
+    ]
+
+
 @pytest.mark.parametrize(
     "reply",
     [

@@ -124,3 +124,72 @@ def test_merge_profile_leaves_its_inputs_alone_and_rejects_a_bad_limit():
     assert base.hobbies == ["chess"]
     with pytest.raises(ValueError):
         merge_profile(base, UserProfile(), list_limit=0)
+
+
+# The user's own fact, then one about someone else in nearly the same words: two facts.
+# English and Chinese, none of them the probe's words.
+OTHER_PEOPLE = [
+    ("Allergic to shellfish", "Wife Anna is allergic to shellfish"),
+    ("Likes jazz", "My son likes jazz"),
+    ("Vegetarian", "Girlfriend is not vegetarian"),
+    ("Runs marathons", "Brother Sam runs marathons"),
+    ("Lives in Leeds", "Mom lives in Leeds"),
+    ("Works night shifts at the hospital", "Colleague Priya works night shifts at the hospital"),
+    ("Plays chess on Sundays", "Plays chess on Sundays with grandpa"),
+    ("Loves hiking", "Kate loves hiking"),
+    (
+        "Friend Sam Patel lives in Paris near the Louvre",
+        "Friend Max Patel lives in Paris near the Louvre",
+    ),
+    (
+        "Mother has type 2 diabetes, takes insulin daily",
+        "Father has type 2 diabetes, takes insulin daily",
+    ),
+    ("喜欢游泳", "我女儿喜欢游泳"),
+    ("在上海工作", "老公在上海工作"),
+    ("对猫毛过敏", "我妈妈对猫毛过敏"),
+    ("哥哥住在广州天河区", "姐姐住在广州天河区"),
+    ("喜欢爬山", "小明喜欢爬山"),
+    ("不吃辣", "我老婆不吃辣"),
+]
+# Same words, another number: two facts (two appointments), and a negation that says more than
+# "not": another fact, not a correction.
+OTHER_FACTS = [
+    (
+        "Dentist appointment on 3 May at the clinic on King Street",
+        "Dentist appointment on 17 May at the clinic on King Street",
+    ),
+    ("5月3日去医院复查", "5月17日去医院复查"),
+    ("Drinks coffee", "Never drinks coffee after dinner"),
+    ("Cooks dinner at home", "Never cooks dinner at home on weekdays"),
+    ("喝咖啡", "晚上不喝咖啡"),
+]
+# What must still collapse to the newest wording: paraphrases of one fact about one person, and
+# a correction that only negates it.
+SAME_FACT = [
+    ("Allergic to peanuts", "allergic to peanuts."),
+    ("Prefers email", "Prefers email over phone"),
+    ("Husband Tom is allergic to peanuts", "husband Tom is allergic to peanuts"),
+    ("Daughter Mia plays tennis", "Daughter Mia plays tennis on Saturdays"),
+    ("Dentist appointment on 3 May", "Dentist appointment on 3 May at the clinic"),
+    ("对花生过敏", "我对花生过敏"),
+    ("周三很忙", "每周三都很忙"),
+    ("Vegan", "No longer vegan"),
+    ("Likes jazz", "Doesn't like jazz any more"),
+    ("吃素", "不吃素了"),
+]
+
+
+@pytest.mark.parametrize(("own", "other"), OTHER_PEOPLE + OTHER_FACTS)
+def test_a_fact_about_someone_else_or_another_fact_keeps_both(own: str, other: str) -> None:
+    """Similar words do not make one fact: someone else named, another number, or a negation
+    with more to it leave the user's own item in the list, in either order."""
+    assert merge_list([own], [other], limit=12) == [own, other]
+    assert merge_list([other], [own], limit=12) == [other, own]
+    merged = merge_profile(UserProfile(constraints=[own]), UserProfile(constraints=[other]))
+    assert merged.constraints == [own, other]
+
+
+@pytest.mark.parametrize(("old", "new"), SAME_FACT)
+def test_one_fact_about_one_person_still_collapses(old: str, new: str) -> None:
+    assert merge_list([old], [new], limit=12) == [new]
