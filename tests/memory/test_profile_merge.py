@@ -126,9 +126,13 @@ def test_merge_profile_leaves_its_inputs_alone_and_rejects_a_bad_limit():
         merge_profile(base, UserProfile(), list_limit=0)
 
 
-# The user's own fact, then one about someone else in nearly the same words: two facts.
-# English and Chinese, none of them the probe's words.
+# The user's own fact, then one about someone else in nearly the same words: two facts. The
+# probe's four, then held-out ones in English and Chinese.
 OTHER_PEOPLE = [
+    ("Allergic to peanuts", "Husband Tom is allergic to peanuts"),
+    ("Plays tennis", "Daughter Mia plays tennis"),
+    ("Vegan", "Partner is not vegan"),
+    ("女儿在北京上大学", "儿子在北京上大学"),
     ("Allergic to shellfish", "Wife Anna is allergic to shellfish"),
     ("Likes jazz", "My son likes jazz"),
     ("Vegetarian", "Girlfriend is not vegetarian"),
