@@ -22,6 +22,7 @@ from its checkpointer with `resync`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -36,13 +37,14 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from mnemoflow.middleware.long_turns import split_turn
 from mnemoflow.middleware.outbox import (
     MAX_OUTBOX_BYTES,
     MAX_OUTBOX_MESSAGES,
     Outbox,
     OutboxMetrics,
 )
-from mnemoflow.middleware.payloads import split_event, trim_turn
+from mnemoflow.middleware.payloads import split_event
 from mnemoflow.middleware.read_path import ContextReader
 from mnemoflow.middleware.search import FragmentSearch
 from mnemoflow.middleware.settle import (
@@ -90,6 +92,8 @@ from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn, turn_identity
 from mnemoflow.models.usage import LLMUsage, PriceTable
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+
+log = logging.getLogger(__name__)
 
 #: The hot path may wait at most this long for the query fallback (docs/ARCHITECTURE.md, one GET).
 MAX_QUERY_TIMEOUT_S = 2.0
@@ -243,8 +247,12 @@ class MemoryClient:
         Raises MemoryUnavailableError when Temporal cannot be reached (`hand_over` retries).
 
         Each message is accepted once by its identity (`models.turns.turn_identity`), so a
-        re-send is a no-op. Each turn is trimmed to `config.max_turn_chars`, and the turns are
-        split into several events when one would come near Temporal's payload limit.
+        re-send is a no-op. A human or AI message longer than `config.max_turn_chars` is sent
+        whole as consecutive parts of at most that many characters, each its own identity
+        (middleware/long_turns.py); only what is past `config.max_message_chars` is cut, with
+        an error log and the `mnemoflow_handover_cut_*` counters. Tool and system turns are cut
+        to `max_turn_chars`. The turns are split into several events when one would come near
+        Temporal's payload limit.
         `chat_usage` (the chat model's tokens since the last hand-over) rides on the last event:
         it is in the ledger once all are in. With no turns, an event carries only the usage.
         """
@@ -253,7 +261,13 @@ class MemoryClient:
             raise ValueError("submit needs at least one turn")
         if len({t.thread_id for t in turns}) > 1:
             raise ValueError("submit takes the turns of one thread at a time")
-        trimmed = [trim_turn(t, self.config.max_turn_chars) for t in turns]
+        trimmed: list[ChatTurn] = []
+        cuts: list[tuple[ChatTurn, int]] = []
+        for turn in turns:
+            parts, cut = split_turn(turn, self.config.max_turn_chars, self.config.max_message_chars)
+            trimmed.extend(parts)
+            if cut:
+                cuts.append((turn, cut))
         thread = trimmed[0].thread_id if trimmed else ""
         chunks = list(split_event(trimmed)) or [[]]
         event_id = ""
@@ -268,6 +282,18 @@ class MemoryClient:
                 chat_usage=chat_usage if last else None,
             )
             await self._start(uid, start_signal="submit", start_signal_args=[event])
+        for turn, cut in cuts:  # counted once the message is handed over, not per retry
+            self.outbox.metrics.cut_messages.inc()
+            self.outbox.metrics.cut_chars.inc(cut)
+            log.error(
+                "a %s message of %d characters in thread %r was handed over cut: its last %d "
+                "characters are not in memory (MemoryConfig.max_message_chars=%d)",
+                turn.role,
+                len(turn.content),
+                thread[:60],
+                cut,
+                self.config.max_message_chars,
+            )
         return event_id
 
     async def _deliver(

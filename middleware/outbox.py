@@ -70,6 +70,16 @@ class OutboxMetrics:
             "Messages refused because the outbox was full (offered again by the next turn)",
             registry=self.registry,
         )
+        self.cut_messages = Counter(
+            "mnemoflow_handover_cut_messages_total",
+            "Human or AI messages longer than MemoryConfig.max_message_chars, handed over cut",
+            registry=self.registry,
+        )
+        self.cut_chars = Counter(
+            "mnemoflow_handover_cut_chars_total",
+            "Characters left out of messages longer than MemoryConfig.max_message_chars",
+            registry=self.registry,
+        )
 
 
 @dataclass

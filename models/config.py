@@ -107,7 +107,29 @@ class MemoryConfig(BaseModel):
     max_input_tokens: int = Field(64000, ge=256)
 
     max_turns_per_round: int = Field(64, ge=1, le=500)
-    max_turn_chars: int = Field(8000, ge=64, description="longer turn texts are trimmed")
+    max_turn_chars: int = Field(
+        8000,
+        ge=64,
+        description=(
+            "longest text of one handed-over turn: a longer human or AI message is handed over"
+            " whole, as consecutive parts of at most this many characters (cut at sentence"
+            " ends; each part its own identity), so a round's input stays bounded; tool and"
+            " system outputs, which are not memory, are cut to it"
+        ),
+    )
+    max_message_chars: int = Field(
+        200_000,
+        ge=64,
+        le=1_000_000,
+        description=(
+            "longest human or AI message handed over whole (in parts): the rest of a longer one"
+            " is cut, logged as an error and counted in mnemoflow_handover_cut_messages_total"
+            " and ..._cut_chars_total. 200,000 characters are 200 KB of English and at most"
+            " 800 KB of UTF-8 (emoji): one such message waiting for its round stays inside"
+            " Temporal's 2 MB payload limit of the user workflow's state (continue-as-new);"
+            " its hand-over is split into signals of at most 512 KB (middleware/payloads.py)"
+        ),
+    )
     profile_list_limit: int = Field(12, ge=1, le=100)
     failed_round_backoff_s: float = Field(
         600, ge=0, description="wait before re-slicing after a failed round"
