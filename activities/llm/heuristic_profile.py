@@ -31,6 +31,13 @@ What a sentence does not state is never kept (docs/ARCHITECTURE.md, offline mode
 - a nationality, faith, diet or habit ("I'm Italian", "I'm a vegetarian", "a former smoker")
   is neither a name nor an occupation (a diet is a constraint).
 
+A correction states the new value, so the stale one leaves the profile when induction merges
+the update (memory.profile_merge): a move gives the address moved to ("I moved from 12 Elm Street
+to 14 Elm Street", "我搬到了..."), "my new X is" states X, a job taken up after another ("I'm a
+paramedic now", "I became a", "现在是律师", "转行当了") is the occupation (the latest statement
+wins), and a diet given up ("no longer vegan", "not a vegetarian anymore") is a constraint of its
+own that replaces the diet in the merge.
+
 Anything they miss stays in the fragments, which are still retrieved and injected.
 """
 
@@ -123,17 +130,25 @@ def _is_occupation(value: str) -> bool:
 
 
 _JOB_WORD = (
-    r"(?:\w*(?:nurse|chef|student|analyst|lawyer|clerk|pilot)|\w+(?:er|or|ist|ian|ant|ent|eer|ect))"
+    r"(?:\w*(?:nurse|chef|student|analyst|lawyer|clerk|pilot|medic|mechanic|surgeon|attorney|"
+    r"barista|nanny|midwife|secretary)|cook|vet|intern|judge|\w+(?:er|or|ist|ian|ant|ent|eer|ect))"
 )
+# Words that say a statement is the current one, after a change: "I now work as", "I'm now a".
+_NOW_EN = r"(?:now |currently |these days |just |recently )?"
 _OCCUPATION = (
     re.compile(
-        r"\b(?:I work as|my job is|my occupation is|my profession is) (?:an? )?([\w -]{3,40}?)"
-        + _END,
+        rf"\b(?:I {_NOW_EN}work as|my (?:new |current )?(?:job|occupation|profession) is) "
+        r"(?:an? )?([\w -]{3,40}?)" + _END,
         _I,
     ),
-    re.compile(rf"\b(?:I'm|I am) (?:an? )((?:\w+ )?{_JOB_WORD})\b", _I),
     re.compile(
-        r"(?:我是|职业是|我当|^是|[，,]是)(?:一名|一个|个)?([\u4e00-\u9fff]{0,6}?"
+        rf"\b(?:I'm|I am|I['’]ve become|I have become|I became) {_NOW_EN}(?:an? )"
+        rf"((?:\w+ )?{_JOB_WORD})\b",
+        _I,
+    ),
+    re.compile(
+        r"(?:我是|职业是|我当|^是|[，,]是|(?:现在|如今|目前)(?:是|当|做)|(?:改行|转行)(?:当|做|成)了?|"
+        r"当上了|成为了?)(?:一名|一个|个)?([\u4e00-\u9fff]{0,6}?"
         r"(?:工程师|程序员|设计师|老师|教师|医生|护士|律师|会计|经理|学生|司机|厨师|作家|记者|店主|老板|销售|"
         r"员|师|家))" + _ZH_END
     ),
@@ -172,11 +187,22 @@ _CONSTRAINT = re.compile(
     # A diet one keeps ("I'm a vegetarian", "Sam is vegan"), not a dish ("vegan ice cream").
     r"(?:am|['’]m|is|are|['’]re|was|were|been|be|became|become|went|gone|going|stay|stayed)"
     r" (?:an? |now |strictly |fully |mostly |still )?(?:vegan|vegetarian|pescatarian)|"
+    # ... and one given up: "no longer vegan", "not a vegetarian anymore", "stopped being vegan"
+    r"(?:no longer|not|never|(?:stopped|quit|gave up) being) (?:an? )?"
+    r"(?:vegan|vegetarian|pescatarian)|"
     r"(?:don't|do not|didn't|did not|never|no longer) (?:really |much |particularly )?"
     r"(?:like[sd]?|love[sd]?|enjoy(?:s|ed)?|care for|eat|drink)|"
     r"(?:not|never been) (?:a (?:big |huge )?fan of|into|interested in)|avoid)\b|"
     r"忙|没空|不方便|过敏|不能|只能|预算|别打电话|讨厌|忌口|吃素|素食者|素食主义|不感兴趣|没兴趣|没有兴趣|"
     r"(?:不|没有?)(?:太|是很|是特别|怎么|那么|再|大|很|是那么)?(?:喜欢|爱)|不吃|不喝",
+    _I,
+)
+# A diet given up: its own comma-separated part is the constraint, so that the profile merge
+# takes it for a correction of the diet ("not a vegetarian anymore" replaces "a vegetarian";
+# with ", I eat fish now" it would be another fact beside it).
+_GIVEN_UP = re.compile(
+    r"[^,，]*\b(?:no longer|not|never|(?:stopped|quit|gave up) being) (?:an? )?"
+    r"(?:vegan|vegetarian|pescatarian)\b[^,，]*",
     _I,
 )
 _GOAL = (
@@ -209,7 +235,27 @@ _DATE = (
     rf"(?:{_MONTHS} \d{{1,2}}(?:st|nd|rd|th)?|\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{_MONTHS})"
     r"(?:,? \d{4})?|\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}(?:/\d{2,4})?"
 )
-_SHIP_TO = r"my address is|I live at|ship (?:it )?to|deliver (?:it )?to|send (?:it )?to"
+_SHIP_TO = (
+    r"my address is|I (?:now |currently )?live at|ship (?:it )?to|deliver (?:it )?to|"
+    r"send (?:it )?to"
+)
+# A move: the address moved to is the current one ("I moved from 12 Elm Street to 14 Elm
+# Street", "We've just moved to 9 Mill Lane, Cork"); only a place (a number or a name).
+_MOVED_TO = re.compile(
+    r"\b(?:I|we)(?:['’]ve| have)? (?:just |recently |finally )?moved (?:house |home )?"
+    r"(?:from .{2,60}? )?to ((?=[^,;.!?]*\d|(?-i:[A-Z])).{2,120}?)"
+    r"(?=[;!?]|\.(?:\s|$)|\s(?:for|because|since|when|after|before|so|to be|with|in \d{4})\b|$)",
+    _I,
+)
+# When a value was said, after it: "14 Elm Street last week", "Bristol, a month ago".
+_TRAILING_TIME = re.compile(
+    r"(?:,?\s+(?:last|this|next) \w+|,?\s+(?:yesterday|today|recently|lately|now|"
+    r"from now on)|,?\s+(?:a|an|one|two|three|four|five|six|a few|few|several|\d+) "
+    r"(?:days?|weeks?|months?|years?) ago|,?\s+in \d{4})\s*$",
+    _I,
+)
+# What makes a key the current one of a field ("my new address is" states the address).
+_KEY_CURRENT = re.compile(r"^(?:new|current|updated|latest|present) (?=\w)", _I)
 _TIME_WORD = r"on|from|between|after|before|in|at|during|every"
 _RELATION = (
     re.compile(rf"\b(?:[Mm]y|[Oo]ur) ({_PET_EN}|{_KIN_EN}){_NAMED} ([A-Z][a-z'-]+)\b"),
@@ -268,7 +314,10 @@ _LIKES_TO_EAT_ZH = re.compile(r"(?:最喜欢吃|最爱吃|爱吃)([\u4e00-\u9fff
 _BORN_ZH = re.compile(r"(?:出生于|出生在|生于)((?:\d{4}年)?(?:\d{1,2}月)?(?:\d{1,2}[日号])?)")
 _ADDRESS = (
     re.compile(rf"\b(?:{_SHIP_TO}) (.{{6,120}}?)(?=[;!?]|\.(?:\s|$)|$)", _I),
-    re.compile(r"(?:地址是|地址：|地址:|住在|住址是)\s*(.{4,60}?)" + r"(?=[。！？；;!?]|$)"),
+    re.compile(
+        r"(?:地址是|地址：|地址:|住在|住址是|搬到了?|搬去了?|搬进了?|搬家到)\s*(.{4,60}?)"
+        + r"(?=[。！？；;!?]|$)"
+    ),
 )
 _EMAIL = re.compile(
     r"(?<![A-Za-z0-9._%+-])([A-Za-z0-9._%+-]+@[A-Za-z0-9-]+\.[A-Za-z0-9.-]*[A-Za-z0-9])"
@@ -502,7 +551,9 @@ def _stated_fields(sentence: str) -> tuple[dict[str, str], list[str]]:
 
     def put(key: str, value: str, at: int) -> None:
         """`at`: where the value starts, so whose it is can be read from the words before."""
-        key, value = " ".join(key.split()), _clean(value)
+        key, value = _KEY_CURRENT.sub("", " ".join(key.split())), _clean(value)
+        if key == "address":
+            value = _TRAILING_TIME.sub("", value).rstrip(" ,")
         if not key or not value:
             return
         owner = _owner(sentence, at)
@@ -545,7 +596,7 @@ def _stated_fields(sentence: str) -> tuple[dict[str, str], list[str]]:
     m = _USES_EN.search(sentence)
     if m and re.search(r"\d|\s", m.group(1)):
         put("uses", m.group(1), m.start())
-    for pattern in _ADDRESS:
+    for pattern in (_MOVED_TO, *_ADDRESS):
         m = pattern.search(sentence)
         if m:
             put("address", m.group(1), m.start(1))
@@ -586,7 +637,8 @@ def extract_profile(contents: Iterable[str]) -> UserProfile:
             update.name = update.name or name
         occupation = _first(_OCCUPATION, sentence)
         if occupation and _is_occupation(occupation):
-            update.occupation = update.occupation or occupation
+            # The latest statement is the user's latest word ("I'm a paramedic now").
+            update.occupation = occupation
         # A negated like ("我不太喜欢猫") is no hobby or interest; a dislike is a constraint.
         hobby = _first(_HOBBY, sentence, affirmed=True)
         _add(update.hobbies, hobby)
@@ -601,7 +653,8 @@ def extract_profile(contents: Iterable[str]) -> UserProfile:
                 # Someone else's ("my partner Sam is vegetarian", "我妈妈对花生过敏") is about them.
                 about_other = _said_of_other(clause[: constraint.start()])
                 field = update.relationships if about_other else update.constraints
-                _add(field, _clean(clause) or None)
+                given_up = _GIVEN_UP.search(clause)
+                _add(field, _clean(given_up.group() if given_up else clause) or None)
         for pattern in _RELATION:
             for match in pattern.finditer(sentence):
                 named = match.groupdict()
