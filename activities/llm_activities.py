@@ -23,6 +23,7 @@ from mnemoflow.activities.llm.base import MemoryModels, validate_drafts, with_ev
 from mnemoflow.activities.llm.errors import to_activity_error
 from mnemoflow.memory.params import renormalise
 from mnemoflow.memory.profile_merge import merge_profile
+from mnemoflow.memory.text import content_tokens, normalise
 from mnemoflow.models.contracts import (
     ActivityName,
     InductInput,
@@ -34,6 +35,7 @@ from mnemoflow.models.contracts import (
 )
 from mnemoflow.models.errors import InvalidInputError, MalformedModelOutputError
 from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.profile import UserProfile, profile_facts
 from mnemoflow.models.round_store import (
     SLICE_AND_TUNE,
     SliceTuneInput,
@@ -193,6 +195,53 @@ class LLMActivities:
                 inducted=[f.id for f in fragments],
                 usage=inducted.usage,
                 model=self.models.name,
+                fact_sources=fact_sources(inp.profile, inducted.update, merged, fragments),
             )
 
         return await self._guarded("induct", call)
+
+
+def fact_sources(
+    before: UserProfile, update: UserProfile, merged: UserProfile, fragments: list[Fragment]
+) -> dict[str, list[str]]:
+    """Which of the inducted fragments state each fact this induction added or restated: the
+    fact's words and numbers appear in the fragment's text (docs/ARCHITECTURE.md, "Forget leaves
+    nothing to resurrect"). A fact no fragment holds in its own words (a model's paraphrase) gets
+    [], so the user workflow credits the whole batch and forgets it with any of them."""
+    old = profile_facts(before)
+    restated = set(profile_facts(_tidy(update)))
+    texts = [(f.id, _spaced(normalise(f.content))) for f in fragments]
+    tokens = {fid: content_tokens(text.strip()) for fid, text in texts}
+    out: dict[str, list[str]] = {}
+    for key, value in profile_facts(merged).items():
+        if key in old and key not in restated:
+            continue
+        out[key] = [fid for fid, text in texts if _states(value, text, tokens[fid])]
+    return out
+
+
+def _tidy(update: UserProfile) -> UserProfile:
+    """The update's values as merge_profile stores them (whitespace collapsed)."""
+    values = update.model_dump()
+    for field, value in values.items():
+        if isinstance(value, str):
+            values[field] = value.strip() or None
+        elif isinstance(value, list):
+            values[field] = [" ".join(v.split()) for v in value]
+    return UserProfile.model_validate(values)
+
+
+def _spaced(norm: str) -> str:
+    return f" {norm} "
+
+
+def _states(value: str, text: str, tokens: set[str]) -> bool:
+    """The fragment's text (normalised, space-padded) holds the value: as a phrase, or every
+    content word and number of it (in any order, inflected: "busy on Wednesdays")."""
+    norm = normalise(value)
+    if not norm:
+        return False
+    if _spaced(norm) in text or (not norm.isascii() and norm in text):
+        return True
+    wanted = content_tokens(norm)
+    return bool(wanted) and wanted <= tokens

@@ -191,6 +191,13 @@ class UserMemoryState(BaseModel):
     forgotten_fragments: list[str] = Field(
         default_factory=list, description="recently forgotten fragment ids (bounded)"
     )
+    profile_stated: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description=(
+            "profile fact key -> the fragments among its sources whose text states it; a source "
+            "not listed here was only credited because its batch could not be told apart"
+        ),
+    )
 
 
 class UserMemoryInput(BaseModel):
@@ -407,6 +414,14 @@ class InductOutput(BaseModel):
     inducted: list[str]
     usage: LLMUsage = Field(default_factory=LLMUsage)
     model: str = ""
+    fact_sources: dict[str, list[str]] | None = Field(
+        None,
+        description=(
+            "fact key (models.profile.profile_facts) of every fact this induction added or "
+            "restated -> the inducted fragments whose text states it ([]: none could be told, "
+            "e.g. a paraphrase); None: an inducer from before attribution"
+        ),
+    )
 
 
 class ReinforceInput(BaseModel):

@@ -290,44 +290,126 @@ def _finish(record: RoundRecord, status: str, now: float, **extra: object) -> No
 
 
 def induction_stored(
-    s: UserMemoryState, batch: list[FragmentRef], out: InductOutput, prices: PriceTable
+    s: UserMemoryState,
+    batch: list[FragmentRef],
+    out: InductOutput,
+    prices: PriceTable,
+    by_statement: bool = False,
 ) -> None:
-    """The merged profile is stored: only now does the cursor move (never backwards). Facts new
-    to the profile are attributed to the batch's fragments (provenance for forget_fragment)."""
-    before = profile_facts(s.profile)
-    after = profile_facts(out.profile)
-    sources = {k: v for k, v in s.profile_sources.items() if k in after}
-    for key in after:
-        if key not in before or key not in sources:
-            sources[key] = [r.id for r in batch][:MAX_FACT_SOURCES]
-    s.profile_sources = sources
-    s.profile = out.profile
+    """The merged profile is stored: only now does the cursor move (never backwards). Facts
+    carry their sources (provenance for forget_fragment): `by_statement`, the fragments that
+    state them (`out.fact_sources`), a restated fact gaining the new ones; before that, every
+    fact new to the profile was credited to the whole batch."""
+    if by_statement and out.fact_sources is not None:
+        _attribute_by_statement(s, batch, out.profile, out.fact_sources)
+    else:
+        before = profile_facts(s.profile)
+        after = profile_facts(out.profile)
+        sources = {k: v for k, v in s.profile_sources.items() if k in after}
+        for key in after:
+            if key not in before or key not in sources:
+                sources[key] = [r.id for r in batch][:MAX_FACT_SOURCES]
+        s.profile_sources = sources
+        s.profile = out.profile
     done = {r.id for r in batch}
     s.uninducted = [r for r in s.uninducted if r.id not in done]
     s.induction_cursor = max([s.induction_cursor, *(r.seq for r in batch)])
     s.inductions += 1
     s.ledger.add("induct", out.usage, prices)
-    late = set(s.forgotten_fragments) & {r.id for r in batch}
+    late = [i for i in s.forgotten_fragments if i in done]
     for fragment_id in late:  # forgotten while this induction ran
-        forget_fragment_facts(s, fragment_id)
+        forget_fragment_facts(s, fragment_id, by_statement=by_statement)
 
 
-def forget_fragment_facts(s: UserMemoryState, fragment_id: str) -> int:
-    """Forget a fragment in the state: the profile facts that came only from it are removed,
-    it leaves the published context, and a later round or induction cannot bring it back.
-    Returns how many profile facts were removed."""
+def induced_profile(s: UserMemoryState, batch: list[FragmentRef], out: InductOutput) -> UserProfile:
+    """The profile `induction_stored(..., by_statement=True)` will store, without changing the
+    state: what the induction publishes first (a fragment forgotten while it ran never shows)."""
+    trial = UserMemoryState(
+        profile=s.profile,
+        profile_sources=s.profile_sources,
+        profile_stated=s.profile_stated,
+        forgotten_fragments=s.forgotten_fragments,
+    ).model_copy(deep=True)
+    induction_stored(trial, batch, out, PriceTable(), by_statement=True)
+    return trial.profile
+
+
+def _attribute_by_statement(
+    s: UserMemoryState,
+    batch: list[FragmentRef],
+    profile: UserProfile,
+    stated_by: dict[str, list[str]],
+) -> None:
+    """Store an induced profile with each fact's sources: the fragments that state it, or the
+    whole batch when none could be told (a paraphrase). A fact the profile lost while the
+    induction ran (a forget_fragment removed it from the profile it started from) stays out
+    unless this batch stated it again."""
+    before = profile_facts(s.profile)
+    after = profile_facts(profile)
+    stale = {k for k in after if k not in before and k not in stated_by}
+    if stale:
+        profile = without_facts(profile, stale)
+    batch_ids = [r.id for r in batch]
+    sources: dict[str, list[str]] = {}
+    stated: dict[str, list[str]] = {}
+    for key in profile_facts(profile):
+        old = s.profile_sources.get(key, []) if key in before else []
+        old_stated = s.profile_stated.get(key, []) if key in before else []
+        new = stated_by.get(key)
+        if new is None:
+            src, said = old, old_stated
+        else:
+            src, said = _union(old, new or batch_ids), _union(old_stated, new)
+        if src:
+            sources[key] = src
+            kept = [i for i in said if i in src]
+            if kept:
+                stated[key] = kept
+    s.profile_sources = sources
+    s.profile_stated = stated
+    s.profile = profile
+
+
+def _union(old: list[str], new: list[str]) -> list[str]:
+    """Old then new ids, each once, the newest MAX_FACT_SOURCES."""
+    merged = [i for i in old if i not in new] + list(dict.fromkeys(new))
+    return merged[-MAX_FACT_SOURCES:]
+
+
+def forget_fragment_facts(s: UserMemoryState, fragment_id: str, by_statement: bool = False) -> int:
+    """Forget a fragment in the state: its profile facts are removed, it leaves the published
+    context, and a later round or induction cannot bring it back. Returns how many profile
+    facts were removed.
+
+    `by_statement` (privacy first): a fact credited to the fragment stays only when another
+    kept fragment states it; one whose statement could not be told apart (its sources are the
+    whole batch) is removed, and the batch's other fragments are inducted again, so the facts
+    they do state come back. Before that, a fact stayed while any other source remained."""
     _remember(s.forgotten_fragments, fragment_id, MAX_FORGOTTEN_FRAGMENTS)
+    forgotten = set(s.forgotten_fragments)
     gone: set[str] = set()
+    again: list[str] = []
     for key, ids in list(s.profile_sources.items()):
-        if fragment_id in ids:
-            rest = [i for i in ids if i != fragment_id]
-            if rest:
-                s.profile_sources[key] = rest
-            else:
-                gone.add(key)
-                del s.profile_sources[key]
+        if fragment_id not in ids:
+            continue
+        rest = [i for i in ids if i != fragment_id]
+        stated = [i for i in s.profile_stated.get(key, []) if i in rest and i not in forgotten]
+        if rest and (stated or not by_statement):
+            s.profile_sources[key] = rest
+            if key in s.profile_stated:
+                s.profile_stated[key] = stated
+            continue
+        gone.add(key)
+        del s.profile_sources[key]
+        s.profile_stated.pop(key, None)
+        again.extend(i for i in rest if i not in forgotten and i not in again)
     if gone:
         s.profile = without_facts(s.profile, gone)
+    if again:
+        queued = {r.id for r in s.uninducted}
+        s.uninducted.extend(
+            FragmentRef(id=i, created_at=0.0, seq=0) for i in again if i not in queued
+        )
     if s.context is not None:
         s.context = without_forgotten(s.context, s.forgotten_fragments, s.profile)
     return len(gone)
@@ -368,6 +450,7 @@ def forget_all(s: UserMemoryState, clear_backoff: bool = False) -> int:
     s.tuned = {}
     s.profile = UserProfile()
     s.profile_sources = {}
+    s.profile_stated = {}
     s.context = None
     s.last_error = None
     return dropped

@@ -55,6 +55,10 @@ FORGET_FRAGMENT_REPUBLISHES = "forget-fragment-republishes"
 #: forget_fragment waits for a reinforce in flight before it deletes.
 FORGET_FRAGMENT_WAITS_REINFORCE = "forget-fragment-waits-reinforce"
 
+#: forget_fragment keeps a fact only when another kept fragment states it (privacy first: one
+#: credited to a whole batch goes, and the batch's other fragments are inducted again).
+FORGET_FRAGMENT_BY_STATEMENT = "forget-fragment-facts-by-statement"
+
 #: An explicit memory starts as if reinforced a few times: the user asked for it.
 EXPLICIT_STRENGTH = 4
 
@@ -143,8 +147,9 @@ def validate_recall(req: RecallRequest) -> None:
 
 async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFragmentResult:
     """Delete one of this user's fragments (ids of other users delete nothing), remove the
-    profile facts that came only from it, and republish the read model at once. A reinforce in
-    flight is waited for first: it could write the row back after the delete."""
+    profile facts it stated that no other kept fragment states, and republish the read model at
+    once. A reinforce in flight is waited for first: it could write the row back after the
+    delete."""
     run.forgetting.add(req.fragment_id)
     if workflow.patched(FORGET_FRAGMENT_WAITS_REINFORCE):
         await workflow.wait_condition(lambda: not run.reinforcing)
@@ -173,7 +178,13 @@ async def _forgotten_everywhere(
     if not out.deleted or not workflow.patched(FORGET_FRAGMENT_REPUBLISHES):
         return ForgetFragmentResult(deleted=out.deleted)
     await workflow.wait_condition(lambda: not run.publishing)
-    removed = state_ops.forget_fragment_facts(run.state, req.fragment_id)
+    by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
+    queued = len(run.state.uninducted)
+    removed = state_ops.forget_fragment_facts(run.state, req.fragment_id, by_statement=by_statement)
+    if len(run.state.uninducted) > queued:
+        # Fragments to induct again (they shared a fact that could not be told apart): wake
+        # the loop, which may be asleep with nothing due.
+        run.dropped_ids.append(req.fragment_id)
     republished = False
     if run.state.context is not None and run.forget_request is None:
         try:

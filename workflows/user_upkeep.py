@@ -46,12 +46,20 @@ async def maybe_induct(run: UserRun) -> bool:
             result_type=InductOutput,
             **llm_activity(f"induct {len(batch)} fragments", run.inp.llm_task_queue),
         )
+    except ActivityError as err:
+        s.last_error = f"induction failed: {failure_text(err)}"
+        s.induction_not_before = now + cfg.failed_round_backoff_s
+        return True
+    # Facts carry the fragments that state them; one forgotten while this ran never shows.
+    by_statement = workflow.patched(INDUCTION_BY_STATEMENT)
+    profile = state_ops.induced_profile(s, batch, out) if by_statement else out.profile
+    try:
         # Store the merged profile first: the cursor never moves past an unstored profile.
         # A remember waits meanwhile, so the context it extends is this one, not the one before.
         run.publishing = True
         context = run.context().model_copy(
             update={
-                "profile": out.profile,
+                "profile": profile,
                 "version": run.context().version + 1,
                 "generated_at": workflow.now().timestamp(),
                 "watermarks": state_ops.watermarks(s),
@@ -65,7 +73,7 @@ async def maybe_induct(run: UserRun) -> bool:
     finally:
         run.publishing = False
     s.context = context
-    state_ops.induction_stored(s, batch, out, run.inp.prices)
+    state_ops.induction_stored(s, batch, out, run.inp.prices, by_statement=by_statement)
     await drop_forgotten(run)
     return True
 
@@ -108,3 +116,6 @@ async def maybe_reinforce(run: UserRun) -> bool:
 #: Patch of the reinforce step that leaves forgotten fragments out (histories from before it
 #: replay as they ran).
 REINFORCE_SKIPS_FORGOTTEN = "reinforce-skips-forgotten"
+#: Patch of the induction that credits each fact to the fragments that state it, and publishes
+#: the profile without what was forgotten while it ran (histories from before replay as they ran).
+INDUCTION_BY_STATEMENT = "induction-facts-by-statement"

@@ -300,3 +300,52 @@ def test_profile_facts_carry_their_fragments_and_leave_with_the_last_one() -> No
     out = InductOutput(profile=UserProfile(name="Ghost"), inducted=["f9"])
     state_ops.induction_stored(s, late, out, PriceTable())
     assert s.profile.name is None
+
+
+def _refs(*ids: str) -> list[FragmentRef]:
+    return [FragmentRef(id=i, created_at=T0, seq=n) for n, i in enumerate(ids, start=1)]
+
+
+def test_facts_leave_with_the_fragment_that_states_them_whatever_the_batch() -> None:
+    s = UserMemoryState()
+    batch = _refs("f1", "f2", "f3")
+    ada = UserProfile(name="Ada", goals=["learn Welsh"], hobbies=["chess"])
+    stated = {"name\x1fAda": ["f1"], "goals\x1flearn Welsh": ["f2"], "hobbies\x1fchess": []}
+    out = InductOutput(profile=ada, inducted=["f1", "f2", "f3"], fact_sources=stated)
+    state_ops.induction_stored(s, batch, out, PriceTable(), by_statement=True)
+    assert s.profile_sources["hobbies\x1fchess"] == ["f1", "f2", "f3"]  # could not be told
+    # f1 alone states the name: it goes; "chess" might be f1's too: it goes (privacy first),
+    # and the rest of its batch is inducted again so what they state comes back.
+    assert state_ops.forget_fragment_facts(s, "f1", by_statement=True) == 2
+    assert s.profile == UserProfile(goals=["learn Welsh"])
+    assert [(r.id, r.seq) for r in s.uninducted] == [("f2", 0), ("f3", 0)]
+    assert state_ops.mature_for_induction(s, CFG, T0) == s.uninducted  # due at once
+    # A restatement adds its fragment: the fact stays while one that states it is kept.
+    again = InductOutput(
+        profile=s.profile, inducted=["f4"], fact_sources={"goals\x1flearn Welsh": ["f4"]}
+    )
+    state_ops.induction_stored(s, _refs("f4"), again, PriceTable(), by_statement=True)
+    assert s.profile_stated["goals\x1flearn Welsh"] == ["f2", "f4"]
+    assert state_ops.forget_fragment_facts(s, "f2", by_statement=True) == 0
+    assert state_ops.forget_fragment_facts(s, "f4", by_statement=True) == 1
+    assert s.profile == UserProfile() and not s.profile_sources and not s.profile_stated
+
+
+def test_an_induction_that_ran_across_a_forget_keeps_it_forgotten() -> None:
+    s = UserMemoryState()
+    first = InductOutput(
+        profile=UserProfile(name="Ada"), inducted=["f1"], fact_sources={"name\x1fAda": ["f1"]}
+    )
+    state_ops.induction_stored(s, _refs("f1"), first, PriceTable(), by_statement=True)
+    started_from = s.profile  # the next induction starts from this profile ...
+    assert state_ops.forget_fragment_facts(s, "f1", by_statement=True) == 1
+    # ... and returns it merged: the name it started from is not brought back.
+    merged = started_from.model_copy(update={"hobbies": ["chess"]})
+    late = InductOutput(
+        profile=merged, inducted=["f2", "f3"], fact_sources={"hobbies\x1fchess": ["f3"]}
+    )
+    assert state_ops.induced_profile(s, _refs("f2", "f3"), late) == UserProfile(hobbies=["chess"])
+    s.forgotten_fragments.append("f3")  # and f3 was forgotten while it ran
+    assert state_ops.induced_profile(s, _refs("f2", "f3"), late) == UserProfile()
+    state_ops.induction_stored(s, _refs("f2", "f3"), late, PriceTable(), by_statement=True)
+    assert s.profile == UserProfile() and not s.profile_sources
