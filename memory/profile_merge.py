@@ -81,7 +81,8 @@ _RELATIONS_ZH = _relations(
     "外孙=外孙 外孙女=外孙女 叔叔=叔叔 阿姨=阿姨 舅舅=舅舅 姑姑=姑姑 伯伯=伯伯 表哥=表哥 "
     "表姐=表姐 表弟=表弟 表妹=表妹 岳父=岳父 岳母=岳母 公公=公公 婆婆=婆婆 "
     "朋友=朋友 同事=同事 老板=老板 上司=老板 领导=老板 室友=室友 邻居=邻居 同学=同学 "
-    "宠物=宠物 小狗=狗 狗狗=狗 小猫=猫 猫咪=猫"
+    "宠物=宠物 小狗=狗 狗狗=狗 小猫=猫 猫咪=猫 "
+    "我爸=父亲 我妈=母亲 我哥=哥哥 我姐=姐姐 我弟=弟弟 我妹=妹妹"
 )
 _RELATION_ZH = re.compile("|".join(sorted(_RELATIONS_ZH, key=len, reverse=True)))
 # Capitalised words that are not names: days, months, seasons' holidays.

@@ -155,6 +155,7 @@ OTHER_PEOPLE = [
     ("哥哥住在广州天河区", "姐姐住在广州天河区"),
     ("喜欢爬山", "小明喜欢爬山"),
     ("不吃辣", "我老婆不吃辣"),
+    ("每天都去跑步", "我爸每天跑步"),
 ]
 # Same words, another number: two facts (two appointments), and a negation that says more than
 # "not": another fact, not a correction.
