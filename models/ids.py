@@ -107,11 +107,17 @@ _THREAD_HEAD_CHARS = 200
 
 
 def thread_key(thread_id: str) -> str:
-    """The thread id memory keys a thread by: itself when short, else head + "~" + hash."""
-    if len(thread_id) <= MAX_THREAD_ID_CHARS:
+    """The thread id memory keys a thread by: itself when short and encodable, else a head
+    (lone surrogates, a broken emoji, as U+FFFD) + "~" + a hash of the whole id."""
+    unencodable = _LONE_SURROGATE.search(thread_id) is not None
+    if len(thread_id) <= MAX_THREAD_ID_CHARS and not unencodable:
         return thread_id
     digest = hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{thread_id[:_THREAD_HEAD_CHARS]}~{digest}"
+    head = _LONE_SURROGATE.sub("\ufffd", thread_id[:_THREAD_HEAD_CHARS])
+    return f"{head}~{digest}"
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def turns_event_id(thread_id: str, identities: Sequence[str]) -> str:

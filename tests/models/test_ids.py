@@ -105,3 +105,14 @@ def test_thread_key_keeps_short_ids_and_shortens_long_ones_deterministically() -
     a, b = "x" * 700 + "A", "x" * 700 + "B"
     assert thread_key(a) == thread_key(a) and thread_key(a) != thread_key(b)
     assert len(thread_key(a)) <= MAX_THREAD_ID_CHARS and thread_key(a).startswith("x" * 200)
+
+
+def test_thread_key_of_an_id_with_a_lone_surrogate_is_encodable_and_distinct() -> None:
+    from mnemoflow.models.ids import thread_key
+
+    a, b = "t-\ud83d-x", "t-\ud83e-x"
+    for key in (thread_key(a), thread_key(b), thread_key("y" * 300 + "\udc00")):
+        key.encode("utf-8")  # never raises: a contract can carry it
+    assert thread_key(a) == thread_key(a) != thread_key(b)
+    assert thread_key(a).startswith("t-\ufffd-x~")
+    assert thread_key("t-\U0001f99c-ok") == "t-\U0001f99c-ok"  # a whole emoji is kept as it is
