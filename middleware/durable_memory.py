@@ -82,6 +82,17 @@ log = logging.getLogger(__name__)
 MAX_TRACKED_THREADS = 10_000
 
 
+SYNC_RUN_MESSAGE = (
+    "DurableMemoryMiddleware is async-only (its memory client runs on an event loop): run the "
+    "agent with `await agent.ainvoke(...)`, `agent.astream(...)` or `agent.abatch(...)`, not "
+    "invoke/stream/batch"
+)
+
+
+class SyncRunError(TypeError):
+    """A sync invoke/stream/batch of an agent with the middleware (it is async-only)."""
+
+
 #: state key -> what is accepted ({"upto": identity, "more": [identities]}; a position count in
 #: checkpoints written before message identities).
 Accepted = dict[str, Any]
@@ -278,6 +289,36 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             state = request.state if isinstance(request.state, dict) else {}
             self._capture(user_id, thread, [result], len(state.get("messages", ())))
         return result
+
+    # --- sync entry points: the middleware is async-only ----------------------------------
+
+    def before_agent(
+        self, state: DurableMemoryState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Sync runs are not supported: raise an error that names the fix."""
+        raise SyncRunError(SYNC_RUN_MESSAGE)
+
+    def after_agent(
+        self, state: DurableMemoryState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Sync runs are not supported: raise an error that names the fix."""
+        raise SyncRunError(SYNC_RUN_MESSAGE)
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        """Sync runs are not supported: raise an error that names the fix."""
+        raise SyncRunError(SYNC_RUN_MESSAGE)
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """Sync runs are not supported: raise an error that names the fix."""
+        raise SyncRunError(SYNC_RUN_MESSAGE)
 
     def _after_forget(self, user_id: str, fragment_ids: Sequence[str]) -> None:
         """Drop the user's searches and cached reads (they may hold the forgotten fragments) and
