@@ -41,7 +41,9 @@ _ROLES: dict[str, Role] = {
 
 
 def message_time(message: BaseMessage) -> float | None:
-    """The message's stamp (unix seconds), or None when absent or unusable."""
+    """The message's stamp (unix seconds), or None when absent or unusable: not a number, not
+    finite, or not after 1970 (a 0 or negative stamp is a caller's placeholder, and the
+    workflow refuses anything at or before its horizon, so it is stamped now instead)."""
     value = message.additional_kwargs.get(TIME_KEY)
     if isinstance(value, bool):
         return None
@@ -49,7 +51,7 @@ def message_time(message: BaseMessage) -> float | None:
         stamp = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
-    return stamp if math.isfinite(stamp) else None
+    return stamp if math.isfinite(stamp) and stamp > 0 else None
 
 
 def owner_of(user_id: str) -> str:
