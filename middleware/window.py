@@ -235,16 +235,38 @@ def resolve_user_id(state: Mapping[str, Any], context: Any) -> str:
 
 def resolve_thread_id(runtime: Any) -> str:
     """The memory key of the run's thread (checkpointer config), else DEFAULT_THREAD; a thread id
-    too long to key by is shortened deterministically (models.ids.thread_key), so it can never
-    fail a turn, before or after the model call."""
+    too long to key by, or not encodable, is keyed deterministically (models.ids.thread_key),
+    so it can never fail a turn, before or after the model call.
+
+    A graph run inside another graph's node (a sub-agent called from a tool inherits the
+    parent's thread id) is a thread of its own: its key is the thread id plus the names of the
+    nodes it runs under (`nested_path`), so its messages never mix with the parent thread's.
+    """
     info = getattr(runtime, "execution_info", None)
     thread = getattr(info, "thread_id", None)
-    if thread:
-        return thread_key(str(thread))
-    try:
-        from langgraph.config import get_config
+    namespace = getattr(info, "checkpoint_ns", None)
+    if not thread or namespace is None:
+        try:
+            from langgraph.config import get_config
 
-        configurable = get_config().get("configurable", {})
-    except RuntimeError:  # called outside a graph run (e.g. hooks driven directly)
-        return DEFAULT_THREAD
-    return thread_key(str(configurable.get("thread_id") or DEFAULT_THREAD))
+            configurable = get_config().get("configurable", {})
+        except RuntimeError:  # called outside a graph run (e.g. hooks driven directly)
+            configurable = {}
+        thread = thread or configurable.get("thread_id")
+        if namespace is None:
+            namespace = configurable.get("checkpoint_ns")
+    base = str(thread or DEFAULT_THREAD)
+    path = nested_path(str(namespace or ""))
+    return thread_key(f"{base}{NESTED_SEPARATOR}{path}" if path else base)
+
+
+#: Joins a thread id and the nodes a nested graph runs under in its memory key.
+NESTED_SEPARATOR = " >> "
+
+
+def nested_path(checkpoint_ns: str) -> str:
+    """The nodes of the parent graphs a node runs under, from its checkpoint namespace
+    ("tools:<task>|model:<task>" -> "tools"); "" at the top level. Task ids are left out, so
+    every run of a sub-agent under the same node shares one key."""
+    segments = [s for s in checkpoint_ns.split("|") if s][:-1]
+    return "/".join(s.split(":", 1)[0] for s in segments)
