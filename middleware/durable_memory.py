@@ -56,14 +56,16 @@ from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.search import PendingSearches
 from mnemoflow.middleware.tools import forgotten_by
 from mnemoflow.middleware.window import (
+    IDENTITY_KEY,
     OWNER_KEY,
     TIME_KEY,
-    belongs_to,
+    fresh_identity,
     handover_trigger,
-    is_derived,
+    legacy_identity,
     message_identity,
     message_text,
     message_time,
+    owned_by,
     owner_of,
     resolve_thread_id,
     resolve_user_id,
@@ -353,21 +355,23 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         """Give new messages an id, time and owner now, and hold them in the outbox until the
         turn ends: other middleware may rewrite the list before then. `position` is where the
         first one will sit in the list (informational; the end of the turn corrects it)."""
-        now = self._clock()
-        owner = owner_of(user_id)
-        for message in messages:
-            if message.id is None:
-                message.id = f"mf-{uuid.uuid4().hex}"
-            if message_time(message) is None:
-                message.additional_kwargs[TIME_KEY] = now
-            message.additional_kwargs.setdefault(OWNER_KEY, owner)
-        turns = [
-            t.model_copy(update={"position": position + t.position})
-            for t in to_turns(messages, thread, now, user_id)
-        ]
         try:
+            now = self._clock()
+            owner = owner_of(user_id)
+            for message in messages:
+                if message.id is None:
+                    message.id = f"mf-{uuid.uuid4().hex}"
+                if message_time(message) is None:
+                    message.additional_kwargs[TIME_KEY] = now
+                if not message.additional_kwargs.get(OWNER_KEY):
+                    message.additional_kwargs[OWNER_KEY] = owner
+                    message.additional_kwargs[IDENTITY_KEY] = fresh_identity(message)
+            turns = [
+                t.model_copy(update={"position": position + t.position})
+                for t in to_turns(messages, thread, now, user_id)
+            ]
             self.client.hand_over(user_id, turns, hold=True)
-        except Exception as err:
+        except Exception as err:  # memory never fails a turn
             log.warning("memory capture failed (the turn went on): %r", err)
 
     def _stamped(
@@ -384,6 +388,8 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
     ) -> set[str]:
         """Identities of `messages` known accepted: recorded in state, or seen by the client."""
         identities = [message_identity(m) for m in messages]
+        # A record written before identities carried a digest names messages by their id.
+        legacy = {legacy_identity(m): i for m, i in zip(messages, identities, strict=True)}
         recorded = state.get("memory_accepted", {})
         value = recorded.get(accepted_key(user_id, thread))
         if value is None:
@@ -392,21 +398,27 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         if isinstance(value, int):
             known.update(identities[:value])
         elif isinstance(value, dict):  # {"upto": last of the accepted head, "more": the rest}
-            upto = value.get("upto")
-            if upto in identities:
-                known.update(identities[: identities.index(upto) + 1])
-            known.update(value.get("more") or ())
+            upto = str(value.get("upto"))
+            upto_at = upto if upto in identities else legacy.get(upto, upto)
+            if upto_at in identities:
+                known.update(identities[: identities.index(upto_at) + 1])
+            known.update(legacy.get(str(i), str(i)) for i in value.get("more") or ())
         elif isinstance(value, list):
-            known.update(value)
+            known.update(legacy.get(str(i), str(i)) for i in value)
         known |= self.client.accepted(user_id, thread, identities)
         return known & set(identities)
 
     def _offer(
         self, user_id: str, thread: str, messages: list[AnyMessage], known: set[str]
     ) -> None:
-        """Hold the user's messages in the list that are not `known` accepted in the outbox."""
-        turns = to_turns(messages, thread, self._clock(), user_id)
-        self.client.hand_over(user_id, [t for t in turns if t.message_id not in known], hold=True)
+        """Hold the user's messages in the list that are not `known` accepted in the outbox
+        (a failure is logged: memory never fails a turn)."""
+        try:
+            turns = to_turns(messages, thread, self._clock(), user_id)
+            fresh = [t for t in turns if t.message_id not in known]
+            self.client.hand_over(user_id, fresh, hold=True)
+        except Exception as err:
+            log.warning("memory capture failed (the turn went on): %r", err)
 
     def _accepted_update(
         self,
@@ -420,13 +432,12 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         long thread's checkpoints do not grow with it: the last message of the head of the
         list whose messages are all accepted (or not this user's memory), plus the accepted
         identities after it (usually none: messages are accepted in order)."""
-        owner = owner_of(user_id)
         upto: str | None = None
         more: list[str] = []
         in_head = True
-        for message in messages:
+        mine = owned_by(messages, owner_of(user_id))
+        for message, memory in zip(messages, mine, strict=True):
             identity = message_identity(message)
-            memory = not is_derived(message) and belongs_to(message, owner)
             if in_head and (identity in known or not memory):
                 upto = identity
             else:
@@ -453,13 +464,12 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         if mark is None:
             return 0
         known = self._known_accepted(state, user_id, thread, history)
-        owner = owner_of(user_id)
+        mine = owned_by(history, owner_of(user_id))
         count = 0
-        for message in history:
+        for message, memory in zip(history, mine, strict=True):
             stamp = message_time(message)
             if (
-                is_derived(message)
-                or not belongs_to(message, owner)
+                not memory
                 or message_identity(message) not in known
                 or stamp is None
                 or (mark.pending_since is not None and stamp >= mark.pending_since)

@@ -6,6 +6,7 @@ Nothing here does I/O, so every rule the middleware applies to a window is unit-
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,10 @@ from mnemoflow.models.ids import thread_key, user_key, validate_user_id
 from mnemoflow.models.turns import MAX_MESSAGE_ID_CHARS, ChatTurn, Role, content_identity
 
 TIME_KEY = "time"
+#: The identity the middleware gave a message when it first saw it (its id plus a digest of
+#: its text then): an app that reuses one id for every turn's input still has each line
+#: remembered, and a message edited later in the turn (redaction) keeps the identity it had.
+IDENTITY_KEY = "mnemoflow_identity"
 #: Whose turn added the message (a hash of the user id): a thread id two users share never
 #: hands one user's messages to the other's memory.
 OWNER_KEY = "mnemoflow_owner"
@@ -63,24 +68,67 @@ def stamp_messages(
     messages: Sequence[AnyMessage], now: float, owner: str | None = None
 ) -> list[AnyMessage]:
     """Copies (same ids) of the messages missing a time stamp (or, given `owner`, an owner
-    stamp), stamped `now` and `owner`; other messages are untouched.
+    stamp), stamped `now` and their owner (`message_owners`); other messages are untouched.
 
     Returned as a state update, add_messages replaces each message by id; an existing stamp is
     never overwritten, because an external stamp (set at ingestion) is the more exact one, and
-    a message keeps the owner whose turn added it.
+    a message keeps the owner whose turn added it. A message new to the middleware (no owner
+    yet) is also given its identity (`IDENTITY_KEY`).
     """
+    owners = message_owners(messages, owner) if owner is not None else None
     stamped: list[AnyMessage] = []
-    for message in messages:
+    for position, message in enumerate(messages):
         if message.id is None:
             continue
         kwargs = dict(message.additional_kwargs)
         if message_time(message) is None:
             kwargs[TIME_KEY] = now
-        if owner is not None and not kwargs.get(OWNER_KEY):
-            kwargs[OWNER_KEY] = owner
+        if owners is not None and not _owner_stamp(message):
+            kwargs[OWNER_KEY] = owners[position]
+            if _stamped_identity(message) is None:
+                kwargs[IDENTITY_KEY] = fresh_identity(message)
         if kwargs != message.additional_kwargs:
             stamped.append(message.model_copy(update={"additional_kwargs": kwargs}))
     return stamped
+
+
+def _owner_stamp(message: BaseMessage) -> str | None:
+    stamp = message.additional_kwargs.get(OWNER_KEY)
+    return stamp if isinstance(stamp, str) and stamp else None
+
+
+def message_owners(messages: Sequence[BaseMessage], owner: str) -> list[str]:
+    """The owner of each message, for a turn of the user whose owner stamp is `owner`.
+
+    A stamped message has its stamp. An unstamped one was added by a turn that failed before
+    the middleware stamped it (a sync invoke, a bad user id), or before owner stamps existed:
+    the current turn's input (from its latest human message on) is the current user's;
+    anything earlier takes the owner of the nearest stamped message before it (none before
+    it: the current user). So a thread id two users share never hands the line of one user's
+    failed turn to the other, and a single user's failed lines are still theirs.
+    """
+    latest = last_human_position(messages)
+    owners: list[str] = []
+    previous: str | None = None
+    for position, message in enumerate(messages):
+        stamp = _owner_stamp(message)
+        if stamp is not None:
+            previous = stamp
+        elif latest is not None and position >= latest:
+            stamp = owner
+        else:
+            stamp = previous or owner
+        owners.append(stamp)
+    return owners
+
+
+def owned_by(messages: Sequence[BaseMessage], owner: str) -> list[bool]:
+    """Whether each message is the memory of the user whose owner stamp is `owner`: theirs
+    (`message_owners`) and not derived by other middleware."""
+    return [
+        not is_derived(m) and o == owner
+        for m, o in zip(messages, message_owners(messages, owner), strict=True)
+    ]
 
 
 def is_derived(message: BaseMessage) -> bool:
@@ -89,24 +137,68 @@ def is_derived(message: BaseMessage) -> bool:
 
 
 def belongs_to(message: BaseMessage, owner: str) -> bool:
-    """Said in this user's turns (messages from before owner stamps count as theirs)."""
-    stamp = message.additional_kwargs.get(OWNER_KEY)
-    return not stamp or stamp == owner
+    """Said in this user's turns, judged on the message alone (an unstamped message counts as
+    theirs): use `message_owners` on the whole list where an unstamped one may be another's."""
+    stamp = _owner_stamp(message)
+    return stamp is None or stamp == owner
+
+
+def clean_text(value: str) -> str:
+    """`value` with every lone surrogate (a broken emoji from a bad decoder) as U+FFFD: such a
+    string cannot be encoded, so a contract holding it would fail at every retry."""
+    return _LONE_SURROGATE.sub("\ufffd", value)
+
+
+def _id_part(ident: str, room: int) -> str:
+    """An id as it may appear in an identity: itself when short and encodable, else a hash of
+    it (two ids never share a hash, as they would share a cleaned form)."""
+    if len(ident) > room or _LONE_SURROGATE.search(ident):
+        return content_identity("id", ident, 0.0)
+    return ident
+
+
+def legacy_identity(message: BaseMessage) -> str:
+    """The identity of a message the middleware has not stamped (docs/ARCHITECTURE.md,
+    "Message identity"): its id; for a tool result without one, its tool call id; else a hash of
+    role, content and time. Messages stamped before identities carried a digest keep it."""
+    if message.id:
+        return _id_part(str(message.id), MAX_MESSAGE_ID_CHARS)
+    if isinstance(message, ToolMessage) and message.tool_call_id:
+        return _id_part(f"tool:{message.tool_call_id}", MAX_MESSAGE_ID_CHARS)
+    stamp = message_time(message)
+    return content_identity(message_role(message), message_text(message), stamp or 0.0)
+
+
+def fresh_identity(message: BaseMessage) -> str:
+    """The identity the middleware stamps on a message it sees first: its id (or tool call id)
+    plus a digest of its text, so an id an app reuses for each turn's input names each line
+    apart while the same message re-sent is recognised; without an id, `legacy_identity`."""
+    base = legacy_identity(message)
+    if not message.id and not (isinstance(message, ToolMessage) and message.tool_call_id):
+        return base
+    digest = hashlib.sha256(message_text(message).encode("utf-8")).hexdigest()[:_DIGEST_CHARS]
+    return f"{_id_part(base, MAX_MESSAGE_ID_CHARS - _DIGEST_CHARS - 1)}#{digest}"
+
+
+_DIGEST_CHARS = 12
+
+
+def _stamped_identity(message: BaseMessage) -> str | None:
+    value = message.additional_kwargs.get(IDENTITY_KEY)
+    if (
+        isinstance(value, str)
+        and value
+        and len(value) <= MAX_MESSAGE_ID_CHARS
+        and not _LONE_SURROGATE.search(value)
+    ):
+        return value
+    return None
 
 
 def message_identity(message: BaseMessage) -> str:
-    """A message's stable identity (docs/ARCHITECTURE.md, "Message identity"): its id; for a
-    tool result without one, its tool call id; else a hash of role, content and time."""
-    if message.id:
-        ident = str(message.id)
-    elif isinstance(message, ToolMessage) and message.tool_call_id:
-        ident = f"tool:{message.tool_call_id}"
-    else:
-        stamp = message_time(message)
-        return content_identity(message_role(message), message_text(message), stamp or 0.0)
-    if len(ident) > MAX_MESSAGE_ID_CHARS:
-        return content_identity("id", ident, 0.0)
-    return ident
+    """A message's stable identity: the one stamped when the middleware first saw it
+    (`fresh_identity`), else `legacy_identity`. Always a valid ChatTurn message id."""
+    return _stamped_identity(message) or legacy_identity(message)
 
 
 def message_text(message: BaseMessage) -> str:
@@ -129,7 +221,7 @@ def message_text(message: BaseMessage) -> str:
         parts.append(f"[tool call: {call.get('name', '?')}]")
     # A lone surrogate (a broken emoji from a bad decoder) cannot be encoded: the hand-over
     # would fail at every retry. It becomes U+FFFD; the rest of the text is kept as said.
-    return _LONE_SURROGATE.sub("\ufffd", "\n".join(p for p in parts if p))
+    return clean_text("\n".join(p for p in parts if p))
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -145,22 +237,26 @@ def to_turns(
     messages: Sequence[BaseMessage], thread_id: str, now: float, user_id: str | None = None
 ) -> list[ChatTurn]:
     """ChatTurns of the messages to remember: with `user_id`, only that user's (see
-    `belongs_to`); never summaries other middleware wrote. Each carries its identity; its
+    `message_owners`); never summaries other middleware wrote. Each carries its identity; its
     position is where it sits in this list (informational)."""
-    owner = owner_of(user_id) if user_id is not None else None
+    if user_id is not None:
+        keep = owned_by(messages, owner_of(user_id))
+    else:
+        keep = [not is_derived(m) for m in messages]
+    thread = clean_text(thread_id)
     turns = []
     for position, message in enumerate(messages):
-        if is_derived(message) or (owner is not None and not belongs_to(message, owner)):
+        if not keep[position]:
             continue
         stamp = message_time(message)
         turns.append(
             ChatTurn(
-                thread_id=thread_id,
+                thread_id=thread,
                 position=position,
                 role=message_role(message),
                 content=message_text(message),
                 time=now if stamp is None else stamp,
-                name=None if message.name is None else _LONE_SURROGATE.sub("\ufffd", message.name),
+                name=None if message.name is None else clean_text(message.name),
                 message_id=message_identity(message),
             )
         )

@@ -28,6 +28,7 @@ from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.devstack.processes import free_port
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient, memory_tools
 from mnemoflow.middleware.durable_memory import accepted_key
+from mnemoflow.middleware.window import message_identity
 from mnemoflow.models.config import BudgetPattern, MemoryConfig
 from mnemoflow.models.ids import user_workflow_id
 from tests.support.drive import eventually
@@ -170,7 +171,7 @@ def accepted_count(state: dict[str, Any], user: str, thread: str) -> int:
     record = state.get("memory_accepted", {}).get(accepted_key(user, thread))
     if not record:
         return 0
-    ids = [m.id for m in state["messages"]]
+    ids = [message_identity(m) for m in state["messages"]]
     head = ids.index(record["upto"]) + 1 if record["upto"] in ids else 0
     return head + len(record["more"])
 
