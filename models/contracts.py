@@ -198,6 +198,12 @@ class UserMemoryState(BaseModel):
             "not listed here was only credited because its batch could not be told apart"
         ),
     )
+    induction_batch_limit: int = Field(
+        0, description="fragments per induction after a batch failed for good (0: the default)"
+    )
+    induction_skipped: int = Field(
+        0, description="fragments left out of the profile: their induction alone failed for good"
+    )
 
 
 class UserMemoryInput(BaseModel):

@@ -376,6 +376,28 @@ def _union(old: list[str], new: list[str]) -> list[str]:
     return merged[-MAX_FACT_SOURCES:]
 
 
+def induction_refused(s: UserMemoryState, batch: list[FragmentRef], error: str) -> None:
+    """The model refused this batch for good: the next one is half as long, at once; a single
+    fragment it still refuses is left out of the profile, counted and named in last_error, so
+    the fragments after it are inducted."""
+    if len(batch) > 1:
+        s.induction_batch_limit = max(1, len(batch) // 2)
+        return
+    skipped = batch[0].id
+    s.uninducted = [r for r in s.uninducted if r.id != skipped]
+    s.induction_skipped += 1
+    s.last_error = (
+        f"induction skipped fragment {skipped} ({s.induction_skipped} skipped in all): {error}"
+    )[:1000]
+
+
+def induction_grows(s: UserMemoryState, default: int) -> None:
+    """After a stored induction, a shrunk batch limit doubles back towards the default."""
+    if s.induction_batch_limit:
+        doubled = s.induction_batch_limit * 2
+        s.induction_batch_limit = 0 if doubled >= default else doubled
+
+
 def forget_fragment_facts(s: UserMemoryState, fragment_id: str, by_statement: bool = False) -> int:
     """Forget a fragment in the state: its profile facts are removed, it leaves the published
     context, and a later round or induction cannot bring it back. Returns how many profile

@@ -8,7 +8,7 @@ injected fragments.
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.contracts import (
@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
         ReinforceInput,
         ReinforceOutput,
     )
+    from mnemoflow.models.errors import NON_RETRYABLE_TYPES
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.memory_round import publish_context
     from mnemoflow.workflows.options import failure_text, llm_activity, store_activity
@@ -31,7 +32,8 @@ async def maybe_induct(run: UserRun) -> bool:
     """Fold the mature un-inducted fragments into the profile; True when something ran."""
     s, cfg = run.state, run.config
     now = workflow.now().timestamp()
-    batch = state_ops.mature_for_induction(s, cfg, now)[:MAX_INDUCTION_BATCH]
+    limit = s.induction_batch_limit or MAX_INDUCTION_BATCH
+    batch = state_ops.mature_for_induction(s, cfg, now)[:limit]
     if not batch:
         return False
     try:
@@ -48,7 +50,12 @@ async def maybe_induct(run: UserRun) -> bool:
         )
     except ActivityError as err:
         s.last_error = f"induction failed: {failure_text(err)}"
-        s.induction_not_before = now + cfg.failed_round_backoff_s
+        # A batch the model refuses for good (too long for its window, output it can never
+        # make valid) would be refused again at every back-off: it shrinks instead.
+        if _failed_for_good(err) and workflow.patched(INDUCTION_SHRINKS):
+            state_ops.induction_refused(s, batch, s.last_error)
+        else:
+            s.induction_not_before = now + cfg.failed_round_backoff_s
         return True
     # Facts carry the fragments that state them; one forgotten while this ran never shows.
     by_statement = workflow.patched(INDUCTION_BY_STATEMENT)
@@ -74,8 +81,18 @@ async def maybe_induct(run: UserRun) -> bool:
         run.publishing = False
     s.context = context
     state_ops.induction_stored(s, batch, out, run.inp.prices, by_statement=by_statement)
+    state_ops.induction_grows(s, MAX_INDUCTION_BATCH)
     await drop_forgotten(run)
     return True
+
+
+def _failed_for_good(err: ActivityError) -> bool:
+    """The model refused what it was given (HTTP 400/413/422: too long for its window; output
+    it could not make valid; a payload too large): a smaller batch may pass. Not an outage
+    that outlasted its retries, nor a refused key or model (401/403/404), which every batch
+    would meet: those back off as before."""
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type in NON_RETRYABLE_TYPES
 
 
 async def maybe_reinforce(run: UserRun) -> bool:
@@ -119,3 +136,5 @@ REINFORCE_SKIPS_FORGOTTEN = "reinforce-skips-forgotten"
 #: Patch of the induction that credits each fact to the fragments that state it, and publishes
 #: the profile without what was forgotten while it ran (histories from before replay as they ran).
 INDUCTION_BY_STATEMENT = "induction-facts-by-statement"
+#: Patch of the induction whose batch shrinks when the model refuses it for good.
+INDUCTION_SHRINKS = "induction-batch-shrinks"

@@ -349,3 +349,17 @@ def test_an_induction_that_ran_across_a_forget_keeps_it_forgotten() -> None:
     assert state_ops.induced_profile(s, _refs("f2", "f3"), late) == UserProfile()
     state_ops.induction_stored(s, _refs("f2", "f3"), late, PriceTable(), by_statement=True)
     assert s.profile == UserProfile() and not s.profile_sources
+
+
+def test_a_batch_refused_for_good_halves_then_skips_one_fragment() -> None:
+    s = UserMemoryState(uninducted=_refs("f1", "f2", "f3", "f4"))
+    state_ops.induction_refused(s, s.uninducted[:4], "too long")
+    assert s.induction_batch_limit == 2 and len(s.uninducted) == 4
+    state_ops.induction_refused(s, s.uninducted[:2], "too long")
+    assert s.induction_batch_limit == 1
+    state_ops.induction_refused(s, s.uninducted[:1], "too long")
+    assert [r.id for r in s.uninducted] == ["f2", "f3", "f4"] and s.induction_skipped == 1
+    assert s.last_error is not None and "skipped fragment f1" in s.last_error
+    for expected in (2, 4, 0, 0):  # grows back after stored inductions
+        state_ops.induction_grows(s, 8)
+        assert s.induction_batch_limit == expected
