@@ -277,13 +277,19 @@ def _changed_since(told: str, later: list[Peer]) -> bool:
     """Whether a fragment after the one holding `told` word for word changed one of its
     statements (`changes`): "I moved to 14 Elm Street" after "I live at 12 Elm Street". Then the
     holder is superseded, and `told` said again is an update back to the earlier value."""
-    said = _sentences(told)
-    return any(
-        changes(sentence, other)
-        for peer in later
-        for other in _sentences(_told(peer.content))
-        for sentence in said
-    )
+    said = [(word_shingles(s), fact_tokens(s)) for s in _sentences(told)]
+    wanted = set().union(*(tokens for _, tokens in said))
+    for peer in later:
+        if not peer.tokens & wanted:  # nothing of it in common: no sentence of it changes one
+            continue
+        for other in _sentences(_told(peer.content)):
+            theirs = fact_tokens(other)
+            if not theirs & wanted:
+                continue
+            shingles = word_shingles(other)
+            if any(_changes(m, a, shingles, theirs) for m, a in said):
+                return True
+    return False
 
 
 #: Share of the smaller sentence's fact tokens two sentences share to be about one thing.
@@ -293,18 +299,24 @@ TOPIC_SHARE = 1 / 3
 def changes(sentence: str, later: str) -> bool:
     """Whether `later` says something else about what `sentence` is about: neither holds the
     other word for word (`word_shingles`), they share a third of the smaller one's fact tokens,
-    and either one's fact tokens are all in the other ("I am vegan" / "I am not vegan any more")
-    or they share a pair of neighbouring words with a fact token in it ("ship my", "Elm
+    and either one's fact tokens are all in the other and a third of the larger one's ("I am
+    vegan" / "I am not vegan any more"; not a lone "Leeds!" against a long sentence that ends
+    in Leeds) or they share a pair of neighbouring words with a fact token in it ("ship my", "Elm
     Street", "快递"), which words shared by chance rarely are ("Leeds" in "a kettle from a shop
     in Leeds" against "ship my orders to ... Leeds")."""
-    mine, theirs = word_shingles(sentence), word_shingles(later)
+    return _changes(
+        word_shingles(sentence), fact_tokens(sentence), word_shingles(later), fact_tokens(later)
+    )
+
+
+def _changes(mine: set[str], a: set[str], theirs: set[str], b: set[str]) -> bool:
+    """`changes` on the sentences' shingles (mine, theirs) and fact tokens (a, b)."""
     if mine <= theirs or theirs <= mine:
         return False
-    a, b = fact_tokens(sentence), fact_tokens(later)
     shared = a & b
     if not shared or len(shared) < TOPIC_SHARE * min(len(a), len(b)):
         return False
-    if shared in (a, b):
+    if shared in (a, b) and len(shared) >= TOPIC_SHARE * max(len(a), len(b)):
         return True
     return any(" " in pair and fact_tokens(pair) & shared for pair in mine & theirs)
 
