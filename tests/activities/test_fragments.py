@@ -654,7 +654,7 @@ UNRELATED = [
     "I ordered a new kettle from the shop in Leeds yesterday.",
     "My sister Jane just started a new job as a teacher in Glasgow.",
     "我姐姐下个月在杭州结婚，我要去当伴娘。",
-    "Oh, Leeds!",
+    "Leeds, I called it.",
 ]
 
 
