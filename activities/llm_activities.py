@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
@@ -210,7 +211,7 @@ def fact_sources(
     [], so the user workflow credits the whole batch and forgets it with any of them."""
     old = profile_facts(before)
     restated = set(profile_facts(_tidy(update)))
-    texts = [(f.id, _spaced(normalise(f.content))) for f in fragments]
+    texts = [(f.id, _spaced(normalise(_SPEAKER.sub("", f.content)))) for f in fragments]
     tokens = {fid: content_tokens(text.strip()) for fid, text in texts}
     out: dict[str, list[str]] = {}
     for key, value in profile_facts(merged).items():
@@ -229,6 +230,10 @@ def _tidy(update: UserProfile) -> UserProfile:
         elif isinstance(value, list):
             values[field] = [" ".join(v.split()) for v in value]
     return UserProfile.model_validate(values)
+
+
+#: A fragment line's speaker label (`User (12:03): ...`, `Assistant: ...`): no fact's words.
+_SPEAKER = re.compile(r"^(User|Assistant)(?: \([^)\n]*\))?:", re.MULTILINE)
 
 
 def _spaced(norm: str) -> str:

@@ -27,6 +27,7 @@ def test_each_fact_is_credited_to_the_fragments_that_state_it() -> None:
         name="Ada Byron",
         constraints=["busy every Wednesday", "art classes"],
         hobbies=["chess", "sailing"],
+        relationships=["assistant user"],  # the speaker labels are no words of the user's
         goals=["learn  Welsh"],  # restated (spacing as a model may return it)
         business_fields={"order number": "7734", "生日": "1990年3月5日"},
     )
@@ -38,6 +39,7 @@ def test_each_fact_is_credited_to_the_fragments_that_state_it() -> None:
         "constraints\x1fart classes": [],  # "art" inside "start" is not the word
         "hobbies\x1fchess": [],  # restated, said by none of them
         "hobbies\x1fsailing": [],  # new, said by none of them (a model's invention or paraphrase)
+        "relationships\x1fassistant user": [],
         "business_fields\x1forder number\x1f7734": ["f2"],
         "business_fields\x1f生日\x1f1990年3月5日": ["f3"],
     }

@@ -223,13 +223,13 @@ class ParaphrasingInduct(HeuristicMemoryModels):
         inducted = await super().induct(profile, fragments)
         update = inducted.update.model_copy(
             update={
-                "name": f"{inducted.update.name} (per user)" if inducted.update.name else None,
+                "name": f"{inducted.update.name} (inferred)" if inducted.update.name else None,
                 **{
-                    field: [f"{v} (per user)" for v in getattr(inducted.update, field)]
+                    field: [f"{v} (inferred)" for v in getattr(inducted.update, field)]
                     for field in PROFILE_LIST_FIELDS
                 },
                 "business_fields": {
-                    k: f"{v} (per user)" for k, v in inducted.update.business_fields.items()
+                    k: f"{v} (inferred)" for k, v in inducted.update.business_fields.items()
                 },
             }
         )
