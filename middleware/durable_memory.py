@@ -297,8 +297,12 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
     def before_agent(
         self, state: DurableMemoryState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Sync runs are not supported: raise an error that names the fix."""
-        raise SyncRunError(SYNC_RUN_MESSAGE)
+        """Sync runs are not supported: the model call raises an error that names the fix.
+        The input is stamped first (owner, time, identity: no I/O), so the failed turn's lines
+        are stored with the user's next turn and never taken by another user of the thread."""
+        user_id = resolve_user_id(state, runtime.context)
+        _, update = self._stamped(state, user_id)
+        return update or None
 
     def after_agent(
         self, state: DurableMemoryState, runtime: Runtime[Any]

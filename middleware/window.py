@@ -101,11 +101,14 @@ def message_owners(messages: Sequence[BaseMessage], owner: str) -> list[str]:
     """The owner of each message, for a turn of the user whose owner stamp is `owner`.
 
     A stamped message has its stamp. An unstamped one was added by a turn that failed before
-    the middleware stamped it (a sync invoke, a bad user id), or before owner stamps existed:
-    the current turn's input (from its latest human message on) is the current user's;
-    anything earlier takes the owner of the nearest stamped message before it (none before
-    it: the current user). So a thread id two users share never hands the line of one user's
-    failed turn to the other, and a single user's failed lines are still theirs.
+    the middleware stamped it (a sync invoke, a bad user id), or before owner stamps existed,
+    or it is the current turn's input:
+    - from the latest human message on, it is the current turn's: the current user's;
+    - earlier, after the current user's messages only (or none), it is theirs: a user's
+      failed turn is stored with their next one;
+    - earlier, after another user's message, it is nobody's (`UNKNOWN_OWNER`): it may be a
+      line of that user's failed turn or a line of the current user's input (a list of
+      several messages), and the list alone cannot tell which, so it is stored for neither.
     """
     latest = last_human_position(messages)
     owners: list[str] = []
@@ -116,10 +119,16 @@ def message_owners(messages: Sequence[BaseMessage], owner: str) -> list[str]:
             previous = stamp
         elif latest is not None and position >= latest:
             stamp = owner
+        elif previous is None or previous == owner:
+            stamp = owner
         else:
-            stamp = previous or owner
+            stamp = UNKNOWN_OWNER
         owners.append(stamp)
     return owners
+
+
+#: The owner stamp of a message whose user cannot be known: no user's memory.
+UNKNOWN_OWNER = "unknown"
 
 
 def owned_by(messages: Sequence[BaseMessage], owner: str) -> list[bool]:

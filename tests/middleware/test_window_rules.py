@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from mnemoflow.middleware.window import (
     IDENTITY_KEY,
     OWNER_KEY,
+    UNKNOWN_OWNER,
     message_identity,
     message_owners,
     message_time,
@@ -31,17 +32,17 @@ def _mine(text: str, owner: str, ident: str) -> HumanMessage:
     return HumanMessage(text, id=ident, additional_kwargs={"time": T0, OWNER_KEY: owner})
 
 
-def test_an_unstamped_message_takes_the_owner_before_it_and_the_input_is_the_users() -> None:
+def test_an_unstamped_message_is_claimed_only_by_the_user_it_must_belong_to() -> None:
     msgs = [
         HumanMessage("failed first turn", id="f0"),  # nothing owned before it: the user's
         _mine("Ada's line", ADA, "a1"),
         AIMessage("Ada's reply", id="a2", additional_kwargs={"time": T0, OWNER_KEY: ADA}),
-        HumanMessage("Ada's failed turn", id="a3"),  # after Ada's: Ada's, whoever asks
+        HumanMessage("Ada's failed turn", id="a3"),  # after Ada's: Ada's or Bob's input?
         AIMessage("its partial reply", id="a4"),
         HumanMessage("Bob's new input", id="b1"),  # the current turn's input: the user's
         AIMessage("reply to it", id="b2"),
     ]
-    assert message_owners(msgs, BOB) == [BOB, ADA, ADA, ADA, ADA, BOB, BOB]
+    assert message_owners(msgs, BOB) == [BOB, ADA, ADA, UNKNOWN_OWNER, UNKNOWN_OWNER, BOB, BOB]
     assert [t.message_id for t in to_turns(msgs, "th", T0, "bob")] == ["f0", "b1", "b2"]
     assert [t.message_id for t in to_turns(msgs, "th", T0, "ada")] == [
         "f0",
@@ -53,7 +54,11 @@ def test_an_unstamped_message_takes_the_owner_before_it_and_the_input_is_the_use
         "b2",
     ]  # Ada asking now: every unstamped line is hers
     stamped = {m.id: m.additional_kwargs[OWNER_KEY] for m in stamp_messages(msgs, T0, BOB)}
-    assert stamped == {"f0": BOB, "a3": ADA, "a4": ADA, "b1": BOB, "b2": BOB}
+    assert stamped == {"f0": BOB, "a3": UNKNOWN_OWNER, "a4": UNKNOWN_OWNER, "b1": BOB, "b2": BOB}
+    # Once stamped nobody's, nobody's for every later turn, Ada's included.
+    restamped = {m.id: m for m in stamp_messages(msgs, T0, BOB)}
+    later = [restamped.get(m.id, m) for m in msgs] + [HumanMessage("Ada again", id="a5")]
+    assert [t.message_id for t in to_turns(later, "th", T0, "ada")] == ["a1", "a2", "a5"]
 
 
 def test_identity_carries_the_text_first_seen_and_survives_a_later_edit() -> None:
