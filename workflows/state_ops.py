@@ -398,6 +398,16 @@ def induction_grows(s: UserMemoryState, default: int) -> None:
         s.induction_batch_limit = 0 if doubled >= default else doubled
 
 
+def mentions(s: UserMemoryState, fragment_id: str) -> bool:
+    """Whether the state names the fragment: a source of a profile fact, waiting for induction,
+    or in the published context."""
+    return (
+        any(fragment_id in ids for ids in s.profile_sources.values())
+        or any(r.id == fragment_id for r in s.uninducted)
+        or (s.context is not None and any(f.id == fragment_id for f in s.context.fragments))
+    )
+
+
 def forget_fragment_facts(s: UserMemoryState, fragment_id: str, by_statement: bool = False) -> int:
     """Forget a fragment in the state: its profile facts are removed, it leaves the published
     context, and a later round or induction cannot bring it back. Returns how many profile

@@ -58,6 +58,8 @@ FORGET_FRAGMENT_WAITS_REINFORCE = "forget-fragment-waits-reinforce"
 #: forget_fragment keeps a fact only when another kept fragment states it (privacy first: one
 #: credited to a whole batch goes, and the batch's other fragments are inducted again).
 FORGET_FRAGMENT_BY_STATEMENT = "forget-fragment-facts-by-statement"
+#: forget_fragment cleans up after a delete whose reply was lost (a retried delete finds 0 rows).
+FORGET_FRAGMENT_REPLY_LOST = "forget-fragment-reply-lost"
 
 #: An explicit memory starts as if reinforced a few times: the user asked for it.
 EXPLICIT_STRENGTH = 4
@@ -175,8 +177,17 @@ async def _forgotten_everywhere(
 ) -> ForgetFragmentResult:
     """After the delete: the induction batch, the profile facts and the read model."""
     run.dropped_ids.append(req.fragment_id)
-    if not out.deleted or not workflow.patched(FORGET_FRAGMENT_REPUBLISHES):
-        return ForgetFragmentResult(deleted=out.deleted)
+    deleted = out.deleted
+    if (
+        not deleted
+        and state_ops.mentions(run.state, req.fragment_id)
+        and workflow.patched(FORGET_FRAGMENT_REPLY_LOST)
+    ):
+        # The row is gone but this attempt found nothing: an earlier attempt deleted it and its
+        # reply was lost (the worker died after the delete). The state still names it: clean up.
+        deleted = 1
+    if not deleted or not workflow.patched(FORGET_FRAGMENT_REPUBLISHES):
+        return ForgetFragmentResult(deleted=deleted)
     await workflow.wait_condition(lambda: not run.publishing)
     by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
     queued = len(run.state.uninducted)
@@ -193,7 +204,7 @@ async def _forgotten_everywhere(
         except ActivityError as err:  # the state holds it: the query and the next publish do
             run.state.last_error = f"publish failed: {failure_text(err)}"
     return ForgetFragmentResult(
-        deleted=out.deleted, profile_facts_removed=removed, republished=republished
+        deleted=deleted, profile_facts_removed=removed, republished=republished
     )
 
 

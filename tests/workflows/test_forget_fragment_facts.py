@@ -262,3 +262,44 @@ async def test_facts_that_cannot_be_attributed_go_and_the_others_are_inducted_ag
         assert facts_in(await published_profile(client, user), SAID) == kept
         await client.aclose()
         await assert_replays(dev_env.client, [user_workflow_id(user)], name="forget-facts-unsure")
+
+
+async def test_a_delete_whose_reply_was_lost_still_forgets_the_facts(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """The delete reaches Milvus and its reply is lost (the worker dies after it): the retried
+    activity finds no row and deletes 0. The fragment was the user's all the same: its facts
+    leave the profile and the read model, and the caller hears it was deleted."""
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        client = mw.memory_client(redis_url)
+        user, handle = await start_user(mw, SAID, time.time() - 4 * DAY)
+        await wait_status(
+            handle, lambda s: s.inductions >= 1 and s.uninducted == 0, what="one induction"
+        )
+        gone = SAID[1]
+        fragment = await fragment_of(mw, user, gone.line)
+        real_delete, attempts = mw.store.delete, []
+
+        async def delete_then_lose_the_reply(user_id: str, ids: list[str]) -> int:
+            attempts.append(ids)
+            deleted = await real_delete(user_id, ids)
+            if len(attempts) == 1:
+                raise ConnectionError("the reply of the delete was lost")
+            return deleted
+
+        mw.store.delete = delete_then_lose_the_reply  # type: ignore[method-assign]
+        result = await handle.execute_update(
+            UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=fragment.id)
+        )
+        kept = {f.proof for f in SAID if f is not gone}
+        print(f"attempts {len(attempts)}, {result}")
+        assert len(attempts) == 2, "the test can fail: the first attempt must be retried"
+        assert result.deleted == 1 and result.profile_facts_removed == 1
+        assert facts_in(await client.profile(user), SAID) == kept
+        assert facts_in(await published_profile(client, user), SAID) == kept
+        context = await client.context(user)
+        assert context is not None and fragment.id not in {f.id for f in context.fragments}
+        await client.aclose()
+        await assert_replays(dev_env.client, [user_workflow_id(user)], name="forget-reply-lost")
