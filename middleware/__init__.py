@@ -1,7 +1,11 @@
 """The agent side of mnemoflow: the middleware, the client it shares with tools, and the tools."""
 
 from mnemoflow.middleware.client import MemoryClient
-from mnemoflow.middleware.durable_memory import DurableMemoryMiddleware, DurableMemoryState
+from mnemoflow.middleware.durable_memory import (
+    DurableMemoryMiddleware,
+    DurableMemoryState,
+    SyncRunError,
+)
 from mnemoflow.middleware.settle import MemoryNotSettledError
 from mnemoflow.middleware.tools import memory_tools
 
@@ -10,5 +14,6 @@ __all__ = [
     "DurableMemoryState",
     "MemoryClient",
     "MemoryNotSettledError",
+    "SyncRunError",
     "memory_tools",
 ]
