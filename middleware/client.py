@@ -97,6 +97,8 @@ log = logging.getLogger(__name__)
 
 #: The hot path may wait at most this long for the query fallback (docs/ARCHITECTURE.md, one GET).
 MAX_QUERY_TIMEOUT_S = 2.0
+#: Longest text `remember` takes (RememberRequest's bound).
+MAX_REMEMBER_CHARS = 8000
 
 
 def _run_closed_under(err: RPCError) -> bool:
@@ -425,11 +427,20 @@ class MemoryClient:
         types: Sequence[str] = ("fact",),
         event_id: str | None = None,
     ) -> RememberResult:
-        """Store `text` as an explicit fragment; pass `event_id` to make a retry store it once."""
+        """Store `text` as an explicit fragment; pass `event_id` to make a retry store it once.
+        InvalidInputError for an empty text or one over MAX_REMEMBER_CHARS (an explicit memory
+        is one fact: it is never cut, the caller keeps the text and can split it)."""
         uid = validate_user_id(user_id)
+        if not text.strip():
+            raise InvalidInputError("nothing to remember: the text is empty")
+        if len(text) > MAX_REMEMBER_CHARS:
+            raise InvalidInputError(
+                f"text to remember is {len(text)} characters; at most {MAX_REMEMBER_CHARS} "
+                "(an explicit memory is one fact: remember its parts one by one)"
+            )
         request = RememberRequest(
             event_id=event_id or f"remember-{uuid.uuid4().hex}",
-            content=text[:8000],
+            content=text,
             theme=theme,
             types=list(types),
         )

@@ -18,7 +18,7 @@ from langchain_core.messages import ToolMessage
 
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.window import resolve_user_id
-from mnemoflow.models.errors import MemoryUnavailableError
+from mnemoflow.models.errors import InvalidInputError, MemoryUnavailableError
 from mnemoflow.models.ids import validate_user_id
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,8 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
             )
         except MemoryUnavailableError:
             return UNAVAILABLE
+        except InvalidInputError as err:  # the model can act on it; the turn goes on
+            return f"Not remembered: {err}"
         return f"Remembered (memory id {result.fragment_id})."
 
     @tool

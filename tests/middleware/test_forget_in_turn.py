@@ -118,3 +118,35 @@ async def test_forgetting_a_remembered_fact_also_forgets_the_conversation_that_s
         assert not [r for r in rows if "2468" in r], rows
         assert not [h for h in hits if "2468" in h]
         assert sum(kept in r for r in rows) == 1, "a fragment without the fact was forgotten"
+
+
+async def test_a_text_too_long_to_remember_is_refused_whole_never_cut(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """`remember` cut a text past 8,000 characters and said nothing: the stored memory lacked
+    its end. It is refused with a clear error (the tool tells the model, the turn goes on), and
+    a text at the bound is stored whole."""
+    from mnemoflow.middleware.client import MAX_REMEMBER_CHARS
+    from mnemoflow.models.errors import InvalidInputError
+
+    tail = "and the spare key is under the blue flowerpot 8841."
+    at_bound = "x" * (MAX_REMEMBER_CHARS - len(tail) - 1) + " " + tail
+    too_long = "y" * MAX_REMEMBER_CHARS + " " + tail
+    async with stack(dev_env, milvus_uri, redis_url) as (mw, client):
+        user = new_user("remember-bound")
+        mw.track(client.workflow_id(user))
+        with pytest.raises(InvalidInputError, match="at most 8000"):
+            await client.remember(user, too_long)
+        with pytest.raises(InvalidInputError, match="empty"):
+            await client.remember(user, "   ")
+        kept = await client.remember(user, at_bound)
+        model = ScriptedModel(
+            script=[tool_call("remember_this", {"text": too_long}), AIMessage("I could not.")]
+        )
+        h = harness(client, tools=memory_tools(client), model=model)
+        out = await h.turn(user, "t1", "Remember my very long note, please.")
+        said = [m.content for m in out["messages"] if isinstance(m, ToolMessage)]
+        assert said and said[0].startswith("Not remembered: text to remember is 8052")
+        rows = {f.id: f.content for f in await mw.store.all_for_user(user)}
+        assert rows[kept.fragment_id] == at_bound
+        assert not [c for c in rows.values() if c.startswith("y")]
