@@ -7,6 +7,7 @@ Nothing here does I/O, so every rule the middleware applies to a window is unit-
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -227,13 +228,31 @@ def message_text(message: BaseMessage) -> str:
                 else:
                     parts.append(f"[{kind}]")
     for call in getattr(message, "tool_calls", None) or []:
-        parts.append(f"[tool call: {call.get('name', '?')}]")
+        parts.append(tool_call_text(call))
     # A lone surrogate (a broken emoji from a bad decoder) cannot be encoded: the hand-over
     # would fail at every retry. It becomes U+FFFD; the rest of the text is kept as said.
     return clean_text("\n".join(p for p in parts if p))
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: The memory tools' own calls (middleware/tools.py): their arguments are memory already.
+MEMORY_TOOL_NAMES = frozenset({"remember_this", "recall_memories", "forget_memory", "memory_stats"})
+#: Characters of a tool call's arguments kept in its text.
+MAX_TOOL_ARGS_CHARS = 600
+
+
+def tool_call_text(call: Mapping[str, Any]) -> str:
+    """A tool call as the assistant's words: its name and, bounded, its arguments. A
+    structured answer (`response_format` with a tool strategy) is such a call, and the
+    arguments of any other call say what the user asked for (the dates, the order number)."""
+    name = str(call.get("name") or "?")
+    args = call.get("args")
+    if not args or name in MEMORY_TOOL_NAMES:
+        return f"[tool call: {name}]"
+    text = json.dumps(args, ensure_ascii=False, default=str)
+    if len(text) > MAX_TOOL_ARGS_CHARS:
+        text = text[:MAX_TOOL_ARGS_CHARS] + "…"
+    return f"[tool call: {name} {text}]"
 
 
 def message_role(message: BaseMessage) -> Role:

@@ -417,3 +417,49 @@ async def test_tools_are_bound_to_the_runs_user(
         recalled = await client.recall(yvonne, "locker code")
         assert any("9090" in f.content for f in recalled.fragments)
         assert not any("4512" in f.content for f in recalled.fragments)
+
+
+async def test_structured_answers_and_tool_arguments_are_memory(
+    env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """An agent with `response_format` (a tool strategy) answers by a tool call: its arguments
+    are the answer, and they were stored as '[tool call: Ticket]' only. Each turn's answer is
+    distinct, and each is stored once; a memory tool's own call keeps its name only."""
+    from pydantic import BaseModel
+
+    class Ticket(BaseModel):
+        summary: str
+        priority: int
+
+    humans = [f"My router X{i * 37 + 5} drops the wifi every {i + 2} hours." for i in range(3)]
+    answers = [
+        {"summary": f"Router X{i * 37 + 5} unstable, case R-{7100 + i}", "priority": i + 1}
+        for i in range(3)
+    ]
+    async with stack(env, milvus_uri, redis_url) as (mw, client):
+        user = new_user("structured")
+        mw.track(client.workflow_id(user))
+        model = ScriptedModel(script=[tool_call("Ticket", a) for a in answers])
+        memory = DurableMemoryMiddleware(client=client, core_prompt=CORE, clock=VirtualClock())
+        agent = create_agent(
+            model,
+            [],
+            middleware=[memory],
+            context_schema=Ctx,
+            checkpointer=InMemorySaver(),
+            response_format=Ticket,
+        )
+        cfg = {"configurable": {"thread_id": "tickets"}}
+        got = [
+            (await agent.ainvoke({"messages": [HumanMessage(h)]}, cfg, context=Ctx(user)))[
+                "structured_response"
+            ]
+            for h in humans
+        ]
+        assert [t.summary for t in got] == [a["summary"] for a in answers]
+        await memory.flush()
+        await client.consolidate(user, "tickets")
+        await client.settle(user, 120)
+        texts = [f.content for f in await mw.store.all_for_user(user)]
+        for line in humans + [f"R-{7100 + i}" for i in range(3)]:
+            assert sum(t.count(line) for t in texts) == 1, (line, texts)
