@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from mnemoflow.activities.llm.base import InductedProfile
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware.client import MemoryClient
-from mnemoflow.models.contracts import ForgetFragmentRequest
+from mnemoflow.models.contracts import ForgetFragmentRequest, ForgetFragmentResult
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.ids import user_workflow_id
 from mnemoflow.models.profile import PROFILE_LIST_FIELDS, UserProfile
@@ -79,6 +79,18 @@ async def published_profile(client: MemoryClient, user: str) -> UserProfile | No
     return context.profile if context is not None else None
 
 
+async def assert_facts(client: MemoryClient, user: str, kept: set[str]) -> None:
+    """The profile holds exactly `kept` of the facts said, in the workflow and in Redis."""
+    assert facts_in(await client.profile(user), SAID) == kept
+    assert facts_in(await published_profile(client, user), SAID) == kept
+
+
+async def forget(handle: WorkflowHandle, fragment_id: str) -> ForgetFragmentResult:
+    return await handle.execute_update(
+        UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=fragment_id)
+    )
+
+
 async def test_forgetting_one_fragment_of_a_batch_removes_only_its_facts(
     dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
 ) -> None:
@@ -95,13 +107,10 @@ async def test_forgetting_one_fragment_of_a_batch_removes_only_its_facts(
 
         for k, gone in enumerate(SAID[:2]):
             fragment = await fragment_of(mw, user, gone.line)
-            result = await handle.execute_update(
-                UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=fragment.id)
-            )
+            result = await forget(handle, fragment.id)
             assert result.deleted == 1 and result.profile_facts_removed == 1
             kept = {f.proof for f in SAID[k + 1 :]}
-            assert facts_in(await client.profile(user), SAID) == kept
-            assert facts_in(await published_profile(client, user), SAID) == kept
+            await assert_facts(client, user, kept)
         await client.aclose()
         await assert_replays(dev_env.client, [user_workflow_id(user)], name="forget-facts-batch")
 
@@ -133,15 +142,12 @@ async def test_a_fragment_forgotten_while_its_induction_runs_never_reaches_the_p
         user, handle = await start_user(mw, SAID, time.time() - 4 * DAY)
         await asyncio.wait_for(models.started.wait(), 120)
         gone = await fragment_of(mw, user, SAID[0].line)
-        result = await handle.execute_update(
-            UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=gone.id)
-        )
+        result = await forget(handle, gone.id)
         assert result.deleted == 1
         models.gate.set()
         await wait_status(handle, lambda s: s.inductions >= 1 and s.uninducted == 0)
         kept = {f.proof for f in SAID[1:]}
-        assert facts_in(await client.profile(user), SAID) == kept
-        assert facts_in(await published_profile(client, user), SAID) == kept
+        await assert_facts(client, user, kept)
         await client.aclose()
         await assert_replays(dev_env.client, [user_workflow_id(user)], name="forget-facts-late")
 
@@ -164,15 +170,12 @@ async def test_a_fact_forgotten_while_another_induction_runs_stays_forgotten(
         await submit(mw.client, mw.task_queue, user, said_turns(SAID[3:], t0 + DAY), urgent=True)
         await asyncio.wait_for(models.started.wait(), 120)
         gone = await fragment_of(mw, user, SAID[0].line)
-        result = await handle.execute_update(
-            UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=gone.id)
-        )
+        result = await forget(handle, gone.id)
         assert result.profile_facts_removed == 1
         models.gate.set()
         await wait_status(handle, lambda s: s.inductions == 2 and s.uninducted == 0)
         kept = {f.proof for f in SAID[1:]}
-        assert facts_in(await client.profile(user), SAID) == kept
-        assert facts_in(await published_profile(client, user), SAID) == kept
+        await assert_facts(client, user, kept)
         await client.aclose()
         await assert_replays(dev_env.client, [user_workflow_id(user)], name="forget-facts-stale")
 
@@ -194,15 +197,11 @@ async def test_a_fact_restated_by_a_kept_fragment_stays(
         assert facts_in(await client.profile(user), both) == {"Odile Brandt", "hiking"}
 
         first = await fragment_of(mw, user, SAID[0].line)
-        result = await handle.execute_update(
-            UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=first.id)
-        )
+        result = await forget(handle, first.id)
         assert result.profile_facts_removed == 0  # the kept fragment states the name too
         assert facts_in(await client.profile(user), both) == {"Odile Brandt", "hiking"}
         second = await fragment_of(mw, user, again.line)
-        result = await handle.execute_update(
-            UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=second.id)
-        )
+        result = await forget(handle, second.id)
         assert result.profile_facts_removed == 2
         assert facts_in(await client.profile(user), both) == set()
         assert facts_in(await published_profile(client, user), both) == set()
@@ -248,9 +247,7 @@ async def test_facts_that_cannot_be_attributed_go_and_the_others_are_inducted_ag
         await wait_status(handle, lambda s: s.inductions == 1 and s.uninducted == 0)
         assert facts_in(await client.profile(user), SAID) == {f.proof for f in SAID}
         gone = await fragment_of(mw, user, SAID[0].line)
-        result = await handle.execute_update(
-            UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=gone.id)
-        )
+        result = await forget(handle, gone.id)
         # Privacy first: every fact of the batch could be the forgotten fragment's.
         assert result.profile_facts_removed == len(SAID)
         assert facts_in(await client.profile(user), SAID) == set()
@@ -258,8 +255,7 @@ async def test_facts_that_cannot_be_attributed_go_and_the_others_are_inducted_ag
         kept = {f.proof for f in SAID[1:]}
         await wait_status(handle, lambda s: s.inductions == 2 and s.uninducted == 0)
         assert models.batches == [len(SAID), len(SAID) - 1]
-        assert facts_in(await client.profile(user), SAID) == kept
-        assert facts_in(await published_profile(client, user), SAID) == kept
+        await assert_facts(client, user, kept)
         await client.aclose()
         await assert_replays(dev_env.client, [user_workflow_id(user)], name="forget-facts-unsure")
 
@@ -290,15 +286,12 @@ async def test_a_delete_whose_reply_was_lost_still_forgets_the_facts(
             return deleted
 
         mw.store.delete = delete_then_lose_the_reply  # type: ignore[method-assign]
-        result = await handle.execute_update(
-            UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=fragment.id)
-        )
+        result = await forget(handle, fragment.id)
         kept = {f.proof for f in SAID if f is not gone}
         print(f"attempts {len(attempts)}, {result}")
         assert len(attempts) == 2, "the test can fail: the first attempt must be retried"
         assert result.deleted == 1 and result.profile_facts_removed == 1
-        assert facts_in(await client.profile(user), SAID) == kept
-        assert facts_in(await published_profile(client, user), SAID) == kept
+        await assert_facts(client, user, kept)
         context = await client.context(user)
         assert context is not None and fragment.id not in {f.id for f in context.fragments}
         await client.aclose()
