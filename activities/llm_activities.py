@@ -4,12 +4,14 @@ Each wraps one call of a `MemoryModels` (heuristic offline, or a LangChain chat 
 trusts its answer: drafts are validated and clamped, weights renormalised, profile updates merged
 with bounded, de-duplicated lists. Failures leave as the ApplicationErrors described in
 activities.llm.errors: malformed output is retried by Temporal up to `max_malformed_attempts`,
-then fails for good; rate limits honour Retry-After; rejected requests fail at once.
+then fails for good; rate limits honour Retry-After; rejected requests fail at once. A slice the
+model refuses for good keeps its turns verbatim instead (`REFUSALS`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import re
 import time
@@ -21,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 
 from mnemoflow.activities.heartbeat import heartbeating
 from mnemoflow.activities.llm.base import MemoryModels, validate_drafts, with_every_turn
-from mnemoflow.activities.llm.errors import to_activity_error
+from mnemoflow.activities.llm.errors import INVALID_INPUT_TYPE, to_activity_error
 from mnemoflow.memory.params import renormalise
 from mnemoflow.memory.profile_merge import merge_profile
 from mnemoflow.memory.text import content_tokens, normalise
@@ -45,6 +47,10 @@ from mnemoflow.models.round_store import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+#: The error types of a model that refused a slice for good, whatever the retry: the turns are
+#: kept verbatim rather than block their thread (an auth or quota rejection still fails).
+REFUSALS = frozenset({INVALID_INPUT_TYPE, MalformedModelOutputError.type})
 
 
 class FragmentReader(Protocol):
@@ -127,7 +133,27 @@ class LLMActivities:
             drafts = with_every_turn(drafts, inp.turns, inp.max_fragments)
             return SliceOutput(drafts=drafts, usage=sliced.usage, model=self.models.name)
 
-        return await self._guarded("slice", call, inp.attempts_before)
+        try:
+            return await self._guarded("slice", call, inp.attempts_before)
+        except ApplicationError as err:
+            if err.type not in REFUSALS:
+                raise
+            # The model refused these turns for good (HTTP 400/413/422: a content filter, a
+            # window too small; or output it never made valid): the same turns would be refused
+            # at every later round, and everything said after them would wait behind them.
+            # They are kept verbatim instead (docs/ARCHITECTURE.md, "The round").
+            log.error(
+                "slice refused for user %r, thread %r (%d turns), kept verbatim: %s",
+                inp.user_id[:64],
+                inp.turns[0].thread_id[:64],
+                len(inp.turns),
+                err,
+            )
+            return SliceOutput(
+                drafts=with_every_turn([], inp.turns, inp.max_fragments),
+                model=self.models.name,
+                refused=f"{err.type}: {str(err)[:300]}",
+            )
 
     @activity.defn(name=ActivityName.TUNE)
     async def tune(self, inp: TuneInput) -> TuneOutput:

@@ -332,11 +332,14 @@ class SliceInput(BaseModel):
 
 
 class SliceOutput(BaseModel):
-    """Validated fragment drafts and the LLM usage."""
+    """Validated fragment drafts and the LLM usage; `refused` names the model's refusal when
+    it refused these turns for good and they were kept verbatim instead (docs/ARCHITECTURE.md,
+    "LLM failures")."""
 
     drafts: list[FragmentDraft]
     usage: LLMUsage = Field(default_factory=LLMUsage)
     model: str = ""
+    refused: str = ""
 
 
 class IndexInput(BaseModel):

@@ -88,6 +88,12 @@ class MnemoflowMetrics:
             registry=r,
         )
 
+        self.slice_refusals = Counter(
+            "mnemoflow_slice_refusals",
+            "Slices a model refused for good (HTTP 400/413/422, output never valid): their turns"
+            " were kept verbatim instead.",
+            registry=r,
+        )
         self.activity_failures = Counter(
             "mnemoflow_activity_failures",
             "Failed activity attempts by activity and error type (RateLimited is an LLM 429).",
@@ -124,6 +130,7 @@ class MnemoflowMetrics:
             if isinstance(size, int) and size:
                 self.injected_bytes.observe(size)
         elif activity == SLICE_AND_TUNE:  # shape 3's local slice and tunes, counted as theirs
+            self._refused(getattr(result, "sliced", None))
             sliced = getattr(getattr(result, "sliced", None), "usage", None)
             if isinstance(sliced, LLMUsage):
                 self.llm_used("slice", sliced)
@@ -132,10 +139,16 @@ class MnemoflowMetrics:
                 if isinstance(usage, LLMUsage):
                     self.llm_used("tune", usage)
             return
+        if activity == ActivityName.SLICE:
+            self._refused(result)
         operation = _LLM_OPERATIONS.get(activity)
         usage = getattr(result, "usage", None)
         if operation is not None and isinstance(usage, LLMUsage):
             self.llm_used(operation, usage)
+
+    def _refused(self, sliced: Any) -> None:
+        if getattr(sliced, "refused", ""):
+            self.slice_refusals.inc()
 
     def llm_used(self, operation: str, usage: LLMUsage) -> None:
         """Add one LLM activity's usage and its price."""

@@ -22,6 +22,7 @@ ALERTS = {
     "MnemoflowLLMQueueBacklog",
     "MnemoflowLLMCallsFailing",
     "MnemoflowLLMRateLimited",
+    "MnemoflowSlicesRefused",
     "MnemoflowForgetsPending",
     "MnemoflowWorkerNotReady",
 }

@@ -24,7 +24,6 @@ from temporalio.testing import WorkflowEnvironment
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.errors import InvalidInputError
 from mnemoflow.models.round_store import SLICE_AND_TUNE
 from mnemoflow.worker.interceptors import MetricsInterceptor
 from mnemoflow.worker.metrics import MnemoflowMetrics
@@ -214,8 +213,12 @@ async def test_llm_down_three_hours_while_the_conversation_goes_on(
     )
 
 
+class Unauthorized(Exception):
+    status_code = 401  # a rejected key: not about these turns (a refusal of them is kept verbatim)
+
+
 class FailOnceModels(HeuristicMemoryModels):
-    """The offline models whose slicer fails permanently on its first call."""
+    """The offline models whose slicer is rejected permanently on its first call."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -224,7 +227,7 @@ class FailOnceModels(HeuristicMemoryModels):
     async def slice(self, turns, max_fragments):  # type: ignore[no-untyped-def]
         self.slice_calls += 1
         if self.slice_calls == 1:
-            raise InvalidInputError("slicer refuses this conversation (test)")
+            raise Unauthorized("invalid api key (test)")
         return await super().slice(turns, max_fragments)
 
 
@@ -250,7 +253,7 @@ async def test_permanently_failed_round_is_visible_and_the_next_round_picks_it_u
             handle, lambda s: watch.see(s) and s.rounds_failed == 1, env=env, step_s=1
         )
         assert failed.rounds[-1].status == "failed"
-        assert "InvalidInput" in (failed.rounds[-1].error or "")
+        assert "Unauthorized" in (failed.rounds[-1].error or "")
         assert failed.pending_turns == len(LINES) and failed.watermarks["t"].indexed == 0
         assert await mw.store.count(user) == 0
         desc = await env.client.get_workflow_handle(failed.rounds[-1].workflow_id).describe()
@@ -270,7 +273,7 @@ async def test_permanently_failed_round_is_visible_and_the_next_round_picks_it_u
         request,
         key="round-failed",
         kind="fault",
-        what="A round that fails permanently (non-retryable InvalidInput from the slicer)",
+        what="A round that fails permanently (the slicer's request rejected: HTTP 401)",
         happened="round child FAILED and listed as failed in status; its messages stayed "
         f"pending and un-indexed; the next round ({CFG.failed_round_backoff_s:.0f} s back-off) "
         "indexed them (operator retry_round: test_operations.py)",
