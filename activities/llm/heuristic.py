@@ -10,6 +10,7 @@ simulates a slow LLM (the predecessor measured 800 ms per call).
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,11 +24,12 @@ from mnemoflow.activities.llm.heuristic_rules import (
     bounded_pieces,
     is_question,
     split_sentences,
-    theme_label,
+    theme_label_repeats,
     themes_of,
     types_of,
+    types_of_repeats,
 )
-from mnemoflow.memory.text import estimate_tokens
+from mnemoflow.memory.text import WINDOW_CHARS_PER_TOKEN, estimate_tokens, token_units
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn
@@ -37,6 +39,8 @@ HEURISTIC_MODEL_NAME = "heuristic-offline"
 #: Upper bound of one fragment, in estimated tokens: small enough that a question's evidence
 #: comes with little else, so a 1,200-token memory budget holds many of them.
 MAX_FRAGMENT_TOKENS = 160
+#: `estimate_tokens` is `token_units` over this, rounded up.
+_UNITS_PER_TOKEN = round(WINDOW_CHARS_PER_TOKEN * 10)
 
 
 @dataclass
@@ -45,7 +49,9 @@ class _Group:
 
     theme: Theme
     lines: list[str] = field(default_factory=list)
-    human_text: list[str] = field(default_factory=list)
+    #: What the human turns state, as (text, count) runs: every piece of a long turn carries
+    #: its turn's text, and the runs keep that without holding (or searching) each copy.
+    human: list[tuple[str, int]] = field(default_factory=list)
     indexes: list[int] = field(default_factory=list)
     tokens: int = 0
     votes: list[Theme] = field(default_factory=list)
@@ -61,7 +67,13 @@ class _Group:
         self.indexes.append(idx)
         self.tokens += estimate_tokens(line)
         if human:
-            self.human_text.append(human)
+            self.state(human, 1)
+
+    def state(self, human: str, count: int) -> None:
+        if self.human and self.human[-1][0] == human:
+            count += self.human[-1][1]
+            self.human.pop()
+        self.human.append((human, count))
 
 
 def _pieces(turn: ChatTurn, text: str) -> list[str]:
@@ -71,7 +83,8 @@ def _pieces(turn: ChatTurn, text: str) -> list[str]:
     speaker = speaker_label(turn)
     if estimate_tokens(text) <= MAX_FRAGMENT_TOKENS:
         return [f"{speaker}: {text}"]
-    return [f"{speaker}: {p}" for p in bounded_pieces(text, MAX_FRAGMENT_TOKENS, estimate_tokens)]
+    pieces = bounded_pieces(text, MAX_FRAGMENT_TOKENS, token_units, _UNITS_PER_TOKEN)
+    return [f"{speaker}: {p}" for p in pieces]
 
 
 def _dominant(themes: list[Theme]) -> Theme:
@@ -141,26 +154,62 @@ class HeuristicMemoryModels:
     @staticmethod
     def _bounded(groups: list[_Group], limit: int) -> list[_Group]:
         """At most `limit` groups: the neighbouring pair (in conversation order) that is
-        smallest together is merged until they fit; nothing is dropped."""
+        smallest together is merged until they fit (the earliest such pair on ties); nothing is
+        dropped. The pairs wait in a heap keyed (size, position), an entry going stale when
+        either group changes, so n groups take n log n rather than a scan of all pairs per merge
+        (quadratic: a round of long turns is thousands of groups)."""
         groups.sort(key=lambda g: g.indexes[0])
-        while len(groups) > max(1, limit):
-            i = min(range(len(groups) - 1), key=lambda k: groups[k].tokens + groups[k + 1].tokens)
-            first, second = groups[i], groups.pop(i + 1)
+        count = len(groups)
+        target = max(1, limit)
+        if count <= target:
+            return groups
+        after = list(range(1, count + 1))  # the next live group (count: none)
+        before = list(range(-1, count - 1))
+        alive = [True] * count
+        version = [0] * count  # bumped when a group takes in its neighbour
+
+        def pair(left: int) -> tuple[int, int, int, int, int]:
+            right = after[left]
+            size = groups[left].tokens + groups[right].tokens
+            return (size, left, right, version[left], version[right])
+
+        heap = [pair(k) for k in range(count - 1)]
+        heapq.heapify(heap)
+        while count > target:
+            _, left, right, left_version, right_version = heapq.heappop(heap)
+            if not (
+                alive[left]
+                and alive[right]
+                and after[left] == right
+                and version[left] == left_version
+                and version[right] == right_version
+            ):
+                continue
+            first, second = groups[left], groups[right]
             if first.theme is GENERAL and second.theme is not GENERAL:
                 first.theme = second.theme
             first.lines.extend(second.lines)
-            first.human_text.extend(second.human_text)
+            for text, times in second.human:
+                first.state(text, times)
             first.votes.extend(second.votes)
             first.indexes.extend(second.indexes)
             first.tokens += second.tokens
-        return groups
+            alive[right] = False
+            version[left] += 1
+            after[left] = after[right]
+            if after[left] < len(groups):
+                before[after[left]] = left
+                heapq.heappush(heap, pair(left))
+            if before[left] >= 0:
+                heapq.heappush(heap, pair(before[left]))
+            count -= 1
+        return [g for g, live in zip(groups, alive, strict=True) if live]
 
     @staticmethod
     def _draft(group: _Group) -> dict[str, Any]:
-        human = " ".join(group.human_text)
         return {
-            "theme": theme_label(group.theme, human),
-            "types": types_of(human) if human else ["chat"],
+            "theme": theme_label_repeats(group.theme, group.human),
+            "types": types_of_repeats(group.human) if group.human else ["chat"],
             "content": "\n".join(group.lines),
             "start_idx": min(group.indexes),
             "end_idx": max(group.indexes),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 _CJK = re.compile(r"[\u3400-\u9fff]")
@@ -150,7 +150,9 @@ TYPE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"(?i:\b(?:my name|name is|call me|years old|born|birthday|i work as|occupation|"
             r"profession)\b)|\b(?:I'm|I am|i'm|i am) (?:(?i:an?) |[A-Z])|"
-            r"我叫|我是|名字|我姓|生日|出生|\d+岁|职业",
+            # "\d岁", not "\d+岁": only whether it occurs is asked, and a bounded match
+            # keeps `types_of_repeats` exact (TYPE_REACH).
+            r"我叫|我是|名字|我姓|生日|出生|\d岁|职业",
         ),
     ),
     (
@@ -241,42 +243,65 @@ def is_question(sentence: str) -> bool:
     return bool(_QUESTION_ZH.search(_ZH_INDEFINITE.sub("", text))) and not text.endswith("。")
 
 
-def bounded_pieces(text: str, bound: int, tokens: Callable[[str], int]) -> list[str]:
-    """`text` cut into verbatim pieces of at most `bound` tokens (by `tokens`): whole
-    sentences where they fit, else words, else characters (a script written without spaces,
-    a run-on line); joined again they give the text back, up to the whitespace between
-    pieces."""
+def bounded_pieces(text: str, bound: int, units: Callable[[str], int], per_token: int) -> list[str]:
+    """`text` cut into verbatim pieces of at most `bound` tokens, a text's tokens being its
+    `units` over `per_token`, rounded up (`memory.text.token_units`: units must add up over
+    concatenation): whole sentences where they fit, else words, else characters (a script
+    written without spaces, a run-on line); joined again they give the text back, up to the
+    whitespace between pieces. Each piece's units are carried along rather than counted again
+    as it grows, so this is linear in the text (re-counting a growing piece made a long
+    unpunctuated turn quadratic)."""
+    limit = bound * per_token  # ceil(u / per_token) <= bound  <=>  u <= bound * per_token
+    space = units(" ")
     pieces: list[str] = []
+    sizes: list[int] = []
     for sentence in split_sentences(text):
-        for part in _cut(sentence, bound, tokens):
-            if pieces and tokens(join_sentences(pieces[-1], part)) <= bound:
-                pieces[-1] = join_sentences(pieces[-1], part)
-            else:
-                pieces.append(part)
+        for part, size in _cut(sentence, limit, units, space):
+            if pieces:
+                gap = 0 if not pieces[-1] or pieces[-1].endswith(_CJK_PUNCT) else space
+                joined = sizes[-1] + size + gap
+                if joined <= limit:
+                    pieces[-1] = join_sentences(pieces[-1], part)
+                    sizes[-1] = joined
+                    continue
+            pieces.append(part)
+            sizes.append(size)
     return pieces
 
 
-def _cut(sentence: str, bound: int, tokens: Callable[[str], int]) -> list[str]:
-    if tokens(sentence) <= bound:
-        return [sentence]
-    out: list[str] = []
+def _cut(
+    sentence: str, limit: int, units: Callable[[str], int], space: int
+) -> list[tuple[str, int]]:
+    """A sentence as parts within `limit` units, each with its units."""
+    size = units(sentence)
+    if size <= limit:
+        return [(sentence, size)]
+    out: list[tuple[str, int]] = []
     for word in sentence.split():
-        parts = [word] if tokens(word) <= bound else _chars(word, bound, tokens)
-        for part in parts:
-            if out and tokens(f"{out[-1]} {part}") <= bound:
-                out[-1] = f"{out[-1]} {part}"
+        word_size = units(word)
+        parts = [(word, word_size)] if word_size <= limit else _chars(word, limit, units)
+        for part, part_size in parts:
+            if out and out[-1][1] + space + part_size <= limit:
+                out[-1] = (f"{out[-1][0]} {part}", out[-1][1] + space + part_size)
             else:
-                out.append(part)
+                out.append((part, part_size))
     return out
 
 
-def _chars(word: str, bound: int, tokens: Callable[[str], int]) -> list[str]:
-    out = [""]
+def _chars(word: str, limit: int, units: Callable[[str], int]) -> list[tuple[str, int]]:
+    per_char: dict[str, int] = {}
+    out: list[list[str]] = [[]]
+    sizes = [0]
     for char in word:
-        if out[-1] and tokens(out[-1] + char) > bound:
-            out.append("")
-        out[-1] += char
-    return out
+        size = per_char.get(char)
+        if size is None:
+            size = per_char[char] = units(char)
+        if out[-1] and sizes[-1] + size > limit:
+            out.append([])
+            sizes.append(0)
+        out[-1].append(char)
+        sizes[-1] += size
+    return [("".join(chars), size) for chars, size in zip(out, sizes, strict=True)]
 
 
 def join_sentences(previous: str, sentence: str) -> str:
@@ -318,6 +343,30 @@ def types_of(text: str) -> list[str]:
     return found or ["chat"]
 
 
+#: No match of a TYPE_RULES pattern, with the character on either side that `\b` looks at, is
+#: longer than this (tests/activities/test_heuristic_scaling.py checks it against the patterns).
+TYPE_REACH = 64
+
+
+def repeated(runs: Sequence[tuple[str, int]]) -> str:
+    """The runs' texts, each `count` times, joined by spaces."""
+    return " ".join(" ".join([text] * count) for text, count in runs)
+
+
+def types_of_repeats(runs: Sequence[tuple[str, int]]) -> list[str]:
+    """`types_of(repeated(runs))` without searching every repeat. A text of at least TYPE_REACH
+    characters repeated three or more times is searched twice over: "s s" holds every match
+    "s s s ..." does (a match is too short to span two joins, so it lies in two neighbouring
+    copies), and gives no new one. (A long turn cut into 50 pieces carried its text 50 times
+    into its fragment's search, and a round of long turns took most of a minute.)"""
+    return types_of(
+        " ".join(
+            " ".join([text] * (min(count, 2) if len(text) >= TYPE_REACH else count))
+            for text, count in runs
+        )
+    )
+
+
 def is_mostly_chinese(text: str) -> bool:
     """True when CJK characters outnumber Latin words (then Chinese theme labels read better)."""
     return len(_CJK.findall(text)) > len(_WORD.findall(text))
@@ -330,6 +379,29 @@ def theme_label(theme: Theme, text: str) -> str:
     if theme is not GENERAL or chinese:
         return label
     counts = Counter(w.lower() for w in _WORD.findall(text) if w.lower() not in _STOPWORDS)
+    return _general_label(label, counts)
+
+
+def _general_label(label: str, counts: Counter[str]) -> str:
     # most_common keeps first-seen order among equal counts, so this is deterministic.
     top = [word for word, _ in counts.most_common(2)]
     return f"{label}: {', '.join(top)}" if top else label
+
+
+def theme_label_repeats(theme: Theme, runs: Sequence[tuple[str, int]]) -> str:
+    """`theme_label(theme, repeated(runs))`, counting each text once and multiplying: neither
+    CJK characters nor Latin words reach across the spaces that join the copies."""
+    cjk = words = 0
+    for text, count in runs:
+        cjk += count * len(_CJK.findall(text))
+        words += count * len(_WORD.findall(text))
+    chinese = cjk > words
+    label = theme.label_zh if chinese else theme.label_en
+    if theme is not GENERAL or chinese:
+        return label
+    counts: Counter[str] = Counter()
+    for text, count in runs:
+        once = Counter(w.lower() for w in _WORD.findall(text) if w.lower() not in _STOPWORDS)
+        for word, hits in once.items():  # in first-seen order, as one pass over the whole
+            counts[word] += hits * count
+    return _general_label(label, counts)
