@@ -5,7 +5,8 @@ trusts its answer: drafts are validated and clamped, weights renormalised, profi
 with bounded, de-duplicated lists. Failures leave as the ApplicationErrors described in
 activities.llm.errors: malformed output is retried by Temporal up to `max_malformed_attempts`,
 then fails for good; rate limits honour Retry-After; rejected requests fail at once. A slice the
-model refuses for good keeps its turns verbatim instead (`REFUSALS`).
+model refuses for good keeps its turns verbatim instead, and such a tune the default weights
+(`REFUSALS`).
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ from mnemoflow.models.round_store import (
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-#: The error types of a model that refused a slice for good, whatever the retry: the turns are
-#: kept verbatim rather than block their thread (an auth or quota rejection still fails).
+#: The error types of a model that refused its input for good, whatever the retry: a slice's
+#: turns are kept verbatim and a tune's theme gets the default weights, rather than fail every
+#: round that meets them again (an auth or quota rejection still fails).
 REFUSALS = frozenset({INVALID_INPUT_TYPE, MalformedModelOutputError.type})
 
 
@@ -59,6 +61,10 @@ class FragmentReader(Protocol):
     async def get(self, user_id: str, ids: list[str]) -> list[Fragment]:
         """The user's fragments among `ids`, in the order asked; unknown ids are skipped."""
         ...
+
+
+def _refusal(err: ApplicationError) -> str:
+    return f"{err.type}: {str(err)[:300]}"
 
 
 def _numbers(raw: dict[str, object]) -> dict[str, float]:
@@ -152,7 +158,7 @@ class LLMActivities:
             return SliceOutput(
                 drafts=with_every_turn([], inp.turns, inp.max_fragments),
                 model=self.models.name,
-                refused=f"{err.type}: {str(err)[:300]}",
+                refused=_refusal(err),
             )
 
     @activity.defn(name=ActivityName.TUNE)
@@ -170,7 +176,15 @@ class LLMActivities:
                 model=self.models.name,
             )
 
-        return await self._guarded("tune", call, inp.attempts_before)
+        try:
+            return await self._guarded("tune", call, inp.attempts_before)
+        except ApplicationError as err:
+            if err.type not in REFUSALS:
+                raise
+            # The samples are the theme's fragments: refused once, refused at every round that
+            # meets the theme again, and the round would fail each time. The defaults serve.
+            log.error("tune refused for theme %r, default weights used: %s", inp.theme[:60], err)
+            return TuneOutput(params=renormalise({}), model=self.models.name, refused=_refusal(err))
 
     @activity.defn(name=SLICE_AND_TUNE)
     async def slice_and_tune(self, inp: SliceTuneInput) -> SliceTuneOutput:

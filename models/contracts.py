@@ -366,12 +366,14 @@ class TuneInput(BaseModel):
 
 
 class TuneOutput(BaseModel):
-    """Renormalised parameters (never trusted raw) and the LLM usage."""
+    """Renormalised parameters (never trusted raw) and the LLM usage; `refused` names the
+    model's refusal when it refused the theme's samples for good and the defaults were used."""
 
     params: TunedParams
     raw: dict[str, float] = Field(default_factory=dict)
     usage: LLMUsage = Field(default_factory=LLMUsage)
     model: str = ""
+    refused: str = ""
 
 
 class SelectInput(BaseModel):

@@ -88,10 +88,11 @@ class MnemoflowMetrics:
             registry=r,
         )
 
-        self.slice_refusals = Counter(
-            "mnemoflow_slice_refusals",
-            "Slices a model refused for good (HTTP 400/413/422, output never valid): their turns"
-            " were kept verbatim instead.",
+        self.llm_refusals = Counter(
+            "mnemoflow_llm_refusals",
+            "Calls a model refused for good (HTTP 400/413/422, output never valid), by operation:"
+            " a slice's turns were kept verbatim, a tune's theme got the default weights.",
+            ["operation"],
             registry=r,
         )
         self.activity_failures = Counter(
@@ -130,7 +131,9 @@ class MnemoflowMetrics:
             if isinstance(size, int) and size:
                 self.injected_bytes.observe(size)
         elif activity == SLICE_AND_TUNE:  # shape 3's local slice and tunes, counted as theirs
-            self._refused(getattr(result, "sliced", None))
+            self._refused("slice", getattr(result, "sliced", None))
+            for tuned in getattr(result, "tuned", {}).values():
+                self._refused("tune", tuned)
             sliced = getattr(getattr(result, "sliced", None), "usage", None)
             if isinstance(sliced, LLMUsage):
                 self.llm_used("slice", sliced)
@@ -139,16 +142,16 @@ class MnemoflowMetrics:
                 if isinstance(usage, LLMUsage):
                     self.llm_used("tune", usage)
             return
-        if activity == ActivityName.SLICE:
-            self._refused(result)
         operation = _LLM_OPERATIONS.get(activity)
+        if operation is not None:
+            self._refused(operation, result)
         usage = getattr(result, "usage", None)
         if operation is not None and isinstance(usage, LLMUsage):
             self.llm_used(operation, usage)
 
-    def _refused(self, sliced: Any) -> None:
-        if getattr(sliced, "refused", ""):
-            self.slice_refusals.inc()
+    def _refused(self, operation: str, result: Any) -> None:
+        if getattr(result, "refused", ""):
+            self.llm_refusals.labels(operation=operation).inc()
 
     def llm_used(self, operation: str, usage: LLMUsage) -> None:
         """Add one LLM activity's usage and its price."""

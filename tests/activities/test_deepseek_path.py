@@ -18,6 +18,7 @@ from temporalio.testing import ActivityEnvironment
 from mnemoflow.activities.llm.deepseek import deepseek_chat_model
 from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
 from mnemoflow.activities.llm_activities import LLMActivities
+from mnemoflow.memory.params import renormalise
 from mnemoflow.models.contracts import InductInput, SliceInput, TuneInput
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.profile import UserProfile
@@ -314,10 +315,17 @@ async def test_server_error_is_retryable_and_not_retried_by_the_client(
 async def test_rejected_requests_fail_at_once(
     emulator: DeepSeekEmulator, status: int, kind: str
 ) -> None:
+    """A rejected request is never retried; a refusal of the input (400, 422) gives the theme
+    the default weights (named in `refused`), a rejected key (401) fails the activity."""
     emulator.push(Reply.error(status))
-    with pytest.raises(ApplicationError) as err:
-        await _env().run(_activities(emulator).tune, TuneInput(theme="orders"))
-    assert err.value.type == kind and err.value.non_retryable
+    if kind == "InvalidInput":
+        out = await _env().run(_activities(emulator).tune, TuneInput(theme="orders"))
+        assert out.refused.startswith("InvalidInput:") and f"HTTP {status}" in out.refused
+        assert out.params == renormalise({})
+    else:
+        with pytest.raises(ApplicationError) as err:
+            await _env().run(_activities(emulator).tune, TuneInput(theme="orders"))
+        assert err.value.type == kind and err.value.non_retryable
     assert len(emulator.requests) == 1
 
 

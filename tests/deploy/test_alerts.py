@@ -22,7 +22,7 @@ ALERTS = {
     "MnemoflowLLMQueueBacklog",
     "MnemoflowLLMCallsFailing",
     "MnemoflowLLMRateLimited",
-    "MnemoflowSlicesRefused",
+    "MnemoflowLLMRefusals",
     "MnemoflowForgetsPending",
     "MnemoflowWorkerNotReady",
 }

@@ -17,11 +17,13 @@ import uuid
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from mnemoflow.activities.llm.base import SlicedDrafts
+from mnemoflow.activities.llm.base import SlicedDrafts, TunedRaw
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.memory.params import renormalise
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.contracts import ActivityName, SliceOutput
+from mnemoflow.models.contracts import ActivityName, SliceOutput, TuneOutput
 from mnemoflow.models.errors import MalformedModelOutputError
+from mnemoflow.models.round_store import SLICE_AND_TUNE, SliceTuneOutput
 from mnemoflow.models.turns import ChatTurn
 from mnemoflow.worker.metrics import MnemoflowMetrics
 from tests.support.drive import conversation, submit, wait_status
@@ -54,6 +56,12 @@ class PickyModels(HeuristicMemoryModels):
         if GARBLED in text:
             raise MalformedModelOutputError("not JSON")
         return await super().slice(turns, max_fragments)
+
+    async def tune(self, theme: str, samples: list[str], types: list[str]) -> TunedRaw:
+        if FLAGGED in " ".join(samples):  # the filter refuses the theme's fragments too
+            self.refusals += 1
+            raise ContentRisk("Content Exists Risk")
+        return await super().tune(theme, samples, types)
 
 
 def lines(tag: str, n: int, odd: str = "") -> list[str]:
@@ -103,11 +111,25 @@ async def test_refused_turns_are_kept_verbatim_and_the_thread_moves_on(
         assert [n for n in counts.values() if n != 1] == [], counts
         refused = [r.getMessage() for r in caplog.records if "kept verbatim" in r.getMessage()]
         assert len(refused) == 1 and user in refused[0], refused
+        if odd == FLAGGED:
+            tunes = [r.getMessage() for r in caplog.records if "tune refused" in r.getMessage()]
+            assert len(tunes) >= 1 and models.refusals == 1 + len(tunes)
         assert len(models.slices) >= 2 and models.slices[-1] == len(second), models.slices
 
 
-def test_a_refusal_is_counted_and_an_ordinary_slice_is_not() -> None:
+def test_a_refusal_is_counted_and_an_ordinary_call_is_not() -> None:
     metrics = MnemoflowMetrics()
     metrics.activity_result(ActivityName.SLICE, SliceOutput(drafts=[], refused="InvalidInput: x"))
     metrics.activity_result(ActivityName.SLICE, SliceOutput(drafts=[]))
-    assert metrics.slice_refusals._value.get() == 1
+    refused_tune = TuneOutput(params=renormalise({}), refused="InvalidInput: y")
+    metrics.activity_result(ActivityName.TUNE, refused_tune)
+    both = SliceTuneOutput(
+        sliced=SliceOutput(drafts=[], refused="MalformedModelOutput: z"),
+        tuned={"a": refused_tune, "b": TuneOutput(params=renormalise({}))},
+    )
+    metrics.activity_result(SLICE_AND_TUNE, both)
+    counted = metrics.llm_refusals.labels
+    assert (counted(operation="slice")._value.get(), counted(operation="tune")._value.get()) == (
+        2,
+        2,
+    )
