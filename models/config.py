@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 #: Type values of docs/ARCHITECTURE.md, "The memory model" (unknown types score 0).
 TYPE_VALUES: dict[str, float] = {
@@ -34,6 +34,8 @@ class Vocation(StrEnum):
 
 class Preset(BaseModel):
     """Time constants and gates of one vocation."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     tau_m: float = Field(gt=0, description="maturity time constant, seconds")
     c_m: float = Field(gt=0, description="maturity shape")
@@ -67,7 +69,13 @@ class BudgetPattern(StrEnum):
 
 
 class MemoryConfig(BaseModel):
-    """Everything that shapes one user's memory; carried in the user workflow's input."""
+    """Everything that shapes one user's memory; carried in the user workflow's input.
+
+    Every number is finite: an infinity or NaN would travel to the workflow as JSON null and
+    fail each of its tasks for good (that user's memory stopped, whatever config came after).
+    """
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     vocation: Vocation = Vocation.CUSTOMER_SERVICE
     tau_m: float = Field(600, gt=0)
@@ -97,6 +105,14 @@ class MemoryConfig(BaseModel):
         (0.7, 0.1, 0.2),
         description="alpha, beta, gamma of the per-call search: relevance to the question leads",
     )
+
+    @field_validator("search_weights")
+    @classmethod
+    def _weights(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
+        if any(w < 0 for w in value) or sum(value) <= 0:
+            raise ValueError("search weights are at least 0 and not all 0")
+        return value
+
     search_deadline_s: float = Field(
         0.25, gt=0, le=10, description="a model call waits this long for its memory search"
     )
