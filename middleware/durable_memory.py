@@ -65,6 +65,7 @@ from mnemoflow.middleware.window import (
     message_identity,
     message_text,
     message_time,
+    next_stamp,
     owned_by,
     owner_of,
     resolve_thread_id,
@@ -257,7 +258,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             overrides["system_message"] = SystemMessage(content=prompt) if prompt else None
         response = await handler(request.override(**overrides) if overrides else request)
         replies = list(getattr(response, "result", None) or [])
-        self._capture(user_id, thread, replies, len(history))
+        self._capture(user_id, thread, replies, history)
         usage = response_usage(response)
         if usage is not None:
             self.metrics.record(usage)
@@ -289,7 +290,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             if forgotten is not None:
                 self._after_forget(user_id, forgotten)
             state = request.state if isinstance(request.state, dict) else {}
-            self._capture(user_id, thread, [result], len(state.get("messages", ())))
+            self._capture(user_id, thread, [result], state.get("messages", ()))
         return result
 
     # --- sync entry points: the middleware is async-only ----------------------------------
@@ -354,13 +355,20 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         await self.flush()
 
     def _capture(
-        self, user_id: str, thread: str, messages: list[BaseMessage], position: int
+        self,
+        user_id: str,
+        thread: str,
+        messages: list[BaseMessage],
+        before: Sequence[BaseMessage],
     ) -> None:
         """Give new messages an id, time and owner now, and hold them in the outbox until the
-        turn ends: other middleware may rewrite the list before then. `position` is where the
-        first one will sit in the list (informational; the end of the turn corrects it)."""
+        turn ends: other middleware may rewrite the list before then. `before` is the list they
+        follow: they sit at its end, and their time is never earlier than its stamps
+        (window.next_stamp: a caller's clock ahead of this host's keeps replies after
+        questions)."""
+        position = len(before)
         try:
-            now = self._clock()
+            now = next_stamp(before, self._clock())
             owner = owner_of(user_id)
             for message in messages:
                 if message.id is None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, ToolMessage
@@ -46,18 +48,134 @@ _ROLES: dict[str, Role] = {
 }
 
 
+#: The latest plausible stamp in seconds (the start of year 5000). A number past it is a stamp
+#: in a finer unit (JavaScript's `Date.now()` milliseconds, microseconds, `time.time_ns()`
+#: nanoseconds), read by dividing by 1000 until it is back under this bound; any of those units
+#: of a date after 1973 lands within it.
+MAX_SECONDS_STAMP = 95_617_584_000.0
+#: How far ahead of the host's clock an earlier message's stamp may be and still hold back the
+#: stamp the middleware gives the messages after it (`stamp_times`): a caller's skewed clock
+#: or a time zone misread, never a stamp years ahead, which would hold every later message.
+MAX_STAMP_LEAD = 86_400.0
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
 def message_time(message: BaseMessage) -> float | None:
-    """The message's stamp (unix seconds), or None when absent or unusable: not a number, not
-    finite, or not after 1970 (a 0 or negative stamp is a caller's placeholder, and the
-    workflow refuses anything at or before its horizon, so it is stamped now instead)."""
+    """The message's stamp in unix seconds, or None when absent or unusable
+    (docs/ARCHITECTURE.md, "Message identity", stamps).
+
+    Accepted: a number of seconds; a number too large to be seconds (past MAX_SECONDS_STAMP) is
+    milliseconds, microseconds or nanoseconds and is scaled down; a numeric string; a
+    `datetime` or an ISO-8601 string, aware (its UTC instant, "Z" included) or naive (read as
+    UTC). Unusable: not finite, or not after 1970 (a 0 or negative stamp is a caller's
+    placeholder, and the workflow refuses anything at or before its horizon), or anything else;
+    such a stamp is logged once (warning) and the message is stamped with the host's clock."""
     value = message.additional_kwargs.get(TIME_KEY)
+    if value is None:
+        return None
+    stamp = _read_stamp(value)
+    if stamp is None or not math.isfinite(stamp) or stamp <= 0:
+        _warn_unreadable(value)
+        return None
+    while stamp > MAX_SECONDS_STAMP:
+        stamp /= 1000.0
+    return stamp
+
+
+def _read_stamp(value: object) -> float | None:
+    """Seconds of a stamp as given (no unit scaling), or None when it is no time at all."""
     if isinstance(value, bool):
         return None
+    if isinstance(value, datetime):
+        return _instant(value)
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:  # an int past float's range
+            return None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return float(text)
+        except ValueError:
+            pass
+        try:  # Python 3.11 reads every ISO-8601 form, "Z" included
+            return _instant(datetime.fromisoformat(text))
+        except ValueError:
+            return None
+    try:  # a numpy or Decimal number
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _instant(moment: datetime) -> float | None:
+    """The UTC instant of a datetime; a naive one is read as UTC (documented)."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        moment = moment.replace(tzinfo=UTC)
+    try:
+        return moment.timestamp()
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def _warn_unreadable(value: object) -> None:
+    """Log an unusable stamp once per kind (its type), not once per message or per hook."""
+    kind = type(value).__name__
+    if kind in _warned or len(_warned) > 64:
+        return
+    _warned.add(kind)
+    log.warning(
+        "a message's additional_kwargs[%r] is not a usable time (%s %.60r): it is stamped with "
+        "this host's clock instead; give unix seconds (or ms/us/ns), a datetime or an ISO-8601 "
+        "string (logged once per kind)",
+        TIME_KEY,
+        kind,
+        value,
+    )
+
+
+def _identity_stamp(message: BaseMessage) -> float:
+    """The stamp as identities of messages without an id always hashed it (a finite positive
+    number as given, else 0): an identity never changes with how stamps are read."""
+    value = message.additional_kwargs.get(TIME_KEY)
+    if isinstance(value, bool):
+        return 0.0
     try:
         stamp = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return None
-    return stamp if math.isfinite(stamp) and stamp > 0 else None
+        return 0.0
+    return stamp if math.isfinite(stamp) and stamp > 0 else 0.0
+
+
+def stamp_times(messages: Sequence[BaseMessage], now: float) -> list[float]:
+    """The time of each message: its own stamp (`message_time`), else what the middleware stamps
+    it with: `now`, but never earlier than the stamps before it in the list (up to
+    MAX_STAMP_LEAD ahead of `now`). A caller whose clock runs ahead of this host's stamps its
+    human line ahead; the reply stamped with this host's clock would sort before its question
+    in a round (rounds order by time, then position), so it takes the question's time and the
+    position keeps the list's order."""
+    return _stamp_times(messages, now)[0]
+
+
+def next_stamp(before: Sequence[BaseMessage], now: float) -> float:
+    """The stamp of a message the middleware stamps after `before` (`stamp_times`)."""
+    return _stamp_times(before, now)[1]
+
+
+def _stamp_times(messages: Sequence[BaseMessage], now: float) -> tuple[list[float], float]:
+    times: list[float] = []
+    latest = now
+    for message in messages:
+        stamp = message_time(message)
+        if stamp is None:
+            stamp = latest
+        elif latest < stamp <= now + MAX_STAMP_LEAD:
+            latest = stamp
+        times.append(stamp)
+    return times, latest
 
 
 def owner_of(user_id: str) -> str:
@@ -69,7 +187,8 @@ def stamp_messages(
     messages: Sequence[AnyMessage], now: float, owner: str | None = None
 ) -> list[AnyMessage]:
     """Copies (same ids) of the messages missing a time stamp (or, given `owner`, an owner
-    stamp), stamped `now` and their owner (`message_owners`); other messages are untouched.
+    stamp), stamped `now` (never earlier than the stamps before them, `stamp_times`) and their
+    owner (`message_owners`); other messages are untouched.
 
     Returned as a state update, add_messages replaces each message by id; an existing stamp is
     never overwritten, because an external stamp (set at ingestion) is the more exact one, and
@@ -77,13 +196,14 @@ def stamp_messages(
     yet) is also given its identity (`IDENTITY_KEY`).
     """
     owners = message_owners(messages, owner) if owner is not None else None
+    times = stamp_times(messages, now)
     stamped: list[AnyMessage] = []
     for position, message in enumerate(messages):
         if message.id is None:
             continue
         kwargs = dict(message.additional_kwargs)
         if message_time(message) is None:
-            kwargs[TIME_KEY] = now
+            kwargs[TIME_KEY] = times[position]
         if owners is not None and not _owner_stamp(message):
             kwargs[OWNER_KEY] = owners[position]
             if _stamped_identity(message) is None:
@@ -175,8 +295,7 @@ def legacy_identity(message: BaseMessage) -> str:
         return _id_part(str(message.id), MAX_MESSAGE_ID_CHARS)
     if isinstance(message, ToolMessage) and message.tool_call_id:
         return _id_part(f"tool:{message.tool_call_id}", MAX_MESSAGE_ID_CHARS)
-    stamp = message_time(message)
-    return content_identity(message_role(message), message_text(message), stamp or 0.0)
+    return content_identity(message_role(message), message_text(message), _identity_stamp(message))
 
 
 def fresh_identity(message: BaseMessage) -> str:
@@ -272,18 +391,18 @@ def to_turns(
     else:
         keep = [not is_derived(m) for m in messages]
     thread = clean_text(thread_id)
+    times = stamp_times(messages, now)
     turns = []
     for position, message in enumerate(messages):
         if not keep[position]:
             continue
-        stamp = message_time(message)
         turns.append(
             ChatTurn(
                 thread_id=thread,
                 position=position,
                 role=message_role(message),
                 content=message_text(message),
-                time=now if stamp is None else stamp,
+                time=times[position],
                 name=None if message.name is None else clean_text(message.name),
                 message_id=message_identity(message),
             )

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 Role = Literal["human", "ai", "system", "tool"]
 
 #: Longest message id kept as given; a longer one is replaced by its hash (turn_identity).
 MAX_MESSAGE_ID_CHARS = 256
+#: The latest time a turn may carry (unix seconds, about year 318,000). A stamp in microseconds
+#: or nanoseconds (1.7e15, 1.7e18) put the user workflow's maturity timer past what a timedelta
+#: holds (8.64e13 s), failing its task forever. JavaScript milliseconds (1.7e12) stay under the
+#: bound on purpose: older clients sent them (the middleware now reads them as seconds,
+#: middleware/window.py), and running workflows hold them in their histories and state, which
+#: must still decode.
+MAX_TURN_TIME = 1e13
 
 
 class ChatTurn(BaseModel):
@@ -27,6 +35,18 @@ class ChatTurn(BaseModel):
     message_id: str = Field(
         "", max_length=MAX_MESSAGE_ID_CHARS, description="stable identity; '' = hash of the turn"
     )
+
+    @field_validator("time")
+    @classmethod
+    def _plausible_time(cls, value: float) -> float:
+        """A finite number of seconds under MAX_TURN_TIME, or a clear error naming the unit."""
+        if not math.isfinite(value) or value > MAX_TURN_TIME:
+            raise ValueError(
+                f"ChatTurn.time must be unix seconds, finite and at most {MAX_TURN_TIME:.0e} "
+                f"(got {value!r}: a stamp in microseconds or nanoseconds? divide it by 1e6 or "
+                "1e9; the middleware reads such stamps itself)"
+            )
+        return value
 
 
 def content_identity(role: str, content: str, time: float) -> str:

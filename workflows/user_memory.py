@@ -209,6 +209,24 @@ def _past_events_bound(run: UserRun) -> bool:
     )
 
 
+#: The longest timer the loop sets: the longest timedelta. A deadline past it (a turn stamped
+#: in microseconds or nanoseconds, which ChatTurn now refuses and the middleware reads as
+#: seconds, but older clients sent) overflowed timedelta and failed every workflow task, so
+#: the clamp changes only a path that used to crash: it needs no patch. Defence in depth: no
+#: turn a workflow accepts now comes near it.
+MAX_TIMER = timedelta.max
+
+
+def timer_length(due: float, now: float) -> timedelta:
+    """How long to sleep until `due` (seconds): a second when it passed (nothing ran although
+    a deadline passed, e.g. clock rounding: never spin hot), at most MAX_TIMER (a deadline too
+    far for a timedelta, or not a number, waits MAX_TIMER)."""
+    seconds = due - now
+    if not seconds < MAX_TIMER.total_seconds():  # also NaN
+        return MAX_TIMER
+    return timedelta(seconds=seconds if seconds > 0 else 1.0)
+
+
 async def _sleep_until_due(run: UserRun) -> None:
     """Wait for input, or until the next maturity deadline under the current config."""
     now = workflow.now().timestamp()
@@ -216,12 +234,9 @@ async def _sleep_until_due(run: UserRun) -> None:
     if due is None:
         await workflow.wait_condition(run.has_input)
         return
-    if due <= now:
-        # Nothing ran although a deadline passed (e.g. clock rounding): never spin hot.
-        due = now + 1.0
     try:
         await workflow.wait_condition(
-            run.has_input, timeout=timedelta(seconds=due - now), timeout_summary="next maturity"
+            run.has_input, timeout=timer_length(due, now), timeout_summary="next maturity"
         )
     except TimeoutError:
         pass
