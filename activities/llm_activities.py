@@ -23,7 +23,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from mnemoflow.activities.heartbeat import heartbeating
-from mnemoflow.activities.llm.base import MemoryModels, validate_drafts, with_every_turn
+from mnemoflow.activities.llm.base import (
+    MemoryModels,
+    validate_drafts,
+    with_every_turn,
+    within_bytes,
+)
 from mnemoflow.activities.llm.errors import INVALID_INPUT_TYPE, to_activity_error
 from mnemoflow.memory.params import renormalise
 from mnemoflow.memory.profile_merge import merge_profile
@@ -136,7 +141,7 @@ class LLMActivities:
             sliced = await self.models.slice(inp.turns, inp.max_fragments)
             drafts = validate_drafts(sliced.drafts, len(inp.turns), inp.max_fragments)
             # Whatever the model left out or only paraphrased is kept verbatim as well.
-            drafts = with_every_turn(drafts, inp.turns, inp.max_fragments)
+            drafts = within_bytes(with_every_turn(drafts, inp.turns, inp.max_fragments))
             return SliceOutput(drafts=drafts, usage=sliced.usage, model=self.models.name)
 
         try:
@@ -156,7 +161,7 @@ class LLMActivities:
                 err,
             )
             return SliceOutput(
-                drafts=with_every_turn([], inp.turns, inp.max_fragments),
+                drafts=within_bytes(with_every_turn([], inp.turns, inp.max_fragments)),
                 model=self.models.name,
                 refused=_refusal(err),
             )

@@ -110,9 +110,25 @@ class ReadModel:
         """Store the context unless a newer version is already there."""
         key = self.key(context.user_id)
         payload = context.model_dump_json().encode("utf-8")
+        whole = len(payload)
+        kept = list(context.fragments)
+        while len(payload) > self.max_bytes and kept:
+            # Long fragments (up to 60 KB each) can pass the bound together: the lowest ranked
+            # go first. They stay in Milvus and in the per-call search; only this copy is cut.
+            kept.pop()
+            payload = context.model_copy(update={"fragments": kept}).model_dump_json().encode()
         if len(payload) > self.max_bytes:
             raise PayloadTooLargeError(
-                f"injected context is {len(payload)} bytes; the read model takes {self.max_bytes}"
+                f"injected context is {len(payload)} bytes without any fragment; the read model"
+                f" takes {self.max_bytes}"
+            )
+        if len(payload) < whole:
+            log.warning(
+                "read model of a user kept %d of %d context fragments (%d of %d bytes)",
+                len(kept),
+                len(context.fragments),
+                len(payload),
+                whole,
             )
         written, stored = await self._publish_script(keys=[key], args=[payload, context.version])
         if not written:

@@ -29,6 +29,11 @@ MAX_THEME_CHARS = 200
 MAX_KEPT_TURN_TOKENS = 160
 FALLBACK_THEME = "general"
 FALLBACK_TYPES: tuple[str, ...] = ("chat",)
+#: Longest fragment content in UTF-8 bytes: below Milvus's VARCHAR ceiling (65,535, which the
+#: store clips to), with room for what is added to a draft's content after the slice. A round's
+#: drafts are bounded in number (`max_fragments`), so long rounds of CJK or emoji text made
+#: drafts of 100 KB and more, whose tails the store cut off.
+MAX_FRAGMENT_BYTES = 60_000
 
 
 @dataclass
@@ -255,3 +260,52 @@ def _kept_draft(group: list[tuple[int, str]], drafts: list[FragmentDraft]) -> Fr
         start_idx=first,
         end_idx=group[-1][0],
     )
+
+
+def within_bytes(
+    drafts: list[FragmentDraft], limit: int = MAX_FRAGMENT_BYTES
+) -> list[FragmentDraft]:
+    """The drafts, each longer than `limit` UTF-8 bytes cut into consecutive drafts that fit
+    (between lines, else between characters), with its theme, types and turns; nothing is
+    dropped. Their number may pass `max_fragments`: a bound on count must not cost content."""
+    out: list[FragmentDraft] = []
+    for draft in drafts:
+        if len(draft.content.encode("utf-8")) <= limit:
+            out.append(draft)
+            continue
+        out.extend(
+            draft.model_copy(update={"content": part}) for part in _byte_parts(draft.content, limit)
+        )
+    return out
+
+
+def _byte_parts(text: str, limit: int) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in text.split("\n"):
+        pieces = [line] if len(line.encode("utf-8")) <= limit else _char_parts(line, limit)
+        for piece in pieces:
+            cost = len(piece.encode("utf-8")) + (1 if current else 0)
+            if current and size + cost > limit:
+                parts.append("\n".join(current))
+                current, size = [], 0
+                cost = len(piece.encode("utf-8"))
+            current.append(piece)
+            size += cost
+    if current:
+        parts.append("\n".join(current))
+    return [p for p in parts if p.strip()]
+
+
+def _char_parts(line: str, limit: int) -> list[str]:
+    parts: list[str] = []
+    start = 0
+    while start < len(line):
+        end, size = start, 0
+        while end < len(line) and size + len(line[end].encode("utf-8")) <= limit:
+            size += len(line[end].encode("utf-8"))
+            end += 1
+        parts.append(line[start:end])
+        start = end
+    return parts

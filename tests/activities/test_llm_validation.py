@@ -8,9 +8,10 @@ import httpx
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from mnemoflow.activities.llm.base import validate_drafts
+from mnemoflow.activities.llm.base import MAX_FRAGMENT_BYTES, validate_drafts, within_bytes
 from mnemoflow.activities.llm.errors import retry_after_s, to_activity_error
 from mnemoflow.models.errors import InvalidInputError, MalformedModelOutputError
+from mnemoflow.models.fragments import FragmentDraft
 
 
 def _draft(**overrides: object) -> dict[str, object]:
@@ -178,3 +179,22 @@ def test_retry_after_forms() -> None:
 def test_timeouts_pass_through_unchanged() -> None:
     exc = httpx.ReadTimeout("slow")
     assert _mapped(exc) is exc
+
+
+@pytest.mark.parametrize("unit", ["\U0001f600", "记忆", "word ", "\u00e9"])
+def test_drafts_past_the_byte_bound_are_cut_to_fit_and_lose_nothing(unit: str) -> None:
+    lines = [f"User: line {k} " + unit * 900 for k in range(60)]
+    one_long_line = "Assistant: " + unit * 40_000
+    big = FragmentDraft(theme="t", types=["fact"], content="\n".join(lines), start_idx=2, end_idx=5)
+    long = FragmentDraft(theme="u", types=["chat"], content=one_long_line, start_idx=6, end_idx=6)
+    small = FragmentDraft(theme="v", types=["chat"], content="short", start_idx=7, end_idx=7)
+    out = within_bytes([big, long, small])
+    assert all(len(d.content.encode()) <= MAX_FRAGMENT_BYTES for d in out)
+    assert out[-1] == small
+    from_big = [d for d in out if d.theme == "t"]
+    assert "\n".join(d.content for d in from_big) == big.content, "cut between lines, in order"
+    assert all((d.types, d.start_idx, d.end_idx) == (["fact"], 2, 5) for d in from_big)
+    from_long = [d for d in out if d.theme == "u"]
+    assert "".join(d.content for d in from_long) == one_long_line
+    assert len(from_long) >= 2 or len(one_long_line.encode()) <= MAX_FRAGMENT_BYTES
+    assert within_bytes([small]) == [small]

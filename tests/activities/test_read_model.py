@@ -20,6 +20,7 @@ from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.models.contracts import ContextFragment, InjectedContext, PublishInput
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
 from mnemoflow.models.ids import user_key
+from mnemoflow.models.profile import UserProfile
 
 pytestmark = pytest.mark.integration
 
@@ -127,12 +128,32 @@ async def test_the_hot_path_reads_what_the_activity_publishes(
         await client.aclose()
 
 
+def ranked(user: str, version: int, *notes: str) -> InjectedContext:
+    """A context whose fragments (best first) carry the given contents."""
+    fragments = [
+        ContextFragment(id=f"f{k}", theme="t", types=["fact"], content=note)
+        for k, note in enumerate(notes)
+    ]
+    return InjectedContext(user_id=user, version=version, fragments=fragments)
+
+
 async def test_payload_and_user_id_limits(redis_url: str, unique_name: str) -> None:
-    small = ReadModel(redis_url, f"{unique_name}:", max_bytes=500)
+    small = ReadModel(redis_url, f"{unique_name}:", max_bytes=700)
     try:
-        with pytest.raises(PayloadTooLargeError):
-            await small.publish(context("erin", 1, "x" * 1000))
-        assert await small.get("erin") is None
+        # Fragments past the bound: the lowest ranked go, the rest is published.
+        out = await small.publish(ranked("erin", 1, "first fact", "second fact", "x" * 1000))
+        stored = await small.get("erin")
+        assert stored is not None and [f.content for f in stored.fragments] == [
+            "first fact",
+            "second fact",
+        ]
+        assert out.bytes == len(stored.model_dump_json().encode()) <= 700
+        # Too big without any fragment (the profile alone): refused, the old copy stays.
+        huge = ranked("erin", 2).model_copy(update={"profile": UserProfile(name="y" * 1000)})
+        with pytest.raises(PayloadTooLargeError, match="without any fragment"):
+            await small.publish(huge)
+        stored = await small.get("erin")
+        assert stored is not None and stored.version == 1
         with pytest.raises(InvalidInputError):
             await small.get("")
     finally:
@@ -147,8 +168,9 @@ async def test_publish_activity_maps_permanent_errors(redis_url: str, unique_nam
         out = await env.run(acts.publish, PublishInput(context=context("frank", 2)))
         assert out.key == rm.key("frank")
 
+        huge = context("frank", 3).model_copy(update={"profile": UserProfile(name="y" * 1000)})
         with pytest.raises(ApplicationError) as too_big:
-            await env.run(acts.publish, PublishInput(context=context("frank", 3, "y" * 1000)))
+            await env.run(acts.publish, PublishInput(context=huge))
         assert too_big.value.type == "PayloadTooLarge" and too_big.value.non_retryable
 
         with pytest.raises(ApplicationError) as invalid:
