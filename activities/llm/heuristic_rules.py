@@ -188,6 +188,64 @@ TYPE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
 )
 
+#: Non-ASCII characters the theme and type patterns name (their Chinese keywords).
+_KEYWORD_CHARS = frozenset(
+    char
+    for pattern in (*(t.pattern for t in THEMES), *(p for _, p in TYPE_RULES))
+    for char in pattern.pattern
+    if not char.isascii()
+)
+# Stand-ins for characters no keyword pattern can take in: one that \b counts as a word
+# character (as CJK is), one it does not (as emoji are). Both are themselves inert.
+_INERT_WORD, _INERT_OTHER = "\u4e02", "\ufffc"
+
+
+def _takeable(char: str) -> bool:
+    """Whether some keyword pattern might consume `char` (erring towards yes): ASCII, digits,
+    spaces, the keywords' own characters, and anything with case (IGNORECASE lets "ſ" match
+    "s" and "K" match "k")."""
+    if char.isascii() or char.isspace() or char.isnumeric() or char in _KEYWORD_CHARS:
+        return True
+    variants = char.lower() + char.upper() + char.casefold() + char.title()
+    return variants != char * 4 or any(v.isascii() or v in _KEYWORD_CHARS for v in variants)
+
+
+class _Inert(dict[int, int]):
+    """str.translate table: a character no keyword pattern can take in becomes its stand-in,
+    every other stays; each character is classified once, then cached."""
+
+    def __missing__(self, code: int) -> int:
+        char = chr(code)
+        if _takeable(char):
+            kept = code
+        else:
+            kept = ord(_INERT_WORD if char.isalnum() else _INERT_OTHER)
+        if len(self) < 65536:
+            self[code] = kept
+        return kept
+
+
+_INERT = _Inert()
+_INERT_RUN = re.compile(f"[{_INERT_WORD}{_INERT_OTHER}]{{3,}}")
+assert not {_INERT_WORD, _INERT_OTHER} & _KEYWORD_CHARS
+
+
+def keyword_view(text: str) -> str:
+    """`text` with each run of characters no keyword pattern can take in cut to its first and
+    last (as stand-ins): every theme and type pattern finds the same matches in it, since a
+    match never holds such a character, and the only context a pattern reads around a match
+    (\b) is whether the next character is a word character. Emoji and most CJK are such
+    characters, so a Chinese or emoji-heavy message shrinks several times before nine theme
+    patterns scan it (they cost ~3 us a character: the bulk of slicing a long round)."""
+    if text.isascii():  # nothing ASCII is inert
+        return text
+    return _INERT_RUN.sub(_ends, text.translate(_INERT))
+
+
+def _ends(run: re.Match[str]) -> str:
+    return run[0][0] + run[0][-1]
+
+
 _STOPWORDS = frozenset(
     "about after again also because been before being could does doing from have having here "
     "just know like more much need only other over really some than that their them then there "
@@ -330,8 +388,9 @@ def themes_of(sentences: list[str]) -> list[Theme]:
 def theme_of(sentence: str) -> Theme:
     """The theme with most keyword hits; ties go to the earlier (more specific) theme."""
     best, best_hits = GENERAL, 0
+    view = keyword_view(sentence)
     for theme in THEMES:
-        hits = len(theme.pattern.findall(sentence))
+        hits = len(theme.pattern.findall(view))
         if hits > best_hits:
             best, best_hits = theme, hits
     return best
@@ -358,11 +417,13 @@ def types_of_repeats(runs: Sequence[tuple[str, int]]) -> list[str]:
     characters repeated three or more times is searched twice over: "s s" holds every match
     "s s s ..." does (a match is too short to span two joins, so it lies in two neighbouring
     copies), and gives no new one. (A long turn cut into 50 pieces carried its text 50 times
-    into its fragment's search, and a round of long turns took most of a minute.)"""
+    into its fragment's search, and a round of long turns took most of a minute.) Each text is
+    searched as its `keyword_view`, which joins the same way (a space is never inert)."""
+    views = [(keyword_view(text), count) for text, count in runs]
     return types_of(
         " ".join(
-            " ".join([text] * (min(count, 2) if len(text) >= TYPE_REACH else count))
-            for text, count in runs
+            " ".join([view] * (min(count, 2) if len(view) >= TYPE_REACH else count))
+            for view, count in views
         )
     )
 

@@ -198,3 +198,85 @@ def test_a_match_across_the_repeats_of_a_long_text_still_counts() -> None:
     for count in (2, 3, 50):
         assert types_of_repeats([(text, count)]) == types_of(repeated([(text, count)]))
         assert "episode" in types_of_repeats([(text, count)])
+
+
+def _atoms(parsed: Any, flags: int) -> Iterator[str]:
+    """Every character-consuming step of a parsed pattern, as a one-character regex."""
+    from re import _constants as c  # type: ignore[attr-defined]
+
+    categories = {c.CATEGORY_DIGIT: r"\d", c.CATEGORY_SPACE: r"\s", c.CATEGORY_WORD: r"\w"}
+    for op, av in parsed:
+        ignore = "(?i:{})" if flags & re.IGNORECASE else "(?-i:{})"
+        if op is c.LITERAL:
+            yield ignore.format(re.escape(chr(av)))
+        elif op is c.IN:
+            items = []
+            for item, value in av:
+                if item is c.LITERAL:
+                    items.append(re.escape(chr(value)))
+                elif item is c.RANGE:
+                    items.append(f"{re.escape(chr(value[0]))}-{re.escape(chr(value[1]))}")
+                elif item is c.CATEGORY:
+                    items.append(categories[value])  # KeyError: a class this test must learn
+                else:
+                    raise AssertionError(f"unexpected class item {item}")
+            yield ignore.format(f"[{''.join(items)}]")
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
+            yield from _atoms(av[2], flags)
+        elif op is c.SUBPATTERN:
+            _group, add, remove, sub = av
+            yield from _atoms(sub, (flags | add) & ~remove)
+        elif op is c.BRANCH:
+            for branch in av[1]:
+                yield from _atoms(branch, flags)
+        elif op is c.AT:
+            continue  # \b: zero-width, reads whether its neighbours are word characters
+        else:
+            raise AssertionError(f"unexpected pattern step {op}: keyword_view must learn it")
+
+
+def test_the_keyword_view_drops_only_characters_no_pattern_takes_in() -> None:
+    """Every character `keyword_view` treats as inert is refused by every consuming step of
+    every theme and type pattern, as the regex engine itself decides (case folding included),
+    over the BMP and the emoji and CJK extension planes."""
+    from re import _parser  # type: ignore[attr-defined]
+
+    patterns = [t.pattern for t in THEMES] + [p for _, p in TYPE_RULES]
+    atoms = {a for p in patterns for a in _atoms(_parser.parse(p.pattern, p.flags), p.flags)}
+    takes = re.compile("|".join(sorted(atoms)))
+    inert = "".join(
+        chr(code)
+        for code in (*range(0xD800), *range(0xE000, 0x30000))
+        if not rules._takeable(chr(code))
+    )
+    assert len(inert) > 50_000  # CJK, emoji, punctuation: most of the range
+    assert takes.search(inert) is None, repr(takes.search(inert))
+    assert takes.search("sſKk数字岁") is not None  # the check does see what the patterns take
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_keyword_view_finds_what_the_text_does(seed: int) -> None:
+    rng = random.Random(seed)
+    pieces = [
+        "😀",
+        "🎉",
+        "数据",
+        "，",
+        "。",
+        "猫",
+        "岁",
+        "3",
+        "ſ",
+        "K",
+        " ",
+        "I am ",
+        "a",
+        "dog",
+        "_",
+    ]
+    pieces += ["last", "week", "my name", "订单", "周三", "晚上8点", "\u3000", "٣", "pm", "I'm"]
+    text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 60)))
+    view = rules.keyword_view(text)
+    for theme in THEMES:
+        assert theme.pattern.findall(view) == theme.pattern.findall(text), theme.key
+    assert types_of(view) == types_of(text)
