@@ -50,11 +50,22 @@ def _remember(seen: list[str], key: str, limit: int) -> bool:
     return True
 
 
-def absorb_submit(s: UserMemoryState, event: SubmitEvent, cfg: MemoryConfig, now: float) -> None:
+def absorb_submit(
+    s: UserMemoryState,
+    event: SubmitEvent,
+    cfg: MemoryConfig,
+    now: float,
+    horizon_at_now: bool = False,
+) -> None:
     """Accept an event's turns once: by event id, then each message by its identity within its
     thread (docs/ARCHITECTURE.md, "Message identity"). A turn is refused when its identity was
     accepted before, or when it was said at or before the last forget (`fence`) or the thread's
-    horizon (identities old enough to have left the bounded `seen` memory)."""
+    horizon (identities old enough to have left the bounded `seen` memory).
+
+    `horizon_at_now` (workflows/user_memory.py, HORIZON_AT_NOW_PATCH): a horizon that moves past
+    forgotten identities, or that a pruned thread keeps, never passes `now`. A message stamped
+    ahead of the workflow's clock (a caller's clock running ahead) would otherwise set a horizon
+    in the future, and every later line of its thread would be refused until that time."""
     if not _remember(s.seen_event_ids, event.event_id, MAX_SEEN_EVENTS):
         return
     if event.chat_usage is not None:  # the agent's chat tokens, counted once per event id
@@ -82,8 +93,17 @@ def absorb_submit(s: UserMemoryState, event: SubmitEvent, cfg: MemoryConfig, now
         known.urgent = known.urgent or (event.urgent and bool(known.pending))
         known.trigger = stronger_trigger(known.trigger, trigger)
     if touched:
-        _bound_seen(s)
-    _prune_idle_threads(s)
+        _bound_seen(s, now, horizon_at_now)
+    _prune_idle_threads(s, now, horizon_at_now)
+
+
+def stamped_ahead(s: UserMemoryState, events: list[SubmitEvent], now: float) -> bool:
+    """Whether a turn of `events` or an identity a thread remembers is stamped after `now`, or a
+    thread's horizon is past it: only then can `horizon_at_now` change what `absorb_submit`
+    does (a retired thread's horizon is what it was when it retired)."""
+    return any(t.time > now for e in events for t in e.turns) or any(
+        ts.horizon > now or any(v > now for v in ts.seen.values()) for ts in s.threads.values()
+    )
 
 
 def thread_state(s: UserMemoryState, thread_id: str) -> ThreadState:
@@ -95,18 +115,26 @@ def thread_state(s: UserMemoryState, thread_id: str) -> ThreadState:
     return ts
 
 
-def _bound_seen(s: UserMemoryState) -> None:
+def _bound_seen(s: UserMemoryState, now: float, at_now: bool) -> None:
     """Keep at most MAX_SEEN_MESSAGES identities per user: the thread remembering the most
-    forgets its oldest accepted ones that are not pending, and its horizon moves past them."""
+    forgets its oldest accepted ones that are not pending, and its horizon moves past them.
+
+    `at_now`: the horizon never passes `now`, and identities stamped ahead of `now` are
+    forgotten last (a re-send of one forgotten is accepted again: a possible duplicate of a
+    message with a wrong clock, where a future horizon lost every later line)."""
     total = sum(len(t.seen) for t in s.threads.values())
     while total > MAX_SEEN_MESSAGES:
         ts = max(s.threads.values(), key=lambda t: len(t.seen))
         pending = {identity_digest(turn_identity(t)) for t in ts.pending}
-        drop = [d for d in ts.seen if d not in pending][: max(1, total - MAX_SEEN_MESSAGES)]
+        kept = [d for d in ts.seen if d not in pending]
+        if at_now:
+            kept.sort(key=lambda d: ts.seen[d] > now)  # stable: oldest first within each
+        drop = kept[: max(1, total - MAX_SEEN_MESSAGES)]
         if not drop:
             return  # everything remembered is pending: nothing may be forgotten yet
         for digest in drop:
-            ts.horizon = max(ts.horizon, ts.seen.pop(digest))
+            stamp = ts.seen.pop(digest)
+            ts.horizon = max(ts.horizon, min(stamp, now) if at_now else stamp)
         total -= len(drop)
 
 
@@ -160,14 +188,17 @@ def drop_uninducted(s: UserMemoryState, ids: set[str]) -> None:
     s.uninducted = [r for r in s.uninducted if r.id not in ids]
 
 
-def _prune_idle_threads(s: UserMemoryState) -> None:
-    """Forget the watermarks of long-idle threads with nothing pending (bounded state)."""
+def _prune_idle_threads(s: UserMemoryState, now: float, at_now: bool) -> None:
+    """Forget the watermarks of long-idle threads with nothing pending (bounded state); a pruned
+    thread keeps a horizon: its newest accepted stamp, never past `now` with `at_now` (a stamp
+    ahead of the workflow's clock would refuse every later line of the thread)."""
     if len(s.threads) <= MAX_IDLE_THREADS:
         return
     idle = sorted((t.last_seen, k) for k, t in s.threads.items() if not t.pending)
     for _, key in idle[: len(s.threads) - MAX_IDLE_THREADS]:
         ts = s.threads.pop(key)
-        s.retired_threads[identity_digest(key)] = max(ts.horizon, *ts.seen.values(), 0.0)
+        horizon = max(ts.horizon, *ts.seen.values(), 0.0)
+        s.retired_threads[identity_digest(key)] = min(horizon, now) if at_now else horizon
     for old in list(s.retired_threads)[:-MAX_RETIRED_THREADS]:
         del s.retired_threads[old]
 

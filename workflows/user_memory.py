@@ -57,6 +57,7 @@ class UserMemoryWorkflow:
     @workflow.init
     def __init__(self, inp: UserMemoryInput) -> None:
         self._run = UserRun.start(inp)
+        self._horizon_rule: bool | None = None  # HORIZON_AT_NOW_PATCH, once asked in this run
 
     @workflow.run
     async def run(self, inp: UserMemoryInput) -> None:
@@ -89,8 +90,18 @@ class UserMemoryWorkflow:
         workflow.continue_as_new(run.continued_input())
 
     def _absorb(self) -> None:
-        absorb(self._run, workflow.now().timestamp())
+        now = workflow.now().timestamp()
+        absorb(self._run, now, self._horizon_at_now(now))
         describe(self._run)
+
+    def _horizon_at_now(self, now: float) -> bool:
+        """Whether absorbing keeps horizons at or before `now` (HORIZON_AT_NOW_PATCH). The patch
+        is asked only when it can change anything (something stamped ahead of the clock), so a
+        history records its marker only then; once asked, the answer holds for the run."""
+        run = self._run
+        if self._horizon_rule is None and state_ops.stamped_ahead(run.state, run.submits, now):
+            self._horizon_rule = workflow.patched(HORIZON_AT_NOW_PATCH)
+        return bool(self._horizon_rule)
 
     # --- signals and queries ----------------------------------------------------------------
 
@@ -207,6 +218,12 @@ def _past_events_bound(run: UserRun) -> bool:
     return workflow.info().get_current_history_length() >= bound and workflow.patched(
         HISTORY_BOUND_PATCH
     )
+
+
+#: A horizon (of a thread whose identities were forgotten, or of a pruned idle thread) never
+#: passes the workflow's clock (state_ops.absorb_submit): it changes which lines are accepted,
+#: so histories recorded before it replay the old rule.
+HORIZON_AT_NOW_PATCH = "horizon-at-now"
 
 
 #: The longest timer the loop sets: the longest timedelta. A deadline past it (a turn stamped

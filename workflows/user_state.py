@@ -100,11 +100,12 @@ class UserRun:
         return self.inp.model_copy(update={"state": self.state, "config": self.config})
 
 
-def absorb(run: UserRun, now: float) -> None:
+def absorb(run: UserRun, now: float, horizon_at_now: bool = False) -> None:
     """Fold every inbox into the durable state, in a fixed order (submits before the requests
-    that act on their turns: a consolidate right after a hand-over must see its turns)."""
+    that act on their turns: a consolidate right after a hand-over must see its turns).
+    `horizon_at_now`: see state_ops.absorb_submit (the workflow's patch decides)."""
     for event in run.submits:
-        state_ops.absorb_submit(run.state, event, run.config, now)
+        state_ops.absorb_submit(run.state, event, run.config, now, horizon_at_now)
     for used in run.reinforcements:
         state_ops.absorb_reinforce(run.state, used)
     run.submits.clear()

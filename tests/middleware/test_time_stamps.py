@@ -1,6 +1,7 @@
 """Callers' time stamps on the dev server with the real worker, Redis and Milvus Lite: stamps in
 milliseconds, microseconds or nanoseconds, a caller's clock ahead of the agent host's, datetime
-and ISO-8601 stamps (docs/ARCHITECTURE.md, "Message identity").
+and ISO-8601 stamps, and a thread pruned while its newest stamp is ahead of the workflow's clock
+(docs/ARCHITECTURE.md, "Message identity").
 
 Each counts what was said against what the user's memory stored (every line distinct), and
 checks the user workflow never failed a task.
@@ -21,9 +22,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from mnemoflow.middleware import DurableMemoryMiddleware
+from mnemoflow.workflows import state_ops
 from tests.middleware.conftest import LiveMemory
 from tests.support.chat import ReceiptModel, receipt
 from tests.support.drive import eventually
+from tests.support.replay import assert_replays
 
 pytestmark = pytest.mark.integration
 
@@ -221,3 +224,45 @@ async def test_datetime_and_iso_stamps_are_their_instant(
     assert counts([f.content for f in frags], lines) == dict.fromkeys(lines, 1)
     dated = [f.created_at for f in frags if lines[1] in f.content]
     assert dated == [moments[1].timestamp()], (dated, moments[1])
+
+
+async def test_a_thread_pruned_while_stamped_ahead_takes_new_lines(
+    live_memory: LiveMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thread V's first line is stamped an hour ahead (a caller's skewed clock). V is indexed,
+    then other threads make it the idle thread the workflow prunes; its horizon was that future
+    stamp, so what the user said next on V (stamped now) was silently refused. The bound is
+    lowered from 200 threads to 3 (the workflow reads it from the state_ops module)."""
+    monkeypatch.setattr(state_ops, "MAX_IDLE_THREADS", 3)
+    live = live_memory
+    user = live.new_user("horizon")
+    wid = live.client.workflow_id(user)
+    graph, memory = agent(live)
+    cfg = {"configurable": {"thread_id": "victim"}}
+    first = "HZ-1: my desk number is 3318."
+    ahead = {"time": time.time() + 3600}
+    await graph.ainvoke(
+        {"messages": [HumanMessage(first, additional_kwargs=ahead)]}, cfg, context=Ctx(user)
+    )
+    assert await memory.flush(10) == 0
+    await live.client.consolidate(user, "victim")
+    await live.client.settle(user, 60)
+    old = time.time() - 3 * 3600
+    others = [f"OTHER-{i}: filler code {10000 + i}." for i in range(4)]
+    for i, text in enumerate(others):  # mature at once: indexed by their own rounds
+        msg = HumanMessage(text, id=f"o{i}", additional_kwargs={"time": old + i})
+        await live.client.resync(user, f"other-{i}", [msg])
+    s = await live.client.settle(user, 120)
+    assert s is not None and "victim" not in s.watermarks, "the thread was not pruned"
+    second = "HZ-2: my new desk number is 4427."
+    await graph.ainvoke({"messages": [HumanMessage(second)]}, cfg, context=Ctx(user))
+    assert await memory.flush(10) == 0
+    await live.client.consolidate(user, "victim")
+    s = await live.client.settle(user, 60)
+    mark = None if s is None else s.watermarks.get("victim")
+    assert mark is not None and mark.accepted == 2, mark  # before: both refused
+    texts = [f.content for f in await stored(live, user)]
+    lines = [first, receipt(first), second, receipt(second), *others]
+    assert counts(texts, lines) == dict.fromkeys(lines, 1)
+    assert await task_failures(live.worker.client, wid) == []
+    await assert_replays(live.worker.client, [wid], name="horizon-at-now")
