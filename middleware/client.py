@@ -5,11 +5,17 @@ hand-overs by signal-with-start, reinforcement by signal, explicit operations by
 path's read (`context`) is one Redis GET of the read model, with the workflow's `context` query
 as the fallback; it never raises, because an agent turn must go on when memory is down.
 
-Errors: operations other than `context` raise `MemoryUnavailableError` when Temporal cannot be
-reached in time, and ValueError for an unusable user id or argument.
+Errors: operations other than `context` raise `MemoryUnavailableError` when memory cannot
+answer in time (Temporal unreachable, no worker polling, a store down so the workflow cannot
+finish the request: every Temporal RPC or update failure of that kind), and ValueError for an
+unusable user id or argument (`InvalidInputError`, a ValueError, for a bad argument or a request
+the workflow refused), checked before any call to Temporal.
 
-Two timeouts: the hot path's (`query_timeout_s`, at most 2 s: a turn must not wait longer) and
-the operator's (`operator_timeout_s`, for scripts: `status`, `settle`).
+Timeouts: the hot path's (`query_timeout_s`, at most 2 s: a turn must not wait longer), the
+operator's (`operator_timeout_s`, for scripts: `status`, `settle`), the updates'
+(`update_timeout_s`, 60 s, for scripts) and the memory tools' (`tool_timeout_s`, 10 s: a tool
+call inside a turn waits at most this long for its update, then tells the model memory is
+unavailable).
 
 Delivery (docs/ARCHITECTURE.md, "Delivery"): the middleware hands messages to `hand_over`,
 which never raises; the client's outbox (middleware/outbox.py) retries every hand-over in the
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +38,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from langchain_core.embeddings import Embeddings
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    RPCTimeoutOrCancelledError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.exceptions import ApplicationError
@@ -99,6 +112,28 @@ log = logging.getLogger(__name__)
 MAX_QUERY_TIMEOUT_S = 2.0
 #: Longest text `remember` takes (RememberRequest's bound).
 MAX_REMEMBER_CHARS = 8000
+#: How long a memory tool inside a turn waits for its update by default (`tool_timeout_s`).
+TOOL_TIMEOUT_S = 10.0
+#: Failure types of an update the workflow refused as bad input: InvalidInputError's, and what
+#: an update validator raising ValueError or TypeError turns into.
+REFUSED_TYPES = frozenset({InvalidInputError.type, "ValueError", "TypeError"})
+
+
+def check_timeout(name: str, value: Any) -> float:
+    """A usable timeout in seconds (a finite number > 0); InvalidInputError naming `name`."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise InvalidInputError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _seconds(timeout_s: float | None, default: float) -> float:
+    """A call's `timeout_s` (checked), else the client's `default`."""
+    return default if timeout_s is None else check_timeout("timeout_s", timeout_s)
 
 
 def _run_closed_under(err: RPCError) -> bool:
@@ -128,6 +163,7 @@ class MemoryClient:
         signal_timeout_s: float = 10.0,
         update_timeout_s: float = 60.0,
         operator_timeout_s: float = 30.0,
+        tool_timeout_s: float = TOOL_TIMEOUT_S,
         search_attributes: bool = True,
         user_key_secret: str | bytes | None = None,
         embeddings: Embeddings | None = None,
@@ -141,6 +177,8 @@ class MemoryClient:
         `embeddings` (the worker's model) embeds questions for the per-call search in this
         process; without it that search is lexical only (middleware.search).
         `close_timeout_s` bounds how long `aclose` waits for undelivered hand-overs;
+        `tool_timeout_s` how long a memory tool inside a turn waits for memory (at most
+        `update_timeout_s`);
         `metrics_registry` (a prometheus CollectorRegistry) receives the outbox gauges."""
         if not isinstance(temporal, Client):
             raise TypeError("temporal must be a temporalio.client.Client")
@@ -159,10 +197,10 @@ class MemoryClient:
             ("signal_timeout_s", signal_timeout_s),
             ("update_timeout_s", update_timeout_s),
             ("operator_timeout_s", operator_timeout_s),
+            ("tool_timeout_s", tool_timeout_s),
             ("close_timeout_s", close_timeout_s),
         ):
-            if value <= 0:
-                raise ValueError(f"{name} must be > 0")
+            check_timeout(name, value)
         self.temporal = temporal
         self.task_queue = task_queue
         self.key_prefix = key_prefix
@@ -174,6 +212,7 @@ class MemoryClient:
         self.signal_timeout_s = signal_timeout_s
         self.update_timeout_s = update_timeout_s
         self.operator_timeout_s = operator_timeout_s
+        self.tool_timeout_s = min(tool_timeout_s, update_timeout_s)
         self.close_timeout_s = close_timeout_s
         self.outbox = Outbox(
             self._deliver,
@@ -426,11 +465,16 @@ class MemoryClient:
         theme: str = "remembered",
         types: Sequence[str] = ("fact",),
         event_id: str | None = None,
+        timeout_s: float | None = None,
     ) -> RememberResult:
         """Store `text` as an explicit fragment; pass `event_id` to make a retry store it once.
+
         InvalidInputError for an empty text or one over MAX_REMEMBER_CHARS (an explicit memory
-        is one fact: it is never cut, the caller keeps the text and can split it)."""
+        is one fact: it is never cut, the caller keeps the text and can split it). Waits up to
+        `timeout_s` (default `update_timeout_s`); when that ends first the memory may still be
+        stored: a retry with the same `event_id` stores it once."""
         uid = validate_user_id(user_id)
+        seconds = self._update_seconds(timeout_s)
         if not text.strip():
             raise InvalidInputError("nothing to remember: the text is empty")
         if len(text) > MAX_REMEMBER_CHARS:
@@ -444,24 +488,40 @@ class MemoryClient:
             theme=theme,
             types=list(types),
         )
-        await self._start(uid)
-        return await self._update(uid, UserMemoryWorkflow.remember, request)
+        deadline = time.monotonic() + seconds
+        await self._start(uid, timeout_s=seconds)
+        return await self._update(uid, UserMemoryWorkflow.remember, request, deadline=deadline)
 
-    async def recall(self, user_id: str, query: str, top_k: int = 5) -> RecallResult:
-        """Score the user's fragments for `query`, best first (empty for an unknown user)."""
+    async def recall(
+        self, user_id: str, query: str, top_k: int = 5, *, timeout_s: float | None = None
+    ) -> RecallResult:
+        """Score the user's fragments for `query`, best first (empty for an unknown user);
+        waits up to `timeout_s` (default `update_timeout_s`)."""
         uid = validate_user_id(user_id)
+        seconds = self._update_seconds(timeout_s)
         request = RecallRequest(query=query[:4000], top_k=top_k)
         try:
-            return await self._update(uid, UserMemoryWorkflow.recall, request)
+            return await self._update(
+                uid, UserMemoryWorkflow.recall, request, deadline=time.monotonic() + seconds
+            )
         except LookupError:
             return RecallResult(fragments=[])
 
-    async def forget_fragment(self, user_id: str, fragment_id: str) -> ForgetFragmentResult:
-        """Delete one of the user's fragments (0 deleted when it is not theirs)."""
+    async def forget_fragment(
+        self, user_id: str, fragment_id: str, *, timeout_s: float | None = None
+    ) -> ForgetFragmentResult:
+        """Delete one of the user's fragments (0 deleted when it is not theirs); waits up to
+        `timeout_s` (default `update_timeout_s`)."""
         uid = validate_user_id(user_id)
+        seconds = self._update_seconds(timeout_s)
         request = ForgetFragmentRequest(fragment_id=fragment_id)
         try:
-            return await self._update(uid, UserMemoryWorkflow.forget_fragment, request)
+            return await self._update(
+                uid,
+                UserMemoryWorkflow.forget_fragment,
+                request,
+                deadline=time.monotonic() + seconds,
+            )
         except LookupError:
             return ForgetFragmentResult(deleted=0)
 
@@ -472,12 +532,13 @@ class MemoryClient:
         return await self._update(uid, UserMemoryWorkflow.forget, ForgetRequest(reason=reason))
 
     async def retry_round(self, user_id: str, event_id: str) -> RetryRoundResult:
-        """Re-run a failed round (event id from `status().rounds`); ValueError if there is none."""
+        """Re-run a failed round (event id from `status().rounds`); ValueError if there is none
+        (InvalidInputError, a ValueError, when the user has no recent round of that id or it
+        did not fail)."""
         uid = validate_user_id(user_id)
+        request = RetryRoundRequest(event_id=event_id)
         try:
-            return await self._update(
-                uid, UserMemoryWorkflow.retry_round, RetryRoundRequest(event_id=event_id)
-            )
+            return await self._update(uid, UserMemoryWorkflow.retry_round, request)
         except LookupError as err:
             raise ValueError(f"user {user_id!r} has no memory workflow") from err
 
@@ -510,11 +571,8 @@ class MemoryClient:
         self.config.updated(vocation, params)  # the same check the workflow runs, before an RPC
         request = ConfigUpdate(vocation=vocation, params=dict(params or {}))
         await self._start(uid)
-        try:
-            result = await self._update(uid, UserMemoryWorkflow.update_config, request)
-        except WorkflowUpdateFailedError as err:
-            raise ValueError(str(err.cause or err)) from err
-        return result.config
+        result = await self._update(uid, UserMemoryWorkflow.update_config, request)
+        return result.config  # type: ignore[no-any-return]
 
     async def __aenter__(self) -> MemoryClient:
         return self
@@ -536,6 +594,10 @@ class MemoryClient:
     @staticmethod
     def _rpc(seconds: float) -> timedelta:
         return timedelta(seconds=seconds)
+
+    def _update_seconds(self, timeout_s: float | None) -> float:
+        """An update's time bound: `timeout_s` if given (checked), else `update_timeout_s`."""
+        return _seconds(timeout_s, self.update_timeout_s)
 
     def _handle(self, uid: str) -> WorkflowHandle[Any, Any]:
         return self.temporal.get_workflow_handle_for(UserMemoryWorkflow.run, self.workflow_id(uid))
@@ -560,8 +622,9 @@ class MemoryClient:
             pseudonymous=self._secret is not None,
         )
 
-    async def _start(self, uid: str, **signal: Any) -> None:
-        """Start the user's workflow if absent (signal-with-start when a signal is given)."""
+    async def _start(self, uid: str, *, timeout_s: float | None = None, **signal: Any) -> None:
+        """Start the user's workflow if absent (signal-with-start when a signal is given),
+        waiting at most `timeout_s` when that is shorter than `signal_timeout_s`."""
         attributes = None
         if self.search_attributes:
             value = search_user_value(uid, self._secret)
@@ -576,10 +639,12 @@ class MemoryClient:
                 id=self.workflow_id(uid),
                 task_queue=self.task_queue,
                 search_attributes=attributes,
-                rpc_timeout=self._rpc(self.signal_timeout_s),
+                rpc_timeout=self._rpc(min(self.signal_timeout_s, timeout_s or math.inf)),
                 **signal,
             )
         except (RPCError, RuntimeError) as err:  # RuntimeError: the lazy connect failed
+            raise MemoryUnavailableError(f"cannot reach the memory workflow: {err}") from err
+        except RPCTimeoutOrCancelledError as err:
             raise MemoryUnavailableError(f"cannot reach the memory workflow: {err}") from err
 
     async def _query(self, uid: str, query: Any, timeout_s: float | None = None) -> Any:
@@ -599,25 +664,38 @@ class MemoryClient:
         except Exception as err:  # timeouts, connection failures, a failed query
             raise MemoryUnavailableError(f"memory query failed: {err!r}") from err
 
-    async def _update(self, uid: str, update: Any, request: Any) -> Any:
-        """Execute an update; LookupError when the user has no workflow, InvalidInputError when
-        the workflow refused the request (e.g. while the user is being forgotten).
+    async def _update(
+        self, uid: str, update: Any, request: Any, *, deadline: float | None = None
+    ) -> Any:
+        """Execute an update by `deadline` (a time.monotonic() value; default `update_timeout_s`
+        from now). LookupError when the user has no workflow; InvalidInputError when the
+        workflow refused the request (bad input, or while the user is being forgotten);
+        MemoryUnavailableError when memory did not answer by the deadline (no worker polling,
+        a store down so the workflow cannot finish the request, Temporal unreachable) or the
+        update failed for any other reason.
 
         An update the server aborted because the workflow run closed under it (it continued as
-        new while the update waited) is sent again to the new run, within `update_timeout_s`:
-        every update is idempotent (remember by its event id)."""
-        deadline = time.monotonic() + self.update_timeout_s
+        new while the update waited) is sent again to the new run, within the deadline: every
+        update is idempotent (remember by its event id)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.update_timeout_s
         pause = 0.1
         while True:
+            left = max(deadline - time.monotonic(), 0.05)
             try:
                 return await self._handle(uid).execute_update(
-                    update, request, rpc_timeout=self._rpc(self.update_timeout_s)
+                    update, request, rpc_timeout=self._rpc(left)
                 )
             except WorkflowUpdateFailedError as err:
                 cause = err.cause
-                if isinstance(cause, ApplicationError) and cause.type == InvalidInputError.type:
+                if isinstance(cause, ApplicationError) and cause.type in REFUSED_TYPES:
                     raise InvalidInputError(cause.message) from err
-                raise
+                raise MemoryUnavailableError(f"memory update failed: {cause or err}") from err
+            except WorkflowUpdateRPCTimeoutOrCancelledError as err:
+                raise MemoryUnavailableError(
+                    f"memory did not answer the update within {left:.3g} s ({err}): no worker "
+                    "is serving it, or a store it needs is down"
+                ) from err
             except RPCError as err:
                 if err.status == RPCStatusCode.NOT_FOUND:
                     raise LookupError("no memory workflow for this user") from err
@@ -626,7 +704,7 @@ class MemoryClient:
                     pause = min(pause * 2, 1.0)
                     continue
                 raise MemoryUnavailableError(f"memory update failed: {err}") from err
-            except RuntimeError as err:  # the lazy connect failed
+            except (RuntimeError, RPCTimeoutOrCancelledError) as err:  # the lazy connect failed
                 raise MemoryUnavailableError(f"memory update failed: {err}") from err
 
     async def _query_context(self, uid: str) -> InjectedContext:

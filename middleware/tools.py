@@ -5,6 +5,10 @@ Each tool is bound to the user of the run that calls it (`runtime.context.user_i
 so an agent can never reach another user's memory. `forget_memory` names the fragment in its
 result's artifact (`forgotten_by`), so DurableMemoryMiddleware stops injecting it at once, for
 the rest of the turn too.
+
+A tool never fails the turn because of memory: it waits at most the client's `tool_timeout_s`
+for an update (`memory_stats`: the hot path's `query_timeout_s`), and any memory error becomes a
+message to the model (UNAVAILABLE, or what was wrong with its arguments).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from langchain_core.messages import ToolMessage
 
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.window import resolve_user_id
-from mnemoflow.models.errors import InvalidInputError, MemoryUnavailableError
+from mnemoflow.models.errors import InvalidInputError
 from mnemoflow.models.ids import validate_user_id
 
 log = logging.getLogger(__name__)
@@ -43,6 +47,12 @@ def _user(runtime: ToolRuntime[Any, Any]) -> str:
     return resolve_user_id(runtime.state or {}, runtime.context)
 
 
+def _unavailable(tool_name: str, err: Exception) -> str:
+    """What the model is told when memory failed it (logged; the turn goes on)."""
+    log.warning("memory tool %s: memory unavailable: %r", tool_name, err)
+    return UNAVAILABLE
+
+
 def memory_tools(client: MemoryClient) -> list[BaseTool]:
     """The four memory tools, all acting on the calling run's user through `client`."""
 
@@ -65,11 +75,12 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
                 theme=theme.strip() or "remembered",
                 types=IMPORTANCE_TYPES[importance],
                 event_id=event_id,
+                timeout_s=client.tool_timeout_s,
             )
-        except MemoryUnavailableError:
-            return UNAVAILABLE
         except InvalidInputError as err:  # the model can act on it; the turn goes on
             return f"Not remembered: {err}"
+        except Exception as err:  # memory down or slow: never fail the turn
+            return _unavailable("remember_this", err)
         return f"Remembered (memory id {result.fragment_id})."
 
     @tool
@@ -77,9 +88,13 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
         """Search the user's long-term memories for a query; best matches first, with ids."""
         user_id = _user(runtime)
         try:
-            result = await client.recall(user_id, query, top_k=max(1, min(limit, 50)))
-        except MemoryUnavailableError:
-            return UNAVAILABLE
+            result = await client.recall(
+                user_id, query, top_k=max(1, min(limit, 50)), timeout_s=client.tool_timeout_s
+            )
+        except InvalidInputError as err:  # e.g. an empty query: the model can ask again
+            return f"Cannot search memory: {err}"
+        except Exception as err:  # memory down or slow: never fail the turn
+            return _unavailable("recall_memories", err)
         if not result.fragments:
             return "No memories found."
         lines = [
@@ -98,11 +113,18 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
         copies = await _copies(client, user_id, fragment_id)
         # Whatever the outcome, the rest of the turn must not inject them (forgotten_by).
         artifact = {FORGET_ARTIFACT: [fragment_id, *copies]}
+        timeout_s = client.tool_timeout_s
         try:
-            result = await client.forget_fragment(user_id, fragment_id)
-            also = [c for c in copies if (await client.forget_fragment(user_id, c)).deleted]
-        except MemoryUnavailableError:
-            return UNAVAILABLE, artifact
+            result = await client.forget_fragment(user_id, fragment_id, timeout_s=timeout_s)
+            also = [
+                c
+                for c in copies
+                if (await client.forget_fragment(user_id, c, timeout_s=timeout_s)).deleted
+            ]
+        except InvalidInputError as err:  # e.g. an empty id, or the user is being forgotten
+            return f"Not forgotten: {err}", artifact
+        except Exception as err:  # memory down or slow: never fail the turn
+            return _unavailable("forget_memory", err), artifact
         more = f" and {len(also)} other memory holding the same words" if also else ""
         if result.deleted:
             return f"Forgot memory {fragment_id}{more}.", artifact
@@ -115,8 +137,8 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
         try:
             # Inside a turn: the hot path's timeout, not the operator's.
             status = await client.status(user_id, timeout_s=client.query_timeout_s)
-        except MemoryUnavailableError:
-            return UNAVAILABLE
+        except Exception as err:  # memory down or slow: never fail the turn
+            return _unavailable("memory_stats", err)
         if status is None:
             return "No memories yet."
         ledger = status.ledger

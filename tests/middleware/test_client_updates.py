@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
+from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
@@ -35,7 +35,7 @@ def _client(dev_env: WorkflowEnvironment, handle: FlakyHandle, **options: Any) -
     memory = MemoryClient(temporal=dev_env.client, task_queue="tq-updates-unused", **options)
     memory._handle = lambda uid: handle  # type: ignore[method-assign]
 
-    async def started(uid: str) -> None:
+    async def started(uid: str, **options: Any) -> None:
         return None
 
     memory._start = started  # type: ignore[method-assign]
@@ -89,5 +89,36 @@ async def test_a_refused_request_is_an_invalid_input_error(dev_env: WorkflowEnvi
     try:
         with pytest.raises(InvalidInputError, match="being forgotten"):
             await memory.remember("ada", "My locker code is 4471.")
+    finally:
+        await memory.aclose()
+
+
+async def test_every_update_failure_is_invalid_input_or_memory_unavailable(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    """What the server or the workflow reports maps to the client's two errors: a validator's
+    ValueError is bad input; an update that timed out, or that failed because a store activity
+    gave up, is memory unavailable (never temporalio's own error types)."""
+    validator = WorkflowUpdateFailedError(ApplicationError("no recent round", type="ValueError"))
+    gave_up = WorkflowUpdateFailedError(
+        ActivityError(
+            "activity failed",
+            scheduled_event_id=1,
+            started_event_id=2,
+            identity="w",
+            activity_type="select",
+            activity_id="1",
+            retry_state=None,
+        )
+    )
+    memory = _client(dev_env, FlakyHandle([validator, WorkflowUpdateRPCTimeoutOrCancelledError()]))
+    try:
+        with pytest.raises(InvalidInputError, match="no recent round"):
+            await memory.remember("ada", "My locker code is 4471.")
+        with pytest.raises(MemoryUnavailableError, match="did not answer"):
+            await memory.remember("ada", "My locker code is 4471.")
+        memory._handle = lambda uid: FlakyHandle([gave_up])  # type: ignore[method-assign]
+        with pytest.raises(MemoryUnavailableError, match="activity failed"):
+            await memory.recall("ada", "locker")
     finally:
         await memory.aclose()

@@ -1,0 +1,169 @@
+"""MemoryClient's errors, and the memory tools inside a real agent turn, when memory does not
+answer: an update nobody answers in time (no worker polling the queue; Milvus down under a real
+worker, so the update's activity keeps retrying) is a MemoryUnavailableError, never temporalio's
+raw error, and a tool call then tells the model memory is unavailable within the client's
+`tool_timeout_s`: the turn goes on (README: "the turn never fails because memory is down").
+
+Also retry_round of an unknown event id: its docstring promises a ValueError."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.devstack.processes import LOOPBACK, free_port, start_milvus_lite
+from mnemoflow.middleware import MemoryClient, memory_tools
+from mnemoflow.middleware.tools import UNAVAILABLE
+from mnemoflow.models.errors import MemoryUnavailableError
+from tests.middleware.conftest import LiveMemory
+from tests.middleware.test_agent_integration import ScriptedModel, harness, tool_call
+from tests.support.drive import conversation
+from tests.support.memory_worker import memory_worker
+
+pytestmark = pytest.mark.integration
+
+
+def _tool_turn_script(tag: str) -> list[AIMessage]:
+    """A model that calls every memory tool that needs an update, then answers."""
+    return [
+        tool_call("recall_memories", {"query": "bike"}),
+        tool_call("remember_this", {"text": f"My bike is a blue Bianchi {tag}."}),
+        tool_call("forget_memory", {"fragment_id": f"nope-{tag}"}),
+        AIMessage("fine, carrying on"),
+    ]
+
+
+def _tool_replies(out: dict[str, Any]) -> dict[str, str]:
+    return {str(m.name): str(m.content) for m in out["messages"] if isinstance(m, ToolMessage)}
+
+
+async def test_an_update_no_worker_answers_is_unavailable_and_the_turn_goes_on(
+    dev_env: WorkflowEnvironment, redis_url: str
+) -> None:
+    """No worker polls the client's queue: every update waits `update_timeout_s` (2 s here).
+    Before: temporalio's WorkflowUpdateRPCTimeoutOrCancelledError from every update, and the
+    recall_memories tool call failed the agent's turn."""
+    client = MemoryClient(
+        temporal=dev_env.client,
+        task_queue=f"nobody-polls-{uuid.uuid4().hex[:8]}",
+        redis=redis_url,
+        update_timeout_s=2.0,
+        query_timeout_s=0.5,
+        close_timeout_s=2.0,
+    )
+    user = f"unanswered-{uuid.uuid4().hex[:8]}"
+    calls: dict[str, Callable[[], Awaitable[Any]]] = {
+        "remember": lambda: client.remember(user, "My bike is a blue Bianchi."),
+        "recall": lambda: client.recall(user, "bike"),
+        "forget_fragment": lambda: client.forget_fragment(user, "x-1"),
+        "consolidate": lambda: client.consolidate(user, "t"),
+        "update_config": lambda: client.update_config(user, params={"top_k": 5}),
+        "retry_round": lambda: client.retry_round(user, "t:0-1"),
+    }
+    outcomes: dict[str, str] = {}
+    try:
+        for name, call in calls.items():
+            t0 = time.monotonic()
+            try:
+                await call()
+                outcomes[name] = "returned"
+            except MemoryUnavailableError:
+                outcomes[name] = "unavailable"
+            except Exception as err:  # the defect: anything else reaches the caller
+                outcomes[name] = f"{type(err).__module__}.{type(err).__name__}"
+            assert time.monotonic() - t0 < 2.0 + 3.0, (name, outcomes)
+        harn = harness(client, tools=memory_tools(client), model=ScriptedModel(script=[]))
+        harn.model.script.extend(_tool_turn_script("nw"))
+        t0 = time.monotonic()
+        out = await harn.turn(user, "t1", "what bike do I have?")
+        took = time.monotonic() - t0
+    finally:
+        try:
+            await dev_env.client.get_workflow_handle(client.workflow_id(user)).terminate("test")
+        except RPCError:
+            pass
+        await client.aclose()
+    assert outcomes == {name: "unavailable" for name in calls}, outcomes
+    replies = _tool_replies(out)
+    assert replies == {
+        "recall_memories": UNAVAILABLE,
+        "remember_this": UNAVAILABLE,
+        "forget_memory": UNAVAILABLE,
+    }, replies
+    assert out["messages"][-1].content == "fine, carrying on"
+    assert took < 3 * (2.0 + 2.0), took  # each tool bounded by the (2 s) update timeout
+
+
+async def test_milvus_down_under_a_real_worker_the_tools_answer_within_tool_timeout(
+    dev_env: WorkflowEnvironment, redis_url: str, tmp_path: Path
+) -> None:
+    """A real worker whose Milvus is down: the updates' store activities keep retrying, so the
+    workflow cannot answer. With the default 60 s update timeout, the tools wait only
+    `tool_timeout_s` (1.5 s here) and tell the model memory is unavailable; the client's own
+    calls raise MemoryUnavailableError (before: the raw temporalio error, after 60 s)."""
+    port = free_port()
+    milvus = await asyncio.to_thread(start_milvus_lite, port, tmp_path / "milvus")
+    try:
+        async with memory_worker(
+            dev_env.client,
+            milvus_uri=f"http://{LOOPBACK}:{port}",
+            redis_url=redis_url,
+            models=HeuristicMemoryModels(),
+        ) as mw:
+            async with mw.memory_client(redis_url, tool_timeout_s=1.5) as client:
+                assert client.update_timeout_s == 60.0
+                user = f"milvus-down-{uuid.uuid4().hex[:8]}"
+                mw.track(client.workflow_id(user))
+                kept = await client.remember(user, "My bike is a red Colnago.")
+                assert kept.fragment_id
+                await asyncio.to_thread(milvus.stop)
+                t0 = time.monotonic()
+                with pytest.raises(MemoryUnavailableError, match="did not answer"):
+                    await client.recall(user, "bike", timeout_s=1.5)
+                assert time.monotonic() - t0 < 1.5 + 2.0
+                harn = harness(client, tools=memory_tools(client), model=ScriptedModel())
+                harn.model.script.extend(_tool_turn_script("md"))
+                t0 = time.monotonic()
+                out = await harn.turn(user, "t1", "what bike do I have?")
+                took = time.monotonic() - t0
+    finally:
+        await asyncio.to_thread(milvus.stop)
+    replies = _tool_replies(out)
+    assert replies == {
+        "recall_memories": UNAVAILABLE,
+        "remember_this": UNAVAILABLE,
+        "forget_memory": UNAVAILABLE,
+    }, replies
+    assert out["messages"][-1].content == "fine, carrying on"
+    assert took < 3 * 1.5 + 6.0, took  # three tools of 1.5 s each, not 3 x 60 s
+
+
+async def test_retry_round_of_an_unknown_event_id_is_a_value_error(
+    live_memory: LiveMemory,
+) -> None:
+    """The docstring promises ValueError when there is no such round; before, temporalio's
+    WorkflowUpdateFailedError reached the caller."""
+    client = live_memory.client
+    user = live_memory.new_user("retry")
+    lines = ["My kite is orange.", "Nice."]
+    await client.submit(user, conversation("t", lines, time.time() - 3600))
+    await client.consolidate(user, "t")
+    status = await client.settle(user, 60)
+    assert status is not None and status.rounds_completed == 1
+    with pytest.raises(ValueError, match="no recent round"):
+        await client.retry_round(user, "no-such:1-2")
+    done = status.rounds[-1].event_id
+    with pytest.raises(ValueError, match="did not fail"):
+        await client.retry_round(user, done)
+    with pytest.raises(ValueError, match="no memory workflow"):
+        await client.retry_round(live_memory.new_user("retry-none"), "t:0-1")
