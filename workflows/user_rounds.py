@@ -50,6 +50,16 @@ ROUND_SHAPE = 3
 #: Shape 3 sends the theme cache packed (weights as lists, not named fields) and rounded to this
 #: many places: a third of its bytes in the round's input; the scores move by less than 1e-5.
 TUNED_PLACES = 6
+#: A round takes at most this many bytes of turns (JSON, as they travel). Its input, its slice's
+#: marker and its store step each carry about that much, and Temporal refuses a payload over
+#: 2 MB: a workflow task that would write one fails at every attempt, and the round with it.
+#: `max_turns_per_round` alone did not bound it (64 parts of 8,000 emoji are 2 MB; a model with a
+#: window of a million tokens lets the ceiling wait that long). A single turn is at most
+#: `middleware.payloads.MAX_TURN_BYTES` (256 KB), so a round always takes at least one.
+ROUND_MAX_BYTES = 512_000
+#: Rounds bounded in bytes start where this patch is recorded; older histories replay their
+#: batches whole (a batch over the bound failed every task there, so none completed).
+ROUND_BYTES_PATCH = "round-bytes-bound"
 
 
 async def maybe_round(run: UserRun) -> bool:
@@ -60,7 +70,7 @@ async def maybe_round(run: UserRun) -> bool:
     if thread_id is None:
         return False
     ts = s.threads[thread_id]
-    batch = state_ops.round_batch(ts, cfg.max_turns_per_round)
+    batch = within_round_bytes(state_ops.round_batch(ts, cfg.max_turns_per_round))
     start, end = ts.indexed, ts.indexed + len(batch)  # ordinals of the thread's indexed messages
     after = state_ops.round_watermarks(s, thread_id, batch)
     record = RoundRecord(
@@ -105,6 +115,17 @@ async def maybe_round(run: UserRun) -> bool:
     await _keep_remembered(run, floor)
     await drop_forgotten(run)
     return True
+
+
+def within_round_bytes(batch: list[ChatTurn]) -> list[ChatTurn]:
+    """The oldest turns of the batch that fit ROUND_MAX_BYTES (at least one); the rest stay
+    pending for the next round. The patch is asked only when the bound cuts something."""
+    size = 0
+    for count, turn in enumerate(batch):
+        size += len(turn.model_dump_json().encode("utf-8"))
+        if size > ROUND_MAX_BYTES and count > 0:
+            return batch[:count] if workflow.patched(ROUND_BYTES_PATCH) else batch
+    return batch
 
 
 def with_contents(

@@ -307,3 +307,16 @@ def test_new_rounds_are_slim_and_old_inputs_classic() -> None:
         {"user_id": "u", "round_no": 1, "event_id": "e", "thread_id": "t", "turns": [],
          "first_seq": 1}
     ).shape < LEAN_SHAPE  # fmt: skip
+
+
+def test_a_round_takes_at_most_its_byte_bound_and_always_one_turn() -> None:
+    from mnemoflow.models.turns import ChatTurn
+    from mnemoflow.workflows import user_rounds
+
+    def turn(k: int, size: int) -> ChatTurn:
+        return ChatTurn(thread_id="t", position=k, role="human", content="😀" * size, time=1.0)
+
+    small = [turn(k, 100) for k in range(64)]
+    assert user_rounds.within_round_bytes(small) == small  # under the bound: no patch asked
+    huge = [turn(0, 200_000)]  # one turn over the bound on its own still makes a round
+    assert user_rounds.within_round_bytes(huge) == huge
