@@ -8,9 +8,11 @@ theme), so any conversation slices into something sensible. Nothing is tuned to 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 _CJK = re.compile(r"[\u3400-\u9fff]")
 # Clause ends: Latin sentence punctuation followed by space (so "3.5" stays whole), CJK sentence
@@ -347,19 +349,16 @@ def _cut(
 
 
 def _chars(word: str, limit: int, units: Callable[[str], int]) -> list[tuple[str, int]]:
-    per_char: dict[str, int] = {}
-    out: list[list[str]] = [[]]
-    sizes = [0]
-    for char in word:
-        size = per_char.get(char)
-        if size is None:
-            size = per_char[char] = units(char)
-        if out[-1] and sizes[-1] + size > limit:
-            out.append([])
-            sizes.append(0)
-        out[-1].append(char)
-        sizes[-1] += size
-    return [("".join(chars), size) for chars, size in zip(out, sizes, strict=True)]
+    """The word cut between characters, each part as many characters as fit (at least one)."""
+    per_char = {char: units(char) for char in set(word)}
+    ends = list(accumulate(map(per_char.__getitem__, word), initial=0))  # strictly rising
+    out: list[tuple[str, int]] = []
+    start = 0
+    while start < len(word):
+        stop = max(bisect_right(ends, ends[start] + limit) - 1, start + 1)
+        out.append((word[start:stop], ends[stop] - ends[start]))
+        start = stop
+    return out
 
 
 def join_sentences(previous: str, sentence: str) -> str:
