@@ -136,6 +136,7 @@ def context_key(prefix: str, user_id: str) -> str:
 
 
 _UNQUERYABLE = re.compile(r"[\"'`\\\x00-\x1f\x7f]")
+_HASHED = "sha256-"
 #: Longest raw user id used as a search-attribute value (Temporal caps Keyword values at 2 KB).
 MAX_SEARCH_USER_BYTES = 1000
 
@@ -151,8 +152,12 @@ def search_user_value(user_id: str, secret: bytes | None = None) -> str:
     """
     if secret:
         return "u-" + hmac.new(secret, user_id.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
-    if len(user_id.encode("utf-8")) > MAX_SEARCH_USER_BYTES or _UNQUERYABLE.search(user_id):
-        return "sha256-" + user_key(user_id)
+    if (
+        len(user_id.encode("utf-8")) > MAX_SEARCH_USER_BYTES
+        or _UNQUERYABLE.search(user_id)
+        or user_id.startswith(_HASHED)  # a raw id may not pass for another id's hash
+    ):
+        return _HASHED + user_key(user_id)
     return user_id
 
 

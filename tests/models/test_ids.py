@@ -116,3 +116,13 @@ def test_thread_key_of_an_id_with_a_lone_surrogate_is_encodable_and_distinct() -
     assert thread_key(a) == thread_key(a) != thread_key(b)
     assert thread_key(a).startswith("t-\ufffd-x~")
     assert thread_key("t-\U0001f99c-ok") == "t-\U0001f99c-ok"  # a whole emoji is kept as it is
+
+
+def test_a_raw_id_never_takes_another_ids_hashed_search_value() -> None:
+    from mnemoflow.models.ids import search_user_value, user_key
+
+    quoted = "o'brien-x"  # unqueryable: falls back to its hash
+    look_alike = "sha256-" + user_key(quoted)
+    assert search_user_value(quoted) != search_user_value(look_alike)
+    assert search_user_value(look_alike) == "sha256-" + user_key(look_alike)
+    assert search_user_value("alice") == "alice"
