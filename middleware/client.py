@@ -34,10 +34,11 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from langchain_core.embeddings import Embeddings
+from pydantic import BaseModel, ValidationError
 from temporalio.client import (
     Client,
     RPCTimeoutOrCancelledError,
@@ -68,7 +69,7 @@ from mnemoflow.middleware.settle import (
 )
 from mnemoflow.middleware.window import to_turns
 from mnemoflow.models import search_attributes as sa
-from mnemoflow.models.config import MemoryConfig, Vocation
+from mnemoflow.models.config import FRAGMENT_TYPES, MemoryConfig, Vocation
 from mnemoflow.models.contracts import (
     ConfigUpdate,
     ConsolidateRequest,
@@ -107,6 +108,7 @@ from mnemoflow.models.usage import LLMUsage, PriceTable
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
 log = logging.getLogger(__name__)
+_M = TypeVar("_M", bound=BaseModel)
 
 #: The hot path may wait at most this long for the query fallback (docs/ARCHITECTURE.md, one GET).
 MAX_QUERY_TIMEOUT_S = 2.0
@@ -136,6 +138,19 @@ def _seconds(timeout_s: float | None, default: float) -> float:
     return default if timeout_s is None else check_timeout("timeout_s", timeout_s)
 
 
+def _request(model: type[_M], **fields: Any) -> _M:
+    """Build an update's request; a field it refuses is an InvalidInputError naming the field
+    (raised before any call to Temporal)."""
+    try:
+        return model(**fields)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or model.__name__}: {e['msg']}"
+            for e in err.errors()
+        )
+        raise InvalidInputError(f"invalid argument ({problems})") from err
+
+
 def _run_closed_under(err: RPCError) -> bool:
     """Whether the server aborted an update because its workflow run closed (continue-as-new)
     before the update was accepted; the next run takes it."""
@@ -143,6 +158,25 @@ def _run_closed_under(err: RPCError) -> bool:
     return err.status == RPCStatusCode.ABORTED or any(
         mark in text for mark in ("update was aborted", "workflownotready", "workflow not ready")
     )
+
+
+def _fragment_types(types: Any) -> list[str]:
+    """The fragment types `remember` was given, checked (InvalidInputError naming the allowed
+    ones): a list of known types, at least one; a str is refused, not split into letters."""
+    allowed = ", ".join(FRAGMENT_TYPES)
+    if isinstance(types, str) or not isinstance(types, Sequence):
+        raise InvalidInputError(
+            f"types must be a list of fragment types ({allowed}), got {types!r:.80}; "
+            f'for one type write ["{types}"]'
+            if isinstance(types, str)
+            else f"types must be a list of fragment types ({allowed}), got {types!r:.80}"
+        )
+    unknown = [t for t in types if t not in FRAGMENT_TYPES]
+    if unknown:
+        raise InvalidInputError(f"unknown fragment types {unknown!r:.120}; allowed: {allowed}")
+    if not types:
+        raise InvalidInputError(f"types is empty: give at least one of {allowed}")
+    return list(dict.fromkeys(types))
 
 
 class MemoryClient:
@@ -260,7 +294,7 @@ class MemoryClient:
     async def flush(self, timeout_s: float = 10.0) -> int:
         """Deliver everything queued, waiting up to `timeout_s`; returns how many messages are
         still undelivered (they stay queued and keep being retried)."""
-        return await self.outbox.flush(timeout_s)
+        return await self.outbox.flush(check_timeout("timeout_s", timeout_s))
 
     async def resync(self, user_id: str, thread_id: str, messages: Sequence[Any]) -> ResyncResult:
         """Re-send a thread's messages (LangChain messages, e.g. from a checkpointer's state)
@@ -396,7 +430,7 @@ class MemoryClient:
         """The stored profile (workflow query, else the read model); None if the user is unknown.
         The query waits up to `timeout_s` (default `operator_timeout_s`)."""
         uid = validate_user_id(user_id)
-        seconds = self.operator_timeout_s if timeout_s is None else timeout_s
+        seconds = _seconds(timeout_s, self.operator_timeout_s)
         try:
             return await self._query(uid, UserMemoryWorkflow.profile, seconds)
         except LookupError:
@@ -413,8 +447,8 @@ class MemoryClient:
         Waits up to `timeout_s` (default `operator_timeout_s`); inside a turn pass the hot
         path's `query_timeout_s`."""
         uid = validate_user_id(user_id)
+        seconds = _seconds(timeout_s, self.operator_timeout_s)
         try:
-            seconds = self.operator_timeout_s if timeout_s is None else timeout_s
             status: UserStatus = await self._query(uid, UserMemoryWorkflow.status, seconds)
         except LookupError:
             return None
@@ -433,8 +467,7 @@ class MemoryClient:
         `timeout_s`; messages not yet mature wait for their round unless `consolidate`d.
         """
         uid = validate_user_id(user_id)
-        if not timeout_s > 0:
-            raise ValueError("timeout_s must be > 0")
+        check_timeout("timeout_s", timeout_s)
         deadline = time.monotonic() + timeout_s
         while True:
             # Each query gets what is left of the deadline (at least a short attempt).
@@ -469,12 +502,17 @@ class MemoryClient:
     ) -> RememberResult:
         """Store `text` as an explicit fragment; pass `event_id` to make a retry store it once.
 
-        InvalidInputError for an empty text or one over MAX_REMEMBER_CHARS (an explicit memory
-        is one fact: it is never cut, the caller keeps the text and can split it). Waits up to
-        `timeout_s` (default `update_timeout_s`); when that ends first the memory may still be
-        stored: a retry with the same `event_id` stores it once."""
+        `types` is a list of fragment types (`models.config.FRAGMENT_TYPES`: identity,
+        decision, preference, fact, episode, chat), at least one; a str, an unknown type or an
+        empty list is refused. InvalidInputError for a text that is not a str, empty, or over
+        MAX_REMEMBER_CHARS (an explicit memory is one fact: it is never cut, the caller keeps
+        the text and can split it). Waits up to `timeout_s` (default `update_timeout_s`); when
+        that ends first the memory may still be stored: a retry with the same `event_id`
+        stores it once."""
         uid = validate_user_id(user_id)
         seconds = self._update_seconds(timeout_s)
+        if not isinstance(text, str):
+            raise InvalidInputError(f"text to remember must be a str, got {type(text).__name__}")
         if not text.strip():
             raise InvalidInputError("nothing to remember: the text is empty")
         if len(text) > MAX_REMEMBER_CHARS:
@@ -482,11 +520,12 @@ class MemoryClient:
                 f"text to remember is {len(text)} characters; at most {MAX_REMEMBER_CHARS} "
                 "(an explicit memory is one fact: remember its parts one by one)"
             )
-        request = RememberRequest(
+        request = _request(
+            RememberRequest,
             event_id=event_id or f"remember-{uuid.uuid4().hex}",
             content=text,
             theme=theme,
-            types=list(types),
+            types=_fragment_types(types),
         )
         deadline = time.monotonic() + seconds
         await self._start(uid, timeout_s=seconds)
@@ -495,11 +534,16 @@ class MemoryClient:
     async def recall(
         self, user_id: str, query: str, top_k: int = 5, *, timeout_s: float | None = None
     ) -> RecallResult:
-        """Score the user's fragments for `query`, best first (empty for an unknown user);
-        waits up to `timeout_s` (default `update_timeout_s`)."""
+        """Score the user's fragments for `query`, best first (empty for an unknown user).
+        InvalidInputError for an empty query or a `top_k` outside 1..50; waits up to
+        `timeout_s` (default `update_timeout_s`)."""
         uid = validate_user_id(user_id)
         seconds = self._update_seconds(timeout_s)
-        request = RecallRequest(query=query[:4000], top_k=top_k)
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be a str, got {type(query).__name__}")
+        if not query.strip():
+            raise InvalidInputError("recall needs a non-empty query")
+        request = _request(RecallRequest, query=query[:4000], top_k=top_k)
         try:
             return await self._update(
                 uid, UserMemoryWorkflow.recall, request, deadline=time.monotonic() + seconds
@@ -514,7 +558,7 @@ class MemoryClient:
         `timeout_s` (default `update_timeout_s`)."""
         uid = validate_user_id(user_id)
         seconds = self._update_seconds(timeout_s)
-        request = ForgetFragmentRequest(fragment_id=fragment_id)
+        request = _request(ForgetFragmentRequest, fragment_id=fragment_id)
         try:
             return await self._update(
                 uid,
@@ -526,17 +570,19 @@ class MemoryClient:
             return ForgetFragmentResult(deleted=0)
 
     async def forget(self, user_id: str, reason: str = "user request") -> ForgetReceipt:
-        """Forget the user entirely (the workflow's forget saga); returns its receipt."""
+        """Forget the user entirely (the workflow's forget saga); returns its receipt.
+        InvalidInputError for a `reason` that is not a str of at most 500 characters."""
         uid = validate_user_id(user_id)
+        request = _request(ForgetRequest, reason=reason)
         await self._start(uid)
-        return await self._update(uid, UserMemoryWorkflow.forget, ForgetRequest(reason=reason))
+        return await self._update(uid, UserMemoryWorkflow.forget, request)
 
     async def retry_round(self, user_id: str, event_id: str) -> RetryRoundResult:
         """Re-run a failed round (event id from `status().rounds`); ValueError if there is none
         (InvalidInputError, a ValueError, when the user has no recent round of that id or it
         did not fail)."""
         uid = validate_user_id(user_id)
-        request = RetryRoundRequest(event_id=event_id)
+        request = _request(RetryRoundRequest, event_id=event_id)
         try:
             return await self._update(uid, UserMemoryWorkflow.retry_round, request)
         except LookupError as err:
@@ -549,7 +595,7 @@ class MemoryClient:
         `thread_id` is the agent's thread id, as the middleware keys it (models.ids.thread_key)."""
         uid = validate_user_id(user_id)
         thread_id = thread_key(thread_id)
-        request = ConsolidateRequest(thread_id=thread_id)
+        request = _request(ConsolidateRequest, thread_id=thread_id)
         try:
             return await self._update(uid, UserMemoryWorkflow.consolidate, request)
         except LookupError:
@@ -568,6 +614,10 @@ class MemoryClient:
         Raises ValueError naming an unknown field or an invalid value; nothing is changed then.
         """
         uid = validate_user_id(user_id)
+        if params is not None and not isinstance(params, Mapping):
+            raise InvalidInputError(
+                f"params must be a mapping of MemoryConfig fields, got {type(params).__name__}"
+            )
         self.config.updated(vocation, params)  # the same check the workflow runs, before an RPC
         request = ConfigUpdate(vocation=vocation, params=dict(params or {}))
         await self._start(uid)

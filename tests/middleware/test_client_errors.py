@@ -4,7 +4,10 @@ worker, so the update's activity keeps retrying) is a MemoryUnavailableError, ne
 raw error, and a tool call then tells the model memory is unavailable within the client's
 `tool_timeout_s`: the turn goes on (README: "the turn never fails because memory is down").
 
-Also retry_round of an unknown event id: its docstring promises a ValueError."""
+Also the arguments the client refuses before any call to Temporal: a text to remember that is
+not a str, fragment types that are not a list of known types, a forget reason the request
+refuses, a non-positive timeout, and retry_round of an unknown event id (its docstring promises
+a ValueError)."""
 
 from __future__ import annotations
 
@@ -17,14 +20,15 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.devstack.processes import LOOPBACK, free_port, start_milvus_lite
 from mnemoflow.middleware import MemoryClient, memory_tools
 from mnemoflow.middleware.tools import UNAVAILABLE
-from mnemoflow.models.errors import MemoryUnavailableError
+from mnemoflow.models.config import FRAGMENT_TYPES
+from mnemoflow.models.errors import InvalidInputError, MemoryUnavailableError
 from tests.middleware.conftest import LiveMemory
 from tests.middleware.test_agent_integration import ScriptedModel, harness, tool_call
 from tests.support.drive import conversation
@@ -45,6 +49,15 @@ def _tool_turn_script(tag: str) -> list[AIMessage]:
 
 def _tool_replies(out: dict[str, Any]) -> dict[str, str]:
     return {str(m.name): str(m.content) for m in out["messages"] if isinstance(m, ToolMessage)}
+
+
+async def _exists(client: MemoryClient, user: str) -> bool:
+    try:
+        await client.temporal.get_workflow_handle(client.workflow_id(user)).describe()
+        return True
+    except RPCError as err:
+        assert err.status == RPCStatusCode.NOT_FOUND
+        return False
 
 
 async def test_an_update_no_worker_answers_is_unavailable_and_the_turn_goes_on(
@@ -146,6 +159,80 @@ async def test_milvus_down_under_a_real_worker_the_tools_answer_within_tool_time
     }, replies
     assert out["messages"][-1].content == "fine, carrying on"
     assert took < 3 * 1.5 + 6.0, took  # three tools of 1.5 s each, not 3 x 60 s
+
+
+async def test_remember_takes_only_a_list_of_known_fragment_types(
+    live_memory: LiveMemory,
+) -> None:
+    """Before: types="preference" was split into letters and stored as ["fact"], unknown types
+    and [] silently became ["fact"]. Now a str, an unknown type or [] is refused, naming the
+    allowed types, before any workflow starts; a list of known types is stored as given."""
+    client = live_memory.client
+    user = live_memory.new_user("types")
+    for types in ("preference", ["bogus"], ["fact", "Fact"], [], [1], None):
+        with pytest.raises(InvalidInputError, match=r"fragment types|types is empty") as err:
+            await client.remember(user, f"My umbrella is teal {uuid.uuid4().hex[:6]}", types=types)  # type: ignore[arg-type]
+        if types != []:
+            assert all(t in str(err.value) for t in FRAGMENT_TYPES), str(err.value)
+    assert not await _exists(client, user)
+    stored: dict[str, list[str]] = {}
+    for types in (["preference"], ["identity", "decision"], ("episode",)):
+        result = await client.remember(user, f"My umbrella is teal {types[0]}", types=types)
+        rows = await live_memory.worker.store.get(user, [result.fragment_id])
+        stored[result.fragment_id] = rows[0].types
+        assert rows[0].types == list(types), (types, rows[0].types)
+    assert len(stored) == 3
+
+
+async def test_bad_arguments_are_refused_before_any_workflow_starts(
+    live_memory: LiveMemory,
+) -> None:
+    """Before: remember(user, None | 42) raised AttributeError; forget(reason=<600 chars> |
+    None) started the user's workflow before pydantic refused the request; status(timeout_s=-1)
+    reported MemoryUnavailableError(TimeoutError) and 0 meant "no workflow"."""
+    client = live_memory.client
+    cases: dict[str, tuple[Callable[[str], Awaitable[Any]], str]] = {
+        "remember None": (lambda u: client.remember(u, None), "must be a str"),  # type: ignore[arg-type]
+        "remember 42": (lambda u: client.remember(u, 42), "must be a str"),  # type: ignore[arg-type]
+        "remember empty theme": (lambda u: client.remember(u, "I like tea", theme=""), "theme"),
+        "forget reason 600": (lambda u: client.forget(u, reason="r" * 600), "reason"),
+        "forget reason None": (lambda u: client.forget(u, reason=None), "reason"),  # type: ignore[arg-type]
+        "recall empty": (lambda u: client.recall(u, "  "), "non-empty query"),
+        "recall top_k 0": (lambda u: client.recall(u, "tea", top_k=0), "top_k"),
+        "forget_fragment empty": (lambda u: client.forget_fragment(u, ""), "fragment_id"),
+        "retry_round empty": (lambda u: client.retry_round(u, ""), "event_id"),
+        "update_config list": (
+            lambda u: client.update_config(u, params=[("top_k", 5)]),  # type: ignore[arg-type]
+            "mapping",
+        ),
+        "status -1": (lambda u: client.status(u, timeout_s=-1), "timeout_s"),
+        "status 0": (lambda u: client.status(u, timeout_s=0), "timeout_s"),
+        "profile -1": (lambda u: client.profile(u, timeout_s=-1), "timeout_s"),
+        "settle nan": (lambda u: client.settle(u, timeout_s=float("nan")), "timeout_s"),
+        "recall timeout 0": (lambda u: client.recall(u, "tea", timeout_s=0), "timeout_s"),
+        "remember timeout -2": (lambda u: client.remember(u, "tea", timeout_s=-2), "timeout_s"),
+        "forget_fragment timeout inf": (
+            lambda u: client.forget_fragment(u, "x", timeout_s=float("inf")),
+            "timeout_s",
+        ),
+        "flush -1": (lambda u: client.flush(-1), "timeout_s"),
+    }
+    wrong: list[tuple[str, str]] = []
+    for name, (call, names) in cases.items():
+        user = live_memory.new_user("args")
+        try:
+            out = await asyncio.wait_for(call(user), 10)
+            wrong.append((name, f"returned {out!r:.80}"))
+        except InvalidInputError as err:
+            if names not in str(err):
+                wrong.append((name, f"message does not name {names!r}: {err}"))
+        except Exception as err:
+            wrong.append((name, f"{type(err).__module__}.{type(err).__name__}: {err!s:.100}"))
+        if await _exists(client, user):
+            wrong.append((name, "started the user's workflow"))
+    assert not wrong, wrong
+    with pytest.raises(InvalidInputError, match="tool_timeout_s"):
+        live_memory.worker.memory_client(None, tool_timeout_s=0)
 
 
 async def test_retry_round_of_an_unknown_event_id_is_a_value_error(
