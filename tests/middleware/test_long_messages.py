@@ -186,37 +186,3 @@ async def test_long_emoji_and_cjk_messages_are_stored_whole(live_memory: LiveMem
     counts = [sum(text.count(s) for text in stored) for s in said]
     lost, twice = counts.count(0), sum(n - 1 for n in counts if n > 1)
     assert (lost, twice) == (0, 0), f"of {len(said)} sentences {lost} lost, {twice} duplicated"
-
-
-@pytest.mark.integration
-async def test_a_big_window_model_never_makes_a_round_past_temporals_payload_limit(
-    live_memory: LiveMemory, redis_url: str
-) -> None:
-    """With a model of a million-token window the ceiling lets 64 parts wait for one round:
-    64 x 8,000 emoji and CJK characters made a round whose payloads passed Temporal's 2 MB, its
-    workflow task failed at every attempt, and 62 of 81 messages were never indexed. A round
-    now takes at most ROUND_MAX_BYTES of turns; the rest go to the next one."""
-    mw = live_memory.worker
-    big_window = MemoryConfig(max_input_tokens=1_000_000)
-    async with mw.memory_client(redis_url, config=big_window) as client:
-        user = f"wide-{uuid.uuid4().hex[:8]}"
-        mw.track(client.workflow_id(user))
-        memory = DurableMemoryMiddleware(client=client, clock=lambda: T0 - 3 * HOUR)
-        agent = create_agent(
-            ReceiptModel(), [], middleware=[memory], context_schema=Ctx,
-            checkpointer=InMemorySaver(),
-        )  # fmt: skip
-        config: Any = {"configurable": {"thread_id": "big"}}
-        said: list[str] = []
-        for k in range(3):
-            sentences = [f"B{k}S{j:04d}" + "😀🎉数据" * 40 + "." for j in range(1200)]
-            text = " ".join(sentences)[:199_000]
-            said += [s for s in sentences if s in text]
-            await agent.ainvoke({"messages": [HumanMessage(text)]}, config, context=Ctx(user))
-        assert await memory.flush(60) == 0
-        status = await settled(client, user, ["big"])
-        assert status.rounds_failed == 0 and status.rounds_completed >= 4  # 2 MB in 512 KB rounds
-        stored = [f.content for f in await mw.store.all_for_user(user)]
-        counts = [sum(text.count(s) for text in stored) for s in said]
-        lost, twice = counts.count(0), sum(n - 1 for n in counts if n > 1)
-        assert (lost, twice) == (0, 0), f"of {len(said)} sentences {lost} lost, {twice} duplicated"
