@@ -733,17 +733,22 @@ class MemoryClient:
         while True:
             left = max(deadline - time.monotonic(), 0.05)
             try:
-                return await self._handle(uid).execute_update(
-                    update, request, rpc_timeout=self._rpc(left)
+                # The rpc timeout bounds each of the SDK's calls (accepted, then the result:
+                # up to twice it); this bounds the whole update. Leaving early is safe: the
+                # workflow still finishes the update, and every update is idempotent.
+                return await asyncio.wait_for(
+                    self._handle(uid).execute_update(update, request, rpc_timeout=self._rpc(left)),
+                    timeout=left + 0.25,
                 )
             except WorkflowUpdateFailedError as err:
                 cause = err.cause
                 if isinstance(cause, ApplicationError) and cause.type in REFUSED_TYPES:
                     raise InvalidInputError(cause.message) from err
                 raise MemoryUnavailableError(f"memory update failed: {cause or err}") from err
-            except WorkflowUpdateRPCTimeoutOrCancelledError as err:
+            except (WorkflowUpdateRPCTimeoutOrCancelledError, TimeoutError) as err:
                 raise MemoryUnavailableError(
-                    f"memory did not answer the update within {left:.3g} s ({err}): no worker "
+                    f"memory did not answer the update within {left:.3g} s "
+                    f"({err or type(err).__name__}): no worker "
                     "is serving it, or a store it needs is down"
                 ) from err
             except RPCError as err:

@@ -4,6 +4,8 @@ idempotent); a request the workflow refuses is a clear InvalidInputError."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -120,5 +122,29 @@ async def test_every_update_failure_is_invalid_input_or_memory_unavailable(
         memory._handle = lambda uid: FlakyHandle([gave_up])  # type: ignore[method-assign]
         with pytest.raises(MemoryUnavailableError, match="activity failed"):
             await memory.recall("ada", "locker")
+    finally:
+        await memory.aclose()
+
+
+class SilentHandle:
+    """A workflow handle whose update never answers, whatever its rpc timeout (the SDK waits
+    up to twice that: for the update to be accepted, then for its result)."""
+
+    async def execute_update(self, update: Any, request: Any, **kwargs: Any) -> Any:
+        await asyncio.Event().wait()
+
+
+async def test_the_update_timeout_bounds_the_whole_update(dev_env: WorkflowEnvironment) -> None:
+    memory = _client(dev_env, FlakyHandle([]), update_timeout_s=0.5)
+    memory._handle = lambda uid: SilentHandle()  # type: ignore[method-assign]
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(MemoryUnavailableError, match="did not answer"):
+            await asyncio.wait_for(memory.recall("ada", "locker"), 5)
+        assert time.monotonic() - t0 < 0.5 + 0.5
+        t0 = time.monotonic()
+        with pytest.raises(MemoryUnavailableError, match="did not answer"):
+            await asyncio.wait_for(memory.forget_fragment("ada", "f-1", timeout_s=0.2), 5)
+        assert time.monotonic() - t0 < 0.2 + 0.5
     finally:
         await memory.aclose()
