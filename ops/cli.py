@@ -55,10 +55,14 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
-    from mnemoflow.worker.serve import serve
+    from mnemoflow.worker.serve import StartupError, serve
 
-    exit_without_finalising(asyncio.run(serve(settings)))
-    return 0  # not reached
+    try:
+        code = asyncio.run(serve(settings))
+    except StartupError as err:
+        print(f"mnemoflow: invalid configuration: {err}", file=sys.stderr)
+        code = 2
+    exit_without_finalising(code)
 
 
 def exit_without_finalising(code: int) -> NoReturn:
@@ -290,6 +294,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def config_problems(err: ValueError) -> list[str]:
+    """A settings error as one line per problem, each naming its environment variable; the
+    values given are never repeated (a URL or a key may be among them)."""
+    if not isinstance(err, ValidationError):
+        return [_one_line(str(err))]
+    from mnemoflow.worker.settings import SECTIONS
+
+    prefixes = {cls.__name__: str(cls.model_config.get("env_prefix", "")) for _, cls in SECTIONS}
+    problems = []
+    for error in err.errors(include_url=False, include_input=False, include_context=False):
+        message = error["msg"].removeprefix("Value error, ")
+        loc = "_".join(str(part) for part in error["loc"])
+        name = f"{prefixes.get(err.title, '')}{loc.upper()}" if loc else ""
+        problems.append(_one_line(f"{name}: {message}" if name else message))
+    return problems
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, read the settings once, run the command."""
     args = build_parser().parse_args(argv)
@@ -299,8 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         settings = Settings.load()
-    except (ValidationError, ValueError) as err:
-        print(f"mnemoflow: invalid configuration:\n{err}", file=sys.stderr)
+    except ValueError as err:  # pydantic's ValidationError included
+        for problem in config_problems(err):
+            print(f"mnemoflow: invalid configuration: {problem}", file=sys.stderr)
         return 2
     from mnemoflow.ops.target import NoTargetError
 

@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 PROBE_USER = "mnemoflow-readiness-probe"
 
 
+class StartupError(Exception):
+    """A setting the worker cannot start with that only shows when it is used (a port that
+    is taken, a host that does not resolve); `mnemoflow worker` reports it as invalid
+    configuration, in one line."""
+
+
 async def _try_register_search_attributes(client: Client) -> None:
     # Registering needs operator rights that production identities (and Temporal Cloud) often
     # lack; there the attributes are provisioned out of band, so a refusal is only a warning.
@@ -75,7 +81,11 @@ async def _endpoints(
         from mnemoflow.worker.metrics import CONTENT_TYPE, MnemoflowMetrics, render, sdk_runtime
 
         sdk_port = cfg.sdk_metrics_port or free_port()
-        metrics, runtime = MnemoflowMetrics(), sdk_runtime(sdk_port)
+        try:
+            runtime = sdk_runtime(sdk_port)
+        except Exception as err:  # the SDK's exporter binds here (a RuntimeError if taken)
+            raise StartupError(f"MNEMOFLOW_SDK_METRICS_PORT={sdk_port}: {_one_line(err)}") from None
+        metrics = MnemoflowMetrics()
         options = {"runtime": runtime, "interceptors": [MetricsInterceptor(metrics)]}
         sdk_url = f"http://127.0.0.1:{sdk_port}/metrics"
 
@@ -84,8 +94,22 @@ async def _endpoints(
 
         routes.setdefault(cfg.metrics_port, {})["/metrics"] = scrape
     for port, table in routes.items():
-        await stack.enter_async_context(HttpEndpoint(cfg.http_host, port, table))
+        names = [
+            n for n, p in (("HEALTH", cfg.health_port), ("METRICS", cfg.metrics_port)) if p == port
+        ]
+        try:
+            await stack.enter_async_context(HttpEndpoint(cfg.http_host, port, table))
+        except OSError as err:
+            setting = " and ".join(f"MNEMOFLOW_{n}_PORT" for n in names)
+            raise StartupError(
+                f"{setting}={port}: cannot listen on {cfg.http_host}:{port} "
+                f"(MNEMOFLOW_HTTP_HOST): {err.strerror or err}"
+            ) from None
     return metrics, runtime, options
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300] or type(err).__name__
 
 
 async def serve(settings: Settings) -> int:

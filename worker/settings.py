@@ -16,6 +16,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from pydantic import (
     BaseModel,
@@ -31,6 +32,22 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mnemoflow.models.config import Vocation
 from mnemoflow.worker.redact import masked
+
+#: What redis-py connects to (`redis.from_url`).
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+#: What pymilvus connects to: a server URI with one of these schemes, or a Milvus Lite file.
+_MILVUS_SCHEMES = ("http", "https", "tcp", "grpc", "unix")
+
+
+def redis_url_problem(url: str) -> str | None:
+    """Why redis-py could not use `url` (None when it can), without repeating the URL: it
+    may carry a password."""
+    parsed = urlparse(url)
+    if parsed.scheme.lower() not in _REDIS_SCHEMES:
+        return "not a Redis URL (redis://host:port/db, rediss://... or unix:///path)"
+    if parsed.scheme.lower() != "unix" and not parsed.hostname:
+        return "the Redis URL has no host"
+    return None
 
 
 def _config(prefix: str) -> SettingsConfigDict:
@@ -127,7 +144,7 @@ class EncryptionSettings(BaseSettings):
     """Bearer token the codec server (`mnemoflow codec-server`) requires; never logged."""
     codec_host: str = "127.0.0.1"
     """Address the codec server binds to."""
-    codec_port: int = 8234
+    codec_port: int = Field(8234, ge=1, le=65535)
     """Port of the codec server."""
     codec_cors_origins: str | None = None
     """Comma-separated origins of the Temporal Web UIs allowed to call the codec server
@@ -142,12 +159,20 @@ class EncryptionSettings(BaseSettings):
     logged."""
     data_keys_prefix: str | None = None
     """Key prefix of the data keys in that Redis (unset = REDIS_KEY_PREFIX)."""
-    data_keys_cache_s: float = Field(30.0, ge=0)
+    data_keys_cache_s: float = Field(30.0, ge=0, allow_inf_nan=False)
     """How long a process reuses a data key it read to DECRYPT without asking Redis again
     (encrypting always asks): a destroyed key stays usable this long in processes that had
     it (docs/PRIVACY.md)."""
 
     _keys: dict[str, bytes] = PrivateAttr(default_factory=dict)
+
+    @field_validator("data_keys_url")
+    @classmethod
+    def _data_keys_url(cls, value: SecretStr | None) -> SecretStr | None:
+        problem = None if value is None else redis_url_problem(value.get_secret_value())
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _load_keys(self) -> EncryptionSettings:
@@ -262,7 +287,8 @@ class TemporalSettings(_MaskedURLs):
 class MilvusSettings(_MaskedURLs):
     """The fragment store (Milvus Lite server, standalone or distributed: by URI only)."""
 
-    model_config = _config("MILVUS_")
+    # Errors never echo the input: a URI may carry credentials.
+    model_config = SettingsConfigDict(**_config("MILVUS_"), hide_input_in_errors=True)
 
     uri: str = "http://127.0.0.1:19530"
     """URI of the Milvus server."""
@@ -278,16 +304,41 @@ class MilvusSettings(_MaskedURLs):
     """Embedder: "use" = the offline multilingual Universal Sentence Encoder (512 dims);
     "hashing" = a deterministic hashing embedder, for tests only."""
 
+    @field_validator("uri")
+    @classmethod
+    def _milvus_uri(cls, value: str) -> str:
+        # pymilvus's own rule, checked at start instead of at the worker's first connection.
+        parsed = urlparse(value)
+        if parsed.scheme.lower() in _MILVUS_SCHEMES:
+            if parsed.scheme.lower() != "unix" and not parsed.hostname:
+                raise ValueError("the Milvus URI has no host")
+            return value
+        if value.endswith(".db"):  # a Milvus Lite file
+            return value
+        raise ValueError(
+            "not a Milvus URI: expected http(s)://host:port (or tcp, grpc, unix) or a Milvus "
+            "Lite file ending in .db"
+        )
+
 
 class RedisSettings(_MaskedURLs):
     """The read model the agent's hot path reads (rebuildable from the workflows)."""
 
-    model_config = _config("REDIS_")
+    # Errors never echo the input: a URL may carry a password.
+    model_config = SettingsConfigDict(**_config("REDIS_"), hide_input_in_errors=True)
 
     url: str = "redis://127.0.0.1:6379/0"
     """Redis URL (a password in it is masked in every printout)."""
     key_prefix: str = "mnemoflow:"
     """Prefix of every key mnemoflow writes."""
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        problem = redis_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class DeepSeekSettings(_MaskedURLs):
@@ -301,7 +352,7 @@ class DeepSeekSettings(_MaskedURLs):
     """Base URL of the DeepSeek (or a compatible) API."""
     model: str = "deepseek-chat"
     """Chat model name."""
-    timeout_s: float = 60.0
+    timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
     """Per-request timeout in seconds (Temporal's retry policy does the retrying)."""
 
 
@@ -320,31 +371,31 @@ class MnemoflowSettings(_MaskedURLs):
     users are first seen."""
     data_dir: Path = Path(".run")
     """Directory of the embedded dev stack (SQLite, Redis and Milvus files, stack.json)."""
-    health_port: int | None = None
+    health_port: int | None = Field(None, ge=1, le=65535)
     """Port of the HTTP health endpoint for probes (unset = no endpoint)."""
-    metrics_port: int | None = None
+    metrics_port: int | None = Field(None, ge=1, le=65535)
     """Port of the Prometheus /metrics endpoint (unset = no endpoint)."""
     http_host: str = "0.0.0.0"
     """Address the health and metrics endpoints bind to (0.0.0.0 = every interface, as
     Kubernetes probes and scrapes reach the pod IP)."""
-    sdk_metrics_port: int | None = None
+    sdk_metrics_port: int | None = Field(None, ge=1, le=65535)
     """Loopback port of the Temporal SDK's own Prometheus exporter, whose page /metrics
     appends (unset = any free port)."""
-    connect_retry_s: float = 2.0
+    connect_retry_s: float = Field(2.0, gt=0, allow_inf_nan=False)
     """Pause between attempts to reach Temporal at start (the worker keeps trying, not ready,
     until it connects or is told to stop)."""
-    heuristic_latency_s: float = 0.0
+    heuristic_latency_s: float = Field(0.0, ge=0, allow_inf_nan=False)
     """Simulated latency of each heuristic model call, for tests and demos of slow LLMs."""
     worker_role: Literal["all", "workflow", "llm"] = "all"
     """What `mnemoflow worker` polls: "all" = workflows and every activity; "workflow" = the
     workflows and the Milvus/Redis activities; "llm" = only the LLM activities, on
     TEMPORAL_LLM_TASK_QUEUE (both split roles need that queue set)."""
-    llm_activities_per_second: float | None = None
+    llm_activities_per_second: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Rate limit of the LLM activities across every worker of their task queue (enforced by
     Temporal; only applied when they have a queue of their own; unset = no limit)."""
-    max_concurrent_activities: int = 64
+    max_concurrent_activities: int = Field(64, ge=1)
     """Activities one worker runs at once (they are async and I/O bound)."""
-    graceful_shutdown_s: float = Field(20.0, gt=0)
+    graceful_shutdown_s: float = Field(20.0, gt=0, allow_inf_nan=False)
     """After SIGTERM, how long running activities get to finish before they are cancelled
     (Kubernetes' terminationGracePeriodSeconds must be longer)."""
     deployment_name: str | None = None
@@ -394,6 +445,19 @@ class Settings(BaseModel):
     redis: RedisSettings
     deepseek: DeepSeekSettings
     mnemoflow: MnemoflowSettings
+
+    @model_validator(mode="after")
+    def _roles_have_their_queue(self) -> Settings:
+        # The split roles poll one side of two queues; without a second queue there is no
+        # side to pick (worker.app.worker_plans), so refuse at start instead of at polling.
+        role = self.mnemoflow.worker_role
+        llm, main = self.temporal.llm_task_queue, self.temporal.task_queue
+        if role != "all" and (llm is None or llm == main):
+            raise ValueError(
+                f"MNEMOFLOW_WORKER_ROLE={role} needs TEMPORAL_LLM_TASK_QUEUE set to a queue "
+                "other than TEMPORAL_TASK_QUEUE"
+            )
+        return self
 
     @classmethod
     def load(cls) -> Settings:

@@ -212,3 +212,91 @@ async def test_a_worker_closes_the_models_it_built_and_only_those(
     assert chat.http_async_client.is_closed and chat.http_client.is_closed
     assert not mine.chat_model.http_async_client.is_closed, "models passed in are the caller's"
     await close_chat_model(mine.chat_model)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        # A worker whose LLM activities never run (a queue-wide rate of 0 or less).
+        ("MNEMOFLOW_LLM_ACTIVITIES_PER_SECOND", "0"),
+        ("MNEMOFLOW_LLM_ACTIVITIES_PER_SECOND", "-1"),
+        ("MNEMOFLOW_LLM_ACTIVITIES_PER_SECOND", "nan"),
+        # A tight reconnect loop (25,789 attempts in 6 s with 0).
+        ("MNEMOFLOW_CONNECT_RETRY_S", "0"),
+        ("MNEMOFLOW_CONNECT_RETRY_S", "-2"),
+        ("MNEMOFLOW_CONNECT_RETRY_S", "inf"),
+        # 0 silently became the SDK's 100; negatives ended in a raw TypeError.
+        ("MNEMOFLOW_MAX_CONCURRENT_ACTIVITIES", "0"),
+        ("MNEMOFLOW_MAX_CONCURRENT_ACTIVITIES", "-4"),
+        ("DEEPSEEK_TIMEOUT_S", "-5"),
+        ("DEEPSEEK_TIMEOUT_S", "0"),
+        ("DEEPSEEK_TIMEOUT_S", "nan"),
+        ("MNEMOFLOW_HEURISTIC_LATENCY_S", "-3"),
+        ("MNEMOFLOW_HEURISTIC_LATENCY_S", "inf"),
+        ("MNEMOFLOW_GRACEFUL_SHUTDOWN_S", "inf"),
+        ("MNEMOFLOW_DATA_KEYS_CACHE_S", "inf"),
+        ("MNEMOFLOW_HEALTH_PORT", "99999"),
+        ("MNEMOFLOW_HEALTH_PORT", "-1"),
+        ("MNEMOFLOW_HEALTH_PORT", "0"),
+        ("MNEMOFLOW_METRICS_PORT", "65536"),
+        ("MNEMOFLOW_SDK_METRICS_PORT", "-1"),
+        ("MNEMOFLOW_CODEC_PORT", "70000"),
+        ("REDIS_URL", "notaurl"),
+        ("REDIS_URL", "http://cache.example:6379"),
+        ("REDIS_URL", "redis://"),
+        ("MILVUS_URI", "notauri"),
+        ("MILVUS_URI", "http://"),
+        ("MNEMOFLOW_WORKER_ROLE", "llm"),
+        ("MNEMOFLOW_WORKER_ROLE", "workflow"),
+    ],
+)
+def test_unusable_values_are_refused_at_load(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """Probe 9, F6: each of these started a worker that misbehaved, or failed later with a
+    traceback; now `Settings.load` refuses them, naming the variable."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError) as err:
+        Settings.load()
+    from mnemoflow.ops.cli import config_problems
+
+    problems = config_problems(err.value)
+    assert len(problems) == 1 and name in problems[0], problems
+
+
+def test_split_roles_with_their_queue_and_usable_values_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The refusals above stop at the boundary: the smallest usable values still load."""
+    for name, value in {
+        "MNEMOFLOW_WORKER_ROLE": "llm",
+        "TEMPORAL_LLM_TASK_QUEUE": "mnemoflow-llm",
+        "MNEMOFLOW_LLM_ACTIVITIES_PER_SECOND": "0.5",
+        "MNEMOFLOW_CONNECT_RETRY_S": "0.05",
+        "MNEMOFLOW_MAX_CONCURRENT_ACTIVITIES": "1",
+        "MNEMOFLOW_HEURISTIC_LATENCY_S": "0",
+        "MNEMOFLOW_HEALTH_PORT": "65535",
+        "MNEMOFLOW_METRICS_PORT": "1",
+        "REDIS_URL": "unix:///run/redis.sock",
+        "MILVUS_URI": "./fragments.db",
+    }.items():
+        monkeypatch.setenv(name, value)
+    s = Settings.load()
+    assert s.mnemoflow.worker_role == "llm" and s.mnemoflow.llm_activities_per_second == 0.5
+    assert s.mnemoflow.max_concurrent_activities == 1 and s.mnemoflow.health_port == 65535
+    monkeypatch.setenv("REDIS_URL", "rediss://:pw@cache.example:6380/1")
+    monkeypatch.setenv("MILVUS_URI", "https://user:pw@milvus.example:443")
+    assert Settings.load().redis.url.startswith("rediss://")
+
+
+def test_a_refused_url_is_not_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The error names the variable, not the value: a URL may carry a password."""
+    monkeypatch.setenv("REDIS_URL", "http://default:redis-secret-111@cache.example:6379")
+    monkeypatch.setenv("MILVUS_URI", "ftp://root:milvus-secret-222@milvus.example")
+    with pytest.raises(ValidationError) as err:
+        Settings.load()
+    assert "redis-secret-111" not in str(err.value)
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/0")
+    with pytest.raises(ValidationError) as err:
+        Settings.load()
+    assert "milvus-secret-222" not in str(err.value)
