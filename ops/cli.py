@@ -3,6 +3,10 @@
 Each subcommand is one entry of `COMMANDS`: a function that adds its arguments and a handler
 that gets the parsed arguments and the settings (read once, here) and returns the exit code.
 Add a command by writing the two functions and one line in the table.
+
+Failures end in one line on stderr and a non-zero exit code, never a traceback (`-v` adds it):
+a bad setting or no target exits 2, a service that cannot be reached or does not answer
+(`_service_problem`) exits 1.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -115,6 +120,7 @@ def _targeted(args: argparse.Namespace, settings: Settings) -> Settings:
 
     target = resolve_target(settings, args.data_dir)
     print(f"mnemoflow {args.command}: using {target.description}", file=sys.stderr)
+    args.target = target.settings  # what `_service_problem` names if the services fail
     return target.settings
 
 
@@ -316,8 +322,51 @@ def config_problems(err: ValueError) -> list[str]:
     return problems
 
 
+def _service_problem(err: Exception, settings: Settings) -> str:
+    """What went wrong talking to the services, in one line that names the service and what
+    to check."""
+    from pymilvus import MilvusException
+    from redis.exceptions import RedisError
+    from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
+    from temporalio.service import RPCError
+
+    from mnemoflow.models.errors import MemoryUnavailableError
+    from mnemoflow.worker.redact import masked
+
+    t = settings.temporal
+    where = f"Temporal at {t.address} (namespace {t.namespace})"
+    text = _one_line(str(err), 300)
+    if isinstance(err, RuntimeError) and text.startswith("Failed client connect"):
+        reason = re.search(r'message: "([^"]+)"', text)
+        cause = reason.group(1) if reason else text.removeprefix("Failed client connect: ")
+        return (
+            f"cannot connect to {where}: {cause}. Check that Temporal runs there (or start "
+            "`mnemoflow dev`), that TEMPORAL_ADDRESS or --data-dir points at it, and the TLS "
+            "and API key settings"
+        )
+    if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
+        return (
+            f"the user's memory workflow did not answer in time on {where}: check that a "
+            f"mnemoflow worker polls task queue {t.task_queue!r} and can reach Milvus and Redis"
+        )
+    if isinstance(err, MemoryUnavailableError):
+        return (
+            f"memory unavailable: {text} (check that a mnemoflow worker polls task queue "
+            f"{t.task_queue!r} on {where}, and that Milvus and Redis answer)"
+        )
+    if isinstance(err, RPCError):
+        return f"{where} refused the request: {err.status.name}: {_one_line(err.message, 300)}"
+    if isinstance(err, TimeoutError):
+        return f"timed out waiting for {where}, Milvus or Redis: {text or 'no answer'}"
+    if isinstance(err, MilvusException):
+        return f"Milvus at {masked(settings.milvus.uri)} failed: {text}"
+    if isinstance(err, RedisError):
+        return f"Redis at {masked(settings.redis.url)} failed: {text}"
+    return f"{type(err).__name__}: {text} (run with -v for the traceback)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse arguments, read the settings once, run the command."""
+    """Parse arguments, read the settings once, run the command; returns its exit code."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -336,6 +385,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NoTargetError as err:
         print(f"mnemoflow {args.command}: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:
+        if args.verbose:
+            logging.getLogger("mnemoflow").exception("mnemoflow %s failed", args.command)
+        problem = _service_problem(err, getattr(args, "target", settings))
+        print(f"mnemoflow {args.command}: {problem}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
