@@ -6,7 +6,9 @@ Add a command by writing the two functions and one line in the table.
 
 Failures end in one line on stderr and a non-zero exit code, never a traceback (`-v` adds it):
 a bad setting or no target exits 2, a service that cannot be reached or does not answer
-(`_service_problem`) exits 1.
+(`_service_problem`) exits 1. Run as a program (`main()` without arguments) the process ends
+with the command's own exit code through `exit_without_finalising`: the Temporal client's
+native threads must not meet the interpreter's finalisation.
 """
 
 from __future__ import annotations
@@ -366,7 +368,19 @@ def _service_problem(err: Exception, settings: Settings) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse arguments, read the settings once, run the command; returns its exit code."""
+    """Parse arguments, read the settings once, run the command; returns its exit code.
+
+    Without `argv` this is the program itself (the `mnemoflow` script, `python -m`): it then
+    never returns but ends the process with that code (`exit_without_finalising`), so the
+    exit status is the command's own, never a crash of the interpreter's finalisation.
+    """
+    code = _main(argv)
+    if argv is None:
+        exit_without_finalising(code)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -1,5 +1,5 @@
-"""Operator commands that cannot reach or use the services fail in one line, never a traceback
-(probe 9, F3).
+"""Operator commands that cannot reach or use the services fail in one line, never a traceback,
+and their exit status is always the command's own (probe 9, F3 and F4).
 
 The CLI runs as operators run it: the installed `mnemoflow` script in its own process.
 """
@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -135,3 +136,53 @@ def test_an_unanswered_update_is_one_line(
         line = err.strip().splitlines()[-1]
         assert line.startswith(f"mnemoflow {argv[0]}: ") and expected in line, err
         assert "temporal.example.internal:7233" in line and "'mnemoflow'" in line, line
+
+
+def test_a_command_never_reaches_interpreter_finalisation(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The cause of F4, checked deterministically: a `sitecustomize` on PYTHONPATH registers
+    an atexit hook (atexit runs first in the interpreter's finalisation, which is what met
+    the client's native threads). The command must end its process before that, its output
+    and exit status intact."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    marker = tmp_path / "finalised"
+    (hooks / "sitecustomize.py").write_text(
+        "import atexit, pathlib\n"
+        f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'finalised')\n"
+    )
+    address = dev_env.client.service_client.config.target_host
+    path = os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {"TEMPORAL_ADDRESS": address, "MNEMOFLOW_DATA_DIR": str(tmp_path), "PYTHONPATH": path}
+    ok = mnemoflow("rounds", "alice", **env)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip().endswith("(no rounds)"), ok.stdout
+    assert not marker.exists(), "the interpreter's finalisation ran after `rounds`"
+    # and after a command that failed (a namespace the server does not have)
+    failed = mnemoflow("retry", "alice", "event-1", **{**env, "TEMPORAL_NAMESPACE": "nope"})
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
+    assert not marker.exists(), "the interpreter's finalisation ran after a failed `retry`"
+
+
+def test_the_exit_status_is_always_the_commands_own(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Before: 3 of 48 invocations aborted after their work (`Fatal Python error:
+    PyGILState_Release`, exit 134: the Temporal client's threads met the interpreter's
+    finalisation), so `$?` said a command that had succeeded had failed. Each run costs ~2 s
+    of CPU (the middleware's imports), so the count is what fits the suite's budget."""
+    address = dev_env.client.service_client.config.target_host
+    env = {"TEMPORAL_ADDRESS": address, "MNEMOFLOW_DATA_DIR": str(tmp_path)}
+    user = f"exit-{uuid.uuid4().hex[:6]}"
+    runs = 16
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda _: mnemoflow("rounds", user, **env), range(runs)))
+    elapsed = time.monotonic() - started
+    codes = [r.returncode for r in results]
+    bad = [r for r in results if r.returncode != 0]
+    assert codes == [0] * runs, (codes, bad[0].stderr[-1500:] if bad else "")
+    for result in results:
+        assert f'MnemoflowUser = "{user}"' in result.stdout and "(no rounds)" in result.stdout
+    print(f"{runs} runs of `mnemoflow rounds` in {elapsed:.1f}s, exit codes {set(codes)}")
