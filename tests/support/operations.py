@@ -9,9 +9,15 @@ from temporalio.client import Client
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware import MemoryClient
-from mnemoflow.models.errors import InvalidInputError
 from mnemoflow.models.turns import ChatTurn
 from tests.support.drive import conversation, eventually
+
+
+class Forbidden(Exception):
+    """What an openai-style client raises for HTTP 403: the request itself is rejected (a
+    refusal of the turns, HTTP 400, would keep them verbatim instead of failing the round)."""
+
+    status_code = 403
 
 
 class BreakableModels(HeuristicMemoryModels):
@@ -23,7 +29,7 @@ class BreakableModels(HeuristicMemoryModels):
 
     async def slice(self, turns, max_fragments):  # type: ignore[no-untyped-def]
         if self.broken or any("FAIL-ME" in t.content for t in turns):
-            raise InvalidInputError("slicer refuses this conversation (test)")
+            raise Forbidden("slicer refuses this conversation (test)")
         return await super().slice(turns, max_fragments)
 
 
