@@ -571,7 +571,13 @@ class MemoryClient:
 
     async def forget(self, user_id: str, reason: str = "user request") -> ForgetReceipt:
         """Forget the user entirely (the workflow's forget saga); returns its receipt.
-        InvalidInputError for a `reason` that is not a str of at most 500 characters."""
+        InvalidInputError for a `reason` that is not a str of at most 500 characters.
+
+        A user id without a memory workflow gets one: the stores may still hold data under
+        that id (a workflow terminated or reset by an operator), and only the workflow's saga
+        deletes it. Like every user workflow it then stays, idle on a durable timer (the
+        workflow never ends itself; ending it from here could lose a hand-over that arrives
+        between the receipt and the end)."""
         uid = validate_user_id(user_id)
         request = _request(ForgetRequest, reason=reason)
         await self._start(uid)
