@@ -82,10 +82,14 @@ class UserMemoryWorkflow:
             await _sleep_until_due(run)
 
     async def _continue_as_new(self) -> None:
-        """After every handler finished, with everything absorbed; carries state and config."""
+        """After every handler finished, with everything absorbed; carries state and config.
+        Returns without continuing while turns waiting for their rounds make the next run's
+        input too big (`_waits_for_rounds`): the loop's rounds take them first."""
         run = self._run
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._absorb()
+        if _waits_for_rounds(run):
+            return
         run.state.continued += 1
         workflow.continue_as_new(run.continued_input())
 
@@ -202,6 +206,30 @@ HISTORY_EVENTS_BOUND = 1_000
 #: Histories that passed the bound under the older rule (checked only when idle, the input's
 #: bound only) replay that rule: the new check is taken only where this patch is recorded.
 HISTORY_BOUND_PATCH = "history-events-bound-1000"
+
+
+#: The next run's input (state and config) must stay inside Temporal's 2 MB payload limit: a
+#: continue-as-new past it failed its workflow task at every attempt, and the user's memory
+#: stopped. Turns waiting for their rounds are what can make it that big (long messages while
+#: the memory model is down), and rounds take them at ROUND_MAX_BYTES each.
+CONTINUED_MAX_BYTES = 1_500_000
+#: Past this many events the run continues as new whatever its input's size (the history's
+#: own limits are 51,200 events and 50 MB).
+CONTINUED_WAIT_EVENTS = 20_000
+#: Runs that wait for their rounds before continuing record this patch; older histories
+#: continued at once (the ones whose input passed 2 MB failed there).
+CONTINUE_WAITS_PATCH = "continue-as-new-waits-for-rounds"
+
+
+def _waits_for_rounds(run: UserRun) -> bool:
+    """True when pending turns make the next run's input bigger than CONTINUED_MAX_BYTES and the
+    history can still grow; the patch is asked only then."""
+    if not any(ts.pending for ts in run.state.threads.values()):
+        return False
+    if workflow.info().get_current_history_length() >= CONTINUED_WAIT_EVENTS:
+        return False
+    size = len(run.continued_input().model_dump_json().encode("utf-8"))
+    return size > CONTINUED_MAX_BYTES and workflow.patched(CONTINUE_WAITS_PATCH)
 
 
 def _history_is_long(run: UserRun) -> bool:
