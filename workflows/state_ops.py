@@ -75,6 +75,8 @@ def absorb_submit(
         if turn.time <= s.fence:
             continue
         ts = thread_state(s, turn.thread_id)
+        if horizon_at_now and ts.horizon > MAX_SECONDS_HORIZON:
+            ts.horizon = horizon_in_seconds(ts.horizon)
         digest = identity_digest(turn_identity(turn))
         if digest in ts.seen or turn.time <= ts.horizon:
             continue
@@ -92,17 +94,40 @@ def absorb_submit(
             continue
         known.urgent = known.urgent or (event.urgent and bool(known.pending))
         known.trigger = stronger_trigger(known.trigger, trigger)
+    if touched and horizon_at_now:
+        for thread_id in touched:  # identities stamped in ms-read-as-s sort as they are read now
+            seen = s.threads[thread_id].seen
+            for digest, at in seen.items():
+                if at > MAX_SECONDS_HORIZON:
+                    seen[digest] = horizon_in_seconds(at)
     if touched:
         _bound_seen(s, now, horizon_at_now)
     _prune_idle_threads(s, now, horizon_at_now)
 
 
+#: A horizon past this (the start of year 5000 in seconds) was set from stamps in milliseconds
+#: that were read as seconds before the middleware scaled them (JavaScript's `Date.now()`): it
+#: refused every line said after the upgrade, now read in seconds (probe: 0 of 10 stored).
+MAX_SECONDS_HORIZON = 95_617_584_000.0
+
+
+def horizon_in_seconds(horizon: float) -> float:
+    """The horizon in seconds, as its messages are now read (a thousandth until plausible)."""
+    while horizon > MAX_SECONDS_HORIZON:
+        horizon /= 1000
+    return horizon
+
+
 def stamped_ahead(s: UserMemoryState, events: list[SubmitEvent], now: float) -> bool:
     """Whether a turn of `events` or an identity a thread remembers is stamped after `now`, or a
-    thread's horizon is past it: only then can `horizon_at_now` change what `absorb_submit`
-    does (a retired thread's horizon is what it was when it retired)."""
-    return any(t.time > now for e in events for t in e.turns) or any(
-        ts.horizon > now or any(v > now for v in ts.seen.values()) for ts in s.threads.values()
+    thread's horizon (live or retired) is past it: only then can `horizon_at_now` change what
+    `absorb_submit` does."""
+    return (
+        any(t.time > now for e in events for t in e.turns)
+        or any(
+            ts.horizon > now or any(v > now for v in ts.seen.values()) for ts in s.threads.values()
+        )
+        or any(h > now for h in s.retired_threads.values())
     )
 
 

@@ -266,3 +266,55 @@ async def test_a_thread_pruned_while_stamped_ahead_takes_new_lines(
     assert counts(texts, lines) == dict.fromkeys(lines, 1)
     assert await task_failures(live.worker.client, wid) == []
     await assert_replays(live.worker.client, [wid], name="horizon-at-now")
+
+
+@pytest.mark.integration
+async def test_threads_bounded_while_stamps_in_ms_were_read_as_seconds_take_new_lines(
+    live_memory: LiveMemory,
+) -> None:
+    """Before stamps were scaled, a JavaScript client's Date.now() (~1.7e12) was read as seconds:
+    a thread bounded or pruned then carries a horizon 50,000 years ahead into its continued
+    state, and after the upgrade every line on it, now read in seconds, was refused (0 of 10
+    stored). The state is given as a continue-as-new of such a run carries it."""
+    from mnemoflow.models.contracts import ThreadState, UserMemoryState
+    from mnemoflow.models.turns import identity_digest
+    from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+
+    client = live_memory.client
+    user = live_memory.new_user("ms-era")
+    ms_era = (time.time() - 3600) * 1000
+    state = UserMemoryState(
+        threads={"t": ThreadState(accepted=5000, indexed=5000, horizon=ms_era)},
+        retired_threads={identity_digest("old"): ms_era},
+    )
+    inp = client._input(user).model_copy(update={"state": state})
+    await client.temporal.start_workflow(
+        UserMemoryWorkflow.run, inp, id=client.workflow_id(user), task_queue=client.task_queue
+    )
+    memory = DurableMemoryMiddleware(client=client)
+    agent = create_agent(
+        ReceiptModel(), [], middleware=[memory], context_schema=Ctx, checkpointer=InMemorySaver()
+    )
+    said: list[str] = []
+    for thread in ("t", "old"):
+        for n in range(3):
+            line = f"MS-{thread}-{n}: my locker {thread} {n} code is {4100 + n * 13}."
+            stamp = {"time": time.time() * 1000}  # the same client: Date.now()
+            said += [line, receipt(line)]
+            await agent.ainvoke(
+                {"messages": [HumanMessage(line, additional_kwargs=stamp)]},
+                {"configurable": {"thread_id": thread}},
+                context=Ctx(user),
+            )
+        line = f"MS-{thread}-plain: my bike {thread} frame is {7300 + len(thread)}."
+        said += [line, receipt(line)]
+        await agent.ainvoke(
+            {"messages": [HumanMessage(line)]}, {"configurable": {"thread_id": thread}},
+            context=Ctx(user),
+        )  # fmt: skip
+    assert await memory.flush(30) == 0
+    for thread in ("t", "old"):
+        await client.consolidate(user, thread)
+    await client.settle(user, 90)
+    stored = "\n".join(f.content for f in await live_memory.worker.store.all_for_user(user))
+    assert [stored.count(line) for line in said] == [1] * len(said)

@@ -15,11 +15,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.turns import ChatTurn
 from tests.support.drive import submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.operations import Forbidden
-from tests.workflows.test_round_bytes import MARK, OneDraftATurn
+from tests.workflows.test_round_bytes import MARK, OneDraftATurn, wide_turns
 
 
 class DownThenUp(OneDraftATurn):
@@ -42,17 +41,7 @@ async def test_big_pending_turns_wait_for_their_rounds_before_continue_as_new(
         dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=models
     ) as mw:
         user = f"waits-{uuid.uuid4().hex[:6]}"
-        t0 = time.time() - 3 * 3600
-        turns = [
-            ChatTurn(
-                thread_id="t",
-                position=k,
-                role="human",
-                content=" ".join(f"R{k:02d}S{j:02d}" + "😀" * 120 + "." for j in range(78)),
-                time=t0 + k,
-            )
-            for k in range(60)
-        ]
+        turns = wide_turns(60, time.time() - 3 * 3600)
         config = MemoryConfig(
             max_input_tokens=1_000_000, max_turn_chars=10_000, failed_round_backoff_s=1.0
         )

@@ -36,6 +36,20 @@ class OneDraftATurn(HeuristicMemoryModels):
         return SlicedDrafts(drafts=drafts[:max_fragments])
 
 
+def wide_turns(count: int, t0: float) -> list[ChatTurn]:
+    """`count` turns of 78 marked sentences of emoji (~38 KB each in JSON)."""
+    return [
+        ChatTurn(
+            thread_id="t",
+            position=k,
+            role="human",
+            content=" ".join(f"R{k:02d}S{j:02d}" + "😀" * 120 + "." for j in range(78)),
+            time=t0 + k,
+        )
+        for k in range(count)
+    ]
+
+
 async def test_sixty_six_wide_turns_go_in_rounds_under_the_payload_limit(
     dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
 ) -> None:
@@ -43,17 +57,8 @@ async def test_sixty_six_wide_turns_go_in_rounds_under_the_payload_limit(
         dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=OneDraftATurn()
     ) as mw:
         user = f"wide-{uuid.uuid4().hex[:6]}"
-        t0 = time.time()  # not mature: nothing is sliced before the last event asks for it
-        turns = [
-            ChatTurn(
-                thread_id="t",
-                position=k,
-                role="human",
-                content=" ".join(f"R{k:02d}S{j:02d}" + "😀" * 120 + "." for j in range(78)),
-                time=t0 + k,
-            )
-            for k in range(66)
-        ]
+        # not mature: nothing is sliced before the last event asks for it
+        turns = wide_turns(66, time.time())
         assert sum(len(t.model_dump_json().encode()) for t in turns[:64]) > 2 * 1024 * 1024
         config = MemoryConfig(max_input_tokens=1_000_000, max_turn_chars=10_000)
         for i in range(0, 66, 11):

@@ -130,3 +130,23 @@ def test_the_patch_is_asked_only_when_something_is_stamped_ahead() -> None:
     state_ops.absorb_submit(s, ahead, CFG, NOW)
     assert state_ops.stamped_ahead(s, [], NOW)  # remembered in `seen`
     assert not state_ops.stamped_ahead(s, [], NOW + 2)
+
+
+def test_a_horizon_set_ahead_before_the_rule_comes_back_to_now() -> None:
+    """Stamps in milliseconds were read as seconds before they were scaled (Date.now() ~1.7e12):
+    a thread pruned or bounded then kept a horizon 50,000 years ahead, and after the upgrade
+    every line said on it, now read in seconds, was refused (probe: 0 of 10 stored)."""
+    ms_era = (NOW - HOUR) * 1000  # the last line forgotten an hour ago, stamped in ms
+    for at_now, kept in ((False, 0), (True, 2)):
+        s = UserMemoryState()
+        s.threads["live"] = state_ops.ThreadState(horizon=ms_era)
+        s.retired_threads[state_ops.identity_digest("old")] = ms_era
+        assert state_ops.stamped_ahead(s, [], NOW)
+        said_now = [line("live", 7, NOW - 5), line("old", 3, NOW - 4)]
+        resent = [line("live", 1, NOW - 2 * HOUR), line("old", 1, NOW - 3 * HOUR)]
+        submit(s, "e", said_now + resent, NOW, at_now)
+        assert sorted(t.content for t in pending(s, "live") + pending(s, "old")) == sorted(
+            t.content for t in said_now[:kept]
+        )
+        if at_now:  # in seconds, as the re-sent lines are now read: still refused
+            assert s.threads["live"].horizon == s.threads["old"].horizon == NOW - HOUR
