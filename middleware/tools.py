@@ -30,6 +30,13 @@ log = logging.getLogger(__name__)
 #: Fragment types an explicit memory gets: high importance weighs like a decision.
 IMPORTANCE_TYPES: dict[str, list[str]] = {"high": ["decision", "fact"], "normal": ["fact"]}
 UNAVAILABLE = "Memory is unavailable right now; carry on without it."
+#: A remember that failed may still land (the workflow finishes an update its caller gave up
+#: on, and each call is its own event), so the model is not told it was lost: asked again, it
+#: stored a second copy.
+UNCONFIRMED = (
+    "Memory did not confirm in time; it may still be saved. Do not ask to remember it again"
+    " in this conversation."
+)
 #: Key of a forgetting tool's artifact: the fragment ids the user asked to forget.
 FORGET_ARTIFACT = "mnemoflow_forget"
 
@@ -80,7 +87,8 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
         except InvalidInputError as err:  # the model can act on it; the turn goes on
             return f"Not remembered: {err}"
         except Exception as err:  # memory down or slow: never fail the turn
-            return _unavailable("remember_this", err)
+            _unavailable("remember_this", err)
+            return UNCONFIRMED
         return f"Remembered (memory id {result.fragment_id})."
 
     @tool

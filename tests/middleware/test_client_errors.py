@@ -26,7 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.devstack.processes import LOOPBACK, free_port, start_milvus_lite
 from mnemoflow.middleware import MemoryClient, memory_tools
-from mnemoflow.middleware.tools import UNAVAILABLE
+from mnemoflow.middleware.tools import UNAVAILABLE, UNCONFIRMED
 from mnemoflow.models.config import FRAGMENT_TYPES
 from mnemoflow.models.errors import InvalidInputError, MemoryUnavailableError
 from tests.middleware.conftest import LiveMemory
@@ -110,11 +110,13 @@ async def test_an_update_no_worker_answers_is_unavailable_and_the_turn_goes_on(
     replies = _tool_replies(out)
     assert replies == {
         "recall_memories": UNAVAILABLE,
-        "remember_this": UNAVAILABLE,
+        "remember_this": UNCONFIRMED,
         "forget_memory": UNAVAILABLE,
     }, replies
     assert out["messages"][-1].content == "fine, carrying on"
-    assert took < 3 * (2.0 + 2.0), took  # each tool bounded by the (2 s) update timeout
+    # Each tool is bounded by the (2 s) update timeout, not the 60 s default: a bound with room
+    # for a loaded machine (it shows a hang, not a speed).
+    assert took < 30, took
 
 
 async def test_milvus_down_under_a_real_worker_the_tools_answer_within_tool_timeout(
@@ -164,11 +166,11 @@ async def test_milvus_down_under_a_real_worker_the_tools_answer_within_tool_time
     replies = _tool_replies(out)
     assert replies == {
         "recall_memories": UNAVAILABLE,
-        "remember_this": UNAVAILABLE,
+        "remember_this": UNCONFIRMED,
         "forget_memory": UNAVAILABLE,
     }, replies
     assert out["messages"][-1].content == "fine, carrying on"
-    assert took < 3 * 1.5 + 6.0, took  # three tools of 1.5 s each, not 3 x 60 s
+    assert took < 30, took  # three tools of 1.5 s each, not 3 x 60 s (room for a loaded machine)
 
 
 async def test_remember_takes_only_a_list_of_known_fragment_types(
