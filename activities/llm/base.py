@@ -10,6 +10,7 @@ verbatim, whatever the drafts did not quote.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -298,14 +299,40 @@ def _byte_parts(text: str, limit: int) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+_LABEL = re.compile(r"^(?:User|Assistant)(?: \([^)\n]*\))?: ")
+#: Where a long line is best cut: after a sentence end, else after a space (looked for in the
+#: last _CUT_WINDOW characters that fit); a run without either is cut between characters.
+_SENTENCE_END = re.compile(r"[.!?。！？…]\s*")
+_CUT_WINDOW = 2000
+
+
 def _char_parts(line: str, limit: int) -> list[str]:
+    """Pieces of one over-long line, each within `limit` bytes: cut at a sentence end or a
+    space where one is near, and each piece keeps the line's speaker label, so every fragment
+    says who said it (the repeat filter reads a line without one as the assistant's)."""
+    label_match = _LABEL.match(line)
+    label = label_match.group(0) if label_match else ""
+    body = line[len(label) :]
+    room = limit - len(label.encode("utf-8"))
     parts: list[str] = []
     start = 0
-    while start < len(line):
+    while start < len(body):
         end, size = start, 0
-        while end < len(line) and size + len(line[end].encode("utf-8")) <= limit:
-            size += len(line[end].encode("utf-8"))
+        while end < len(body) and size + len(body[end].encode("utf-8")) <= room:
+            size += len(body[end].encode("utf-8"))
             end += 1
-        parts.append(line[start:end])
+        if end < len(body):
+            end = _cut_point(body, start, end)
+        parts.append(label + body[start:end])
         start = end
     return parts
+
+
+def _cut_point(body: str, start: int, end: int) -> int:
+    window_start = max(start + 1, end - _CUT_WINDOW)
+    window = body[window_start:end]
+    ends = [m.end() for m in _SENTENCE_END.finditer(window)]
+    if ends:
+        return window_start + ends[-1]
+    space = window.rfind(" ")
+    return window_start + space + 1 if space >= 0 else end

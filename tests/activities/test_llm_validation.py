@@ -195,6 +195,20 @@ def test_drafts_past_the_byte_bound_are_cut_to_fit_and_lose_nothing(unit: str) -
     assert "\n".join(d.content for d in from_big) == big.content, "cut between lines, in order"
     assert all((d.types, d.start_idx, d.end_idx) == (["fact"], 2, 5) for d in from_big)
     from_long = [d for d in out if d.theme == "u"]
-    assert "".join(d.content for d in from_long) == one_long_line
+    assert all(d.content.startswith("Assistant: ") for d in from_long), "each piece says who"
+    body = "".join(d.content.removeprefix("Assistant: ") for d in from_long)
+    assert "Assistant: " + body == one_long_line
     assert len(from_long) >= 2 or len(one_long_line.encode()) <= MAX_FRAGMENT_BYTES
+    if " " in unit:  # cut at a space, never inside a word
+        assert all(d.content.endswith(" ") for d in from_long[:-1])
     assert within_bytes([small]) == [small]
+
+
+def test_a_long_line_is_cut_at_sentence_ends_when_there_are_some() -> None:
+    sentences = [f"我妹妹住在上海{k}号。" for k in range(6000)]
+    line = "User: " + "".join(sentences)
+    draft = FragmentDraft(theme="t", types=["fact"], content=line, start_idx=0, end_idx=0)
+    pieces = within_bytes([draft])
+    assert len(pieces) >= 2 and all(p.content.startswith("User: ") for p in pieces)
+    assert all(p.content.endswith("。") for p in pieces)
+    assert "User: " + "".join(p.content.removeprefix("User: ") for p in pieces) == line
