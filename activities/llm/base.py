@@ -211,13 +211,14 @@ def with_every_turn(
     their own, in order, about MAX_KEPT_TURN_TOKENS each. Tool and system turns stay out, as
     in the offline slicer.
     """
-    quoted = normalise("\n".join(d.content for d in drafts))
+    raw = "\n".join(d.content for d in drafts)
+    quoted = normalise(raw)
     extra: dict[int, list[str]] = {}
     for idx, turn in enumerate(turns):
         text = turn.content.strip()
         if not text or turn.role not in ("human", "ai"):
             continue
-        missing = [s for s in split_sentences(text) if normalise(s) and normalise(s) not in quoted]
+        missing = [s for s in split_sentences(text) if _unquoted(s, quoted, raw)]
         if missing:
             extra[idx] = missing
     if not extra:
@@ -247,6 +248,16 @@ def with_every_turn(
     if max_fragments is not None and max_fragments >= 1:
         out = _merge_overflow(out, max_fragments)
     return out
+
+
+def _unquoted(sentence: str, quoted: str, raw: str) -> bool:
+    """Whether no draft quotes the sentence: compared normalised, or, for a sentence of only
+    emoji or punctuation (which normalises to nothing: "🎂🎉", "???"), as it was said."""
+    norm = normalise(sentence)
+    if norm:
+        return norm not in quoted
+    said = sentence.strip()
+    return bool(said) and said not in raw
 
 
 def _kept_draft(group: list[tuple[int, str]], drafts: list[FragmentDraft]) -> FragmentDraft:

@@ -125,6 +125,7 @@ async def test_what_the_model_skips_or_paraphrases_is_kept_verbatim(
         ("tool", "HR system: record 7731-B updated."),
         ("human", "我女儿叫小雨，今年六岁。她对芒果过敏。"),
         ("human", "Also, my manager is Priya Raman."),
+        ("human", "🎂🎉"),  # normalises to nothing: was dropped when the model left it out
     ]
     turns = [
         ChatTurn(thread_id="t", position=i, role=role, content=text, time=float(i))  # type: ignore[arg-type]
@@ -157,6 +158,7 @@ async def test_what_the_model_skips_or_paraphrases_is_kept_verbatim(
         ("Assistant", "Welcome aboard. Your locker is 14 in the east wing."),
         ("User", "她对芒果过敏。"),
         ("User", "Also, my manager is Priya Raman."),
+        ("User", "🎂🎉"),
     ]:
         assert f"{role}: {sentence}" in text, sentence
     assert text.count("我女儿叫小雨，今年六岁。") == 1  # quoted by the model: not added again
