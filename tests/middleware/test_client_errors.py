@@ -51,6 +51,18 @@ def _tool_replies(out: dict[str, Any]) -> dict[str, str]:
     return {str(m.name): str(m.content) for m in out["messages"] if isinstance(m, ToolMessage)}
 
 
+def _assert_the_turn_went_on(out: dict[str, Any]) -> None:
+    """Every memory tool answered the model (a remember may still land: not "lost"), and the
+    model's last answer ended the turn."""
+    replies = _tool_replies(out)
+    assert replies == {
+        "recall_memories": UNAVAILABLE,
+        "remember_this": UNCONFIRMED,
+        "forget_memory": UNAVAILABLE,
+    }, replies
+    assert out["messages"][-1].content == "fine, carrying on"
+
+
 async def _exists(client: MemoryClient, user: str) -> bool:
     try:
         await client.temporal.get_workflow_handle(client.workflow_id(user)).describe()
@@ -107,13 +119,7 @@ async def test_an_update_no_worker_answers_is_unavailable_and_the_turn_goes_on(
             pass
         await client.aclose()
     assert outcomes == {name: "unavailable" for name in calls}, outcomes
-    replies = _tool_replies(out)
-    assert replies == {
-        "recall_memories": UNAVAILABLE,
-        "remember_this": UNCONFIRMED,
-        "forget_memory": UNAVAILABLE,
-    }, replies
-    assert out["messages"][-1].content == "fine, carrying on"
+    _assert_the_turn_went_on(out)
     # Each tool is bounded by the (1 s) update timeout, not the 60 s default: a bound with room
     # for a loaded machine (it shows a hang, not a speed).
     assert took < 30, took
@@ -163,13 +169,7 @@ async def test_milvus_down_under_a_real_worker_the_tools_answer_within_tool_time
                 took = time.monotonic() - t0
     finally:
         await asyncio.to_thread(milvus.stop)
-    replies = _tool_replies(out)
-    assert replies == {
-        "recall_memories": UNAVAILABLE,
-        "remember_this": UNCONFIRMED,
-        "forget_memory": UNAVAILABLE,
-    }, replies
-    assert out["messages"][-1].content == "fine, carrying on"
+    _assert_the_turn_went_on(out)
     assert took < 30, took  # three tools of 1.5 s each, not 3 x 60 s (room for a loaded machine)
 
 
