@@ -218,3 +218,25 @@ def restates(tokens: set[str], earlier: set[str], asking_only: bool) -> bool:
     if not asking_only and len(tokens) < RESTATED_MIN_TOKENS:
         return False
     return len(tokens & earlier) >= RESTATED_SHARE * len(tokens)
+
+
+#: A sentence end: Latin punctuation followed by a space (not "3.14"), or a mark that needs none.
+_SENTENCE_END = re.compile(r"[.!?…]['\")\]»”’]*\s+|[。！？।؟\n]\s*")
+_SPACE = re.compile(r"\s+")
+
+
+def cut_point(text: str, start: int, end: int, look_back: float = 0.5) -> int:
+    """Where to end the piece text[start:end] of a longer text: after the last sentence end in
+    its last `look_back` share, else after the last run of spaces there, else at `end` (one
+    word longer than a piece). The one cutter of the hand-over's parts
+    (middleware/long_turns.py) and of fragments past their byte bound (activities/llm/base.py)."""
+    if end >= len(text):
+        return len(text)
+    low = start + int((end - start) * (1 - look_back))
+    window = text[low:end]
+    for pattern in (_SENTENCE_END, _SPACE):
+        cuts = [m.end() for m in pattern.finditer(window)]
+        cuts = [c for c in cuts if c > 0]
+        if cuts:
+            return low + cuts[-1]
+    return end

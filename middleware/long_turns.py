@@ -23,8 +23,8 @@ or rejected with a clear error" (docs/ARCHITECTURE.md, "Invariants") then holds 
 from __future__ import annotations
 
 import hashlib
-import re
 
+from mnemoflow.memory.text import cut_point
 from mnemoflow.middleware.payloads import MAX_TURN_BYTES, TRIM_MARK, trim_turn
 from mnemoflow.models.turns import MAX_MESSAGE_ID_CHARS, ChatTurn, turn_identity
 
@@ -32,9 +32,6 @@ from mnemoflow.models.turns import MAX_MESSAGE_ID_CHARS, ChatTurn, turn_identity
 MEMORY_ROLES = frozenset({"human", "ai"})
 #: A cut looks back at most this share of a part for a sentence end, then for a space.
 LOOK_BACK = 0.5
-#: A sentence end: Latin punctuation followed by a space (not "3.14"), or a mark that needs none.
-_SENTENCE_END = re.compile(r"[.!?…]['\")\]»”’]*\s+|[。！？।؟\n]\s*")
-_SPACE = re.compile(r"\s+")
 
 
 def part_id(identity: str, k: int) -> str:
@@ -51,26 +48,11 @@ def _encoded(turn: ChatTurn) -> int:
     return len(turn.model_dump_json().encode("utf-8"))
 
 
-def _cut_at(text: str, start: int, end: int) -> int:
-    """Where to end the piece text[start:end]: after the last sentence end in its tail, else
-    after the last run of spaces there, else at `end` (one word longer than a part)."""
-    if end >= len(text):
-        return len(text)
-    low = start + int((end - start) * (1 - LOOK_BACK))
-    window = text[low:end]
-    for pattern in (_SENTENCE_END, _SPACE):
-        cuts = [m.end() for m in pattern.finditer(window)]
-        cuts = [c for c in cuts if c > 0]
-        if cuts:
-            return low + cuts[-1]
-    return end
-
-
 def _pieces(text: str, size: int) -> list[str]:
     out: list[str] = []
     start = 0
     while start < len(text):
-        end = _cut_at(text, start, start + size)
+        end = cut_point(text, start, start + size, LOOK_BACK)
         out.append(text[start:end])
         start = end
     return out

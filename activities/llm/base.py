@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from mnemoflow.activities.llm.heuristic_rules import split_sentences
-from mnemoflow.memory.text import estimate_tokens, normalise
+from mnemoflow.memory.text import cut_point, estimate_tokens, normalise
 from mnemoflow.models.config import FRAGMENT_TYPES
 from mnemoflow.models.errors import InvalidInputError, MalformedModelOutputError
 from mnemoflow.models.fragments import Fragment, FragmentDraft
@@ -311,10 +311,6 @@ def _byte_parts(text: str, limit: int) -> list[str]:
 
 
 _LABEL = re.compile(r"^(?:User|Assistant)(?: \([^)\n]*\))?: ")
-#: Where a long line is best cut: after a sentence end, else after a space (looked for in the
-#: last _CUT_WINDOW characters that fit); a run without either is cut between characters.
-_SENTENCE_END = re.compile(r"[.!?。！？…]\s*")
-_CUT_WINDOW = 2000
 
 
 def _char_parts(line: str, limit: int) -> list[str]:
@@ -332,18 +328,7 @@ def _char_parts(line: str, limit: int) -> list[str]:
         while end < len(body) and size + len(body[end].encode("utf-8")) <= room:
             size += len(body[end].encode("utf-8"))
             end += 1
-        if end < len(body):
-            end = _cut_point(body, start, end)
+        end = cut_point(body, start, end)
         parts.append(label + body[start:end])
         start = end
     return parts
-
-
-def _cut_point(body: str, start: int, end: int) -> int:
-    window_start = max(start + 1, end - _CUT_WINDOW)
-    window = body[window_start:end]
-    ends = [m.end() for m in _SENTENCE_END.finditer(window)]
-    if ends:
-        return window_start + ends[-1]
-    space = window.rfind(" ")
-    return window_start + space + 1 if space >= 0 else end
