@@ -2,7 +2,8 @@
 
     python -m tests.support.worker_process --address 127.0.0.1:7233 --task-queue tq \\
         --milvus http://127.0.0.1:19530 --redis redis://127.0.0.1:6379/0 \\
-        --collection c --prefix p: --ready-file /tmp/ready [--slow-index-s 30] [--slow-llm-s 30]
+        --collection c --prefix p: --ready-file /tmp/ready [--slow-index-s 30] [--slow-llm-s 30] \\
+        [--local-llm-bound-s 2] [--local-store-bound-s 2]
 
 The production wiring (worker.app.running_worker) with offline heuristic models and hashing
 embeddings; the graceful shutdown is the test workers' short one. With
@@ -11,7 +12,11 @@ meanwhile), so a test can kill the process while an index activity is running. T
 is written once the worker polls; SIGTERM shuts it down gracefully. `--slow-llm-s N` makes every
 memory-model call (slice, tune, induct) take N seconds, heartbeating meanwhile. With
 `--blocking-index` the wait is a blocking call in a thread that no cancellation stops (the write
-happens after it), as a slow pymilvus write would be.
+happens after it), as a slow pymilvus write would be. `--local-llm-bound-s` and
+`--local-store-bound-s` shorten the round's local attempts (workflows.options LOCAL_LLM_BOUND,
+LOCAL_STORE_BOUND, read when a round schedules them; the workflow sandbox passes that module
+through), so a test that needs the ordinary activity under way waits seconds, not the
+production bounds (30 s, 10 s).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 from mnemoflow.activities.embeddings import HashingEmbeddings
@@ -33,6 +39,7 @@ from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.worker.app import Components, running_worker
 from mnemoflow.worker.client import connect
+from mnemoflow.workflows import options
 from tests.support.memory_worker import worker_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +69,10 @@ class SlowStore(FragmentStore):
 
 
 async def serve(args: argparse.Namespace) -> None:
+    if args.local_llm_bound_s > 0:
+        options.LOCAL_LLM_BOUND = timedelta(seconds=args.local_llm_bound_s)
+    if args.local_store_bound_s > 0:
+        options.LOCAL_STORE_BOUND = timedelta(seconds=args.local_store_bound_s)
     settings = worker_settings(
         task_queue=args.task_queue,
         milvus_uri=args.milvus,
@@ -98,9 +109,10 @@ async def serve(args: argparse.Namespace) -> None:
 def worker_process(
     tmp: Path, name: str, *, address: str, task_queue: str, milvus: str, redis: str,
     collection: str, prefix: str, slow_index_s: float = 0.0, slow_llm_s: float = 0.0,
-    blocking_index: bool = False,
+    blocking_index: bool = False, local_llm_bound_s: float = 0.0, local_store_bound_s: float = 0.0,
 ) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
-    """A worker in its own process (python -m tests.support.worker_process), ready on entry."""
+    """A worker in its own process (python -m tests.support.worker_process), ready on entry;
+    a bound of 0 keeps the production one."""
     ready = tmp / f"{name}.ready"
     log = (tmp / f"{name}.log").open("wb")
     argv = [
@@ -108,6 +120,8 @@ def worker_process(
         "--task-queue", task_queue, "--milvus", milvus, "--redis", redis,
         "--collection", collection, "--prefix", prefix, "--ready-file", str(ready),
         "--slow-index-s", str(slow_index_s), "--slow-llm-s", str(slow_llm_s),
+        "--local-llm-bound-s", str(local_llm_bound_s),
+        "--local-store-bound-s", str(local_store_bound_s),
         *(["--blocking-index"] if blocking_index else []),
     ]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -141,6 +155,8 @@ def main() -> None:
     parser.add_argument("--slow-index-s", type=float, default=0.0)
     parser.add_argument("--slow-llm-s", type=float, default=0.0)
     parser.add_argument("--blocking-index", action="store_true")
+    parser.add_argument("--local-llm-bound-s", type=float, default=0.0)
+    parser.add_argument("--local-store-bound-s", type=float, default=0.0)
     asyncio.run(serve(parser.parse_args()))
 
 

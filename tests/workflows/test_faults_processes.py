@@ -73,7 +73,7 @@ async def activity_running(client: Client, round_id: str, name: str) -> bool:
 #: Which activity the first worker is slowed in (and killed during): the index activity (a store
 #: write) or the slice activity (an LLM call). Both heartbeat, so either is retried in seconds.
 KILLED_DURING = {
-    # A lean round indexes in its store step: after its local attempts (10 s), an activity.
+    # A lean round indexes in its store step: after its local attempts, an activity.
     STORE_ROUND: ("worker-sigkill", {"slow_index_s": 120}),
     ActivityName.SLICE: ("worker-sigkill-llm", {"slow_llm_s": 120}),
 }
@@ -94,9 +94,11 @@ async def test_worker_killed_mid_activity_second_worker_completes_the_round(
     tag = uuid.uuid4().hex[:10]
     task_queue, collection, prefix = f"tq-kill-{tag}", f"t_kill_{tag}", f"test:{tag}:"
     address = client.service_client.config.target_host
+    # The round's local attempts (slice and store) give up after 2 s instead of the production
+    # 30 s and 10 s: the ordinary activity, killed and retried here, is under way sooner.
     common = dict(
         address=address, task_queue=task_queue, milvus=milvus_uri, redis=redis_url,
-        collection=collection, prefix=prefix,
+        collection=collection, prefix=prefix, local_llm_bound_s=2.0, local_store_bound_s=2.0,
     )  # fmt: skip
     store = FragmentStore(uri=milvus_uri, embeddings=HashingEmbeddings(), collection=collection)
     user = f"kill-{tag}"
@@ -114,7 +116,7 @@ async def test_worker_killed_mid_activity_second_worker_completes_the_round(
             round_id = running.rounds[-1].workflow_id
             await eventually(
                 lambda: activity_running(client, round_id, killed_during),
-                deadline_s=60,  # a lean round's store step: local attempts first (10 s)
+                deadline_s=60,  # the round's local attempts first (2 s)
                 what=f"{killed_during} activity",
             )
             with worker_process(tmp_path, "second", **common):  # type: ignore[arg-type]
