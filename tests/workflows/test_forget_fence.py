@@ -55,7 +55,7 @@ async def test_forget_during_a_round_write_leaves_nothing_behind(
         with worker_process(
             tmp_path, "slow", address=address, task_queue=task_queue, milvus=milvus_uri,
             redis=redis_url, collection=collection, prefix=prefix, slow_index_s=14,
-            blocking_index=True,
+            blocking_index=True, local_store_bound_s=2.0,
         ):  # fmt: skip
             handle = await submit(
                 client, task_queue, user, conversation("t", LINES, time.time() - 3 * 3600),
@@ -63,7 +63,8 @@ async def test_forget_during_a_round_write_leaves_nothing_behind(
             )  # fmt: skip
             running = await wait_status(handle, lambda s: bool(s.rounds), what="round started")
             round_id = running.rounds[-1].workflow_id
-            # The store step's local attempt gives up after 10 s; the activity then writes.
+            # The store step's local attempts give up after 2 s here (10 s in production); the
+            # activity then writes, after every write of a timed-out local attempt started.
             await eventually(
                 lambda: activity_running(client, round_id, STORE_ROUND),
                 deadline_s=60,
