@@ -11,7 +11,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -19,7 +19,6 @@ from temporalio.service import RPCError
 from mnemoflow.activities.embeddings import HashingEmbeddings
 from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.read_model import ReadModel
-from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.worker.app import Components, running_worker
 from mnemoflow.worker.settings import (
     DeepSeekSettings,
@@ -30,6 +29,11 @@ from mnemoflow.worker.settings import (
     TemporalSettings,
 )
 from tests.support.drive import STARTED
+
+if TYPE_CHECKING:
+    # Imported where used: the middleware pulls in LangChain (about a second), which the worker
+    # processes of tests/support/worker_process.py (importing `worker_settings`) do not need.
+    from mnemoflow.middleware.client import MemoryClient
 
 
 @dataclass
@@ -45,6 +49,8 @@ class MemoryWorker:
     def memory_client(self, redis_url: str | None = None, **options: Any) -> MemoryClient:
         """A MemoryClient on this worker's task queue and read-model prefix (the caller closes
         it); `redis_url` None reads context through the workflow query only."""
+        from mnemoflow.middleware.client import MemoryClient
+
         return MemoryClient(
             temporal=self.client,
             task_queue=self.task_queue,
