@@ -3,7 +3,7 @@
     python -m tests.support.worker_process --address 127.0.0.1:7233 --task-queue tq \\
         --milvus http://127.0.0.1:19530 --redis redis://127.0.0.1:6379/0 \\
         --collection c --prefix p: --ready-file /tmp/ready [--slow-index-s 30] [--slow-llm-s 30] \\
-        [--local-llm-bound-s 2] [--local-store-bound-s 2]
+        [--local-llm-bound-s 2] [--local-store-bound-s 2] [--round-task-timeout-s 10]
 
 The production wiring (worker.app.running_worker) with offline heuristic models and hashing
 embeddings; the graceful shutdown is the test workers' short one. With
@@ -16,7 +16,10 @@ happens after it), as a slow pymilvus write would be. `--local-llm-bound-s` and
 `--local-store-bound-s` shorten the round's local attempts (workflows.options LOCAL_LLM_BOUND,
 LOCAL_STORE_BOUND, read when a round schedules them; the workflow sandbox passes that module
 through), so a test that needs the ordinary activity under way waits seconds, not the
-production bounds (30 s, 10 s).
+production bounds (30 s, 10 s). `--round-task-timeout-s` sets the rounds' workflow-task timeout
+(workflows.user_rounds ROUND_TASK_TIMEOUT, 55 s, sized for those bounds): a round whose task
+was lost (its worker killed, or the server restarted, while it held the task) is handed out
+again after that long.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.worker.app import Components, running_worker
 from mnemoflow.worker.client import connect
-from mnemoflow.workflows import options
+from mnemoflow.workflows import options, user_rounds
 from tests.support.memory_worker import worker_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +76,8 @@ async def serve(args: argparse.Namespace) -> None:
         options.LOCAL_LLM_BOUND = timedelta(seconds=args.local_llm_bound_s)
     if args.local_store_bound_s > 0:
         options.LOCAL_STORE_BOUND = timedelta(seconds=args.local_store_bound_s)
+    if args.round_task_timeout_s > 0:
+        user_rounds.ROUND_TASK_TIMEOUT = timedelta(seconds=args.round_task_timeout_s)
     settings = worker_settings(
         task_queue=args.task_queue,
         milvus_uri=args.milvus,
@@ -110,9 +115,10 @@ def worker_process(
     tmp: Path, name: str, *, address: str, task_queue: str, milvus: str, redis: str,
     collection: str, prefix: str, slow_index_s: float = 0.0, slow_llm_s: float = 0.0,
     blocking_index: bool = False, local_llm_bound_s: float = 0.0, local_store_bound_s: float = 0.0,
+    round_task_timeout_s: float = 0.0,
 ) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
     """A worker in its own process (python -m tests.support.worker_process), ready on entry;
-    a bound of 0 keeps the production one."""
+    a bound or timeout of 0 keeps the production one."""
     ready = tmp / f"{name}.ready"
     log = (tmp / f"{name}.log").open("wb")
     argv = [
@@ -122,6 +128,7 @@ def worker_process(
         "--slow-index-s", str(slow_index_s), "--slow-llm-s", str(slow_llm_s),
         "--local-llm-bound-s", str(local_llm_bound_s),
         "--local-store-bound-s", str(local_store_bound_s),
+        "--round-task-timeout-s", str(round_task_timeout_s),
         *(["--blocking-index"] if blocking_index else []),
     ]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -157,6 +164,7 @@ def main() -> None:
     parser.add_argument("--blocking-index", action="store_true")
     parser.add_argument("--local-llm-bound-s", type=float, default=0.0)
     parser.add_argument("--local-store-bound-s", type=float, default=0.0)
+    parser.add_argument("--round-task-timeout-s", type=float, default=0.0)
     asyncio.run(serve(parser.parse_args()))
 
 
