@@ -14,6 +14,7 @@ the only retry mechanism, and the hot path prefers a fast miss to a slow hit.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from temporalio import activity
@@ -21,15 +22,20 @@ from temporalio.exceptions import ApplicationError
 
 from mnemoflow.models.contracts import (
     ActivityName,
+    ContextFragment,
     DeleteReadModelInput,
     DeleteReadModelOutput,
     InjectedContext,
     PublishInput,
     PublishOutput,
+    is_stub,
     parse_published,
 )
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
 from mnemoflow.models.ids import context_key, validate_user_id
+
+if TYPE_CHECKING:  # the hot path's processes import this module without Milvus
+    from mnemoflow.activities.fragment_store import FragmentStore
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +115,10 @@ class ReadModel:
     async def publish(self, context: InjectedContext) -> PublishOutput:
         """Store the context unless a newer version is already there."""
         key = self.key(context.user_id)
+        if any(is_stub(f) for f in context.fragments):  # never published: see ReadModelActivities
+            context = context.model_copy(
+                update={"fragments": [f for f in context.fragments if not is_stub(f)]}
+            )
         payload = context.model_dump_json().encode("utf-8")
         whole = len(payload)
         kept = list(context.fragments)
@@ -150,19 +160,48 @@ class ReadModel:
 
 
 class ReadModelActivities:
-    """The publish activity, bound to one ReadModel."""
+    """The publish activity, bound to one ReadModel (and the fragment store, which fills the
+    fragments a context names by id only)."""
 
-    def __init__(self, read_model: ReadModel) -> None:
+    def __init__(self, read_model: ReadModel, store: FragmentStore | None = None) -> None:
         self.read_model = read_model
+        self.store = store
 
     @activity.defn(name=ActivityName.PUBLISH)
     async def publish(self, inp: PublishInput) -> PublishOutput:
         """Write the user's injected context; too big or invalid fails without retries."""
         try:
-            return await self.read_model.publish(inp.context)
+            return await self.read_model.publish(await self.filled(inp.context))
         except (InvalidInputError, PayloadTooLargeError) as exc:
             # Permanent: retrying cannot shrink the payload or fix the user id.
             raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
+
+    async def filled(self, context: InjectedContext) -> InjectedContext:
+        """The context with its stubs (`models.contracts.stub_fragment`, shape 4) filled: from
+        the context Redis holds (the last round published them whole), else from the fragment
+        store. A stub found in neither was forgotten meanwhile and stays out; one the store
+        cannot be asked for now (Milvus down) stays out of this publish only, which is a cache
+        write: the user workflow still names it, and its next publish tries again."""
+        stubs = [f.id for f in context.fragments if is_stub(f)]
+        if not stubs:
+            return context
+        found: dict[str, ContextFragment] = {}
+        published = await self.read_model.get(context.user_id)
+        if published is not None:
+            found.update({f.id: f for f in published.fragments if not is_stub(f)})
+        missing = [fid for fid in stubs if fid not in found]
+        if missing and self.store is not None:
+            try:
+                for fragment in await self.store.get(context.user_id, missing):
+                    found[fragment.id] = ContextFragment.of(fragment)
+            except Exception as exc:  # a cache write: publish what is at hand
+                log.warning("fragment store unavailable to fill %d stubs: %s", len(missing), exc)
+        fragments = [
+            found[f.id].model_copy(update={"score": f.score}) if is_stub(f) else f
+            for f in context.fragments
+            if not is_stub(f) or f.id in found
+        ]
+        return context.model_copy(update={"fragments": fragments})
 
     @activity.defn(name=ActivityName.DELETE_READ_MODEL)
     async def delete_read_model(self, inp: DeleteReadModelInput) -> DeleteReadModelOutput:

@@ -81,7 +81,11 @@ class RoundStoreActivities:
         return StoreRoundOutput(
             indexed=[f.id for f, _ in written],
             # Contents the round already holds are not recorded again (shape 3).
-            fragments=ranked if known is None else [c for c in ranked if c.id not in known],
+            fragments=[]
+            if not inp.contents
+            else ranked
+            if known is None
+            else [c for c in ranked if c.id not in known],
             ranked=[]
             if known is None
             else [

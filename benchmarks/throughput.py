@@ -8,7 +8,8 @@ once) and stamped now, so induction (due ~53 min after a fragment) stays out of 
 rounds, as it would at conversation pace.
 
 Each round shape named by `--shapes` (workflows/memory_round.py: 1 classic, 2 lean, 3 lean with
-local LLM attempts and bounded payloads) is measured
+local LLM attempts and bounded payloads, 4 as 3 with earlier fragments by reference and a compact
+theme cache) is measured
 in turn on the same stack, with its own users, so the shapes compare side by side as ratios.
 Measured per shape:
 
@@ -26,6 +27,9 @@ Measured per shape:
 `--one-user N` adds a single user handing over N rounds one after the other: history bytes of
 each round, the user workflow's history length and bytes after each, and at the end how long a
 status query and a full replay of that history take (what the continue-as-new bound trades).
+Whether bytes per round stay flat is read three ways (`*_spread`): each round against round 1,
+each round against the median of all, and the mean of every 10 rounds against the first 10's
+(the trend, apart from what one round's own messages and fragments weigh).
 
 `--llm-latency-ms` gives the heuristic models a latency per call (default 0: a no-op LLM, so
 the figures are the shape's own floor on this machine).
@@ -34,7 +38,7 @@ the figures are the shape's own floor on this machine).
 pragmas, then with the dev stack's (a write-ahead log synced at checkpoints,
 devstack/temporal_dev.py); the one-user run goes on the last.
 
-    python benchmarks/throughput.py [--short] [--users U] [--rounds R] [--shapes 2,3]
+    python benchmarks/throughput.py [--short] [--users U] [--rounds R] [--shapes 3,4]
         [--one-user N] [--cache N] [--llm-latency-ms MS] [--sqlite default,wal]
 """
 
@@ -44,6 +48,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -347,16 +352,27 @@ async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -
     marks = sorted({1, 10, 50, 100, rounds} & set(range(1, rounds + 1)))
     first = [n for n in sorted({*marks, len(grown)}) if n <= len(grown)]
 
-    def spread(values: list[int]) -> dict[str, float]:
-        """How far the values stray from the first one (the target: within 20 %)."""
+    def spread(values: list[int]) -> dict[str, Any]:
+        """How far the values stray (the target: within 20 %): from the first one, from the
+        median, and the means of 10 rounds from the first 10's (the trend)."""
         first = values[0] if values else 0
+        middle = statistics.median(values) if values else 0
+        windows = [round(statistics.fmean(values[i : i + 10])) for i in range(0, len(values), 10)]
+
+        def dev(vs: list[int] | list[float], ref: float) -> float:
+            return round(max((abs(v - ref) / ref for v in vs), default=0.0) if ref else 0.0, 3)
+
         return {
             "first": first,
             "min": min(values, default=0),
             "max": max(values, default=0),
-            "max_deviation_from_first": round(
-                max((abs(v - first) / first for v in values), default=0.0) if first else 0.0, 3
-            ),
+            "median": middle,
+            "max_deviation_from_first": dev(values, first),
+            "max_deviation_from_median": dev(values, middle),
+            "means_of_10": windows,
+            "max_deviation_of_means_of_10_from_first_10": dev(windows, windows[0])
+            if windows
+            else 0.0,
         }
 
     return {
@@ -530,8 +546,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=0)
     parser.add_argument(
         "--shapes",
-        default="2,3",
-        help="round shapes measured in turn (1 classic, 2 lean, 3 lean with local LLM attempts)",
+        default="3,4",
+        help="round shapes measured in turn (1 classic, 2 lean, 3 lean with local LLM attempts, "
+        "4 as 3 with earlier fragments by reference)",
     )
     parser.add_argument("--one-user", type=int, default=0, help="rounds of one user (0: none)")
     parser.add_argument(

@@ -57,6 +57,19 @@ class ContextFragment(BaseModel):
         )
 
 
+def stub_fragment(fid: str, score: float = 0.0) -> ContextFragment:
+    """A published fragment held by id only (shape 4, docs/ARCHITECTURE.md, "The round"): the
+    user workflow keeps the contents of the fragments its rounds made and names the others by
+    id; the publish activity fills stubs from the stores before writing, and the workflow's
+    `context` query leaves them out. A stored fragment's content is never empty."""
+    return ContextFragment(id=fid, theme="", types=[], content="", score=score)
+
+
+def is_stub(fragment: ContextFragment) -> bool:
+    """Whether the fragment is a `stub_fragment` (its contents are in the stores only)."""
+    return not fragment.content
+
+
 class InjectedContext(BaseModel):
     """What the agent's next model call gets, prepared by the workflows and published to Redis."""
 
@@ -276,12 +289,19 @@ class RoundInput(BaseModel):
     shape: int = Field(
         1,
         description="1: classic (five activities); 2: lean (local store step, one upsert); "
-        "3: lean with local LLM attempts and bounded payloads",
+        "3: lean with local LLM attempts and bounded payloads; 4: as 3, and the result carries "
+        "the contents of the round's own fragments only (the others by reference)",
     )
     tuned_packed: dict[str, list[float]] = Field(
         default_factory=dict,
         description="shape 3: the theme cache as `tuned`, each entry's weights as a list in "
         "TunedParams' field order (a third of the bytes)",
+    )
+    tuned_compact: str = Field(
+        "",
+        description="shape 4: the theme cache as one base64 string (models.round_store."
+        "pack_theme_cache: per theme, 4 bytes of its key's SHA-256 and its weights as half "
+        "floats), about a quarter of `tuned_packed`'s bytes",
     )
     known_fragments: list[str] = Field(
         default_factory=list,
@@ -314,6 +334,11 @@ class RoundResult(BaseModel):
     usage: dict[str, LLMUsage] = Field(default_factory=dict)
     ranked: list[RankedRef] | None = Field(
         None, description="shape 3: the published fragments in order (contents: see above)"
+    )
+    by_reference: bool = Field(
+        False,
+        description="shape 4: `context.fragments` holds only the contents of the fragments this "
+        "round made; the user workflow holds the others it lacks as `stub_fragment`s",
     )
 
 

@@ -13,7 +13,10 @@ ordinary activities), one marker for both.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import base64
+import hashlib
+import struct
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
 from pydantic import BaseModel, Field
@@ -82,6 +85,43 @@ def unpack_params(values: list[float]) -> TunedParams:
     return TunedParams(**dict(zip(TunedParams.model_fields, values, strict=True)))
 
 
+def theme_ref(key: str) -> str:
+    """A theme key's stand-in in shape 4's theme cache: a space (which no theme key starts
+    with, `theme_key` strips it) and the first 4 bytes of the key's SHA-256, in hex."""
+    return " " + hashlib.sha256(key.encode("utf-8")).digest()[:4].hex()
+
+
+#: Per theme in `pack_theme_cache`: the 4-byte digest of `theme_ref`, then the weights in
+#: TunedParams' field order as IEEE half-precision floats (about 3 significant digits).
+_THEME_ENTRY = struct.Struct("<4s" + "e" * len(TunedParams.model_fields))
+
+
+def pack_theme_cache(tuned: dict[str, TunedParams]) -> str:
+    """The theme cache as one base64 string (RoundInput.tuned_compact): 18 bytes a theme, so
+    what a round's input carries stays small with up to MAX_TUNED_THEMES themes."""
+    raw = b"".join(
+        _THEME_ENTRY.pack(bytes.fromhex(theme_ref(key)[1:]), *params.model_dump().values())
+        for key, params in tuned.items()
+    )
+    return base64.b64encode(raw).decode("ascii")
+
+
+def unpack_theme_cache(packed: str) -> dict[str, TunedParams]:
+    """The cache of `pack_theme_cache`, keyed by `theme_ref` (see `cached_params`)."""
+    raw = base64.b64decode(packed)
+    out: dict[str, TunedParams] = {}
+    for digest, *weights in _THEME_ENTRY.iter_unpack(raw):
+        out[" " + digest.hex()] = TunedParams(
+            **dict(zip(TunedParams.model_fields, weights, strict=True))
+        )
+    return out
+
+
+def cached_params(tuned: Mapping[str, TunedParams], key: str) -> TunedParams | None:
+    """A theme's cached weights, whether the cache is keyed by theme keys or by `theme_ref`."""
+    return tuned.get(key) or tuned.get(theme_ref(key))
+
+
 def ordered_themes(items: Sequence[Themed]) -> list[str]:
     """The distinct themes by theme key, in the order of their last occurrence."""
     seen: dict[str, str] = {}
@@ -92,13 +132,13 @@ def ordered_themes(items: Sequence[Themed]) -> list[str]:
 
 
 def tune_requests(items: Sequence[Themed], cached: Collection[str]) -> list[tuple[str, TuneInput]]:
-    """The tune calls a round makes: its last MAX_TUNES_PER_ROUND themes whose key is not
-    cached, each with bounded samples of its content and its types (one rule for the workflow
-    and the local slice-and-tune step)."""
+    """The tune calls a round makes: its last MAX_TUNES_PER_ROUND themes whose key (or its
+    `theme_ref`) is not cached, each with bounded samples of its content and its types (one
+    rule for the workflow and the local slice-and-tune step)."""
     out: list[tuple[str, TuneInput]] = []
     for theme in ordered_themes(items)[-MAX_TUNES_PER_ROUND:]:
         key = theme_key(theme)
-        if key in cached or any(k == key for k, _ in out):
+        if key in cached or theme_ref(key) in cached or any(k == key for k, _ in out):
             continue
         same = [i for i in items if theme_key(i.theme) == key]
         samples = bounded_texts([i.content for i in same], TUNE_SAMPLE_CHARS)
@@ -150,6 +190,11 @@ class StoreRoundInput(BaseModel):
         description="shape 3: fragment ids whose contents the round already holds; the output "
         "then carries only the others' contents (None: every published fragment's)",
     )
+    contents: bool = Field(
+        True,
+        description="False (shape 4): no contents in the output at all; the round has those of "
+        "its own fragments and the user workflow names the others by id",
+    )
 
 
 class StoreRoundOutput(BaseModel):
@@ -185,10 +230,14 @@ __all__ = [
     "SliceTuneOutput",
     "StoreRoundInput",
     "StoreRoundOutput",
+    "cached_params",
     "full_id",
     "ordered_themes",
     "pack_params",
+    "pack_theme_cache",
     "short_id",
+    "theme_ref",
     "tune_requests",
     "unpack_params",
+    "unpack_theme_cache",
 ]

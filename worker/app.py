@@ -249,7 +249,7 @@ def build_workers(client: Client, settings: Settings, res: WorkerResources) -> l
     corpus = SearchCorpus(res.read_model.redis, res.read_model.prefix)
     store_acts = [
         *activity_methods(FragmentActivities(res.store, corpus)),
-        *activity_methods(ReadModelActivities(res.read_model)),
+        *activity_methods(ReadModelActivities(res.read_model, res.store)),
         *activity_methods(user_key_activities(settings, res, client)),
         # The lean round's store step, run as a local activity by the round (workflow side).
         *activity_methods(RoundStoreActivities(res.store, res.read_model, corpus)),

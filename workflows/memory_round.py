@@ -8,12 +8,17 @@ Each step is an activity with explicit timeouts and a retry policy. An LLM outag
 absorbed by retries up to the schedule-to-close bound; past it the round fails visibly and its
 messages stay un-indexed for a later round or an operator retry.
 
-Three shapes (docs/ARCHITECTURE.md, "The round"), chosen by the input's `shape` (the user
+Four shapes (docs/ARCHITECTURE.md, "The round"), chosen by the input's `shape` (the user
 workflow sets it; rounds recorded before the lean shape have none and replay unchanged):
 
-- 3, lean with local LLM attempts (every new round): slice and tune (cache misses only) each
-  try once as a local activity when the LLM activities share the round's task queue, and go on
-  as their ordinary activity (LLM queue, retries for hours, heartbeats, visible attempts) when
+- 4, by reference (every new round): as 3, but neither the store step's marker nor the result
+  carries the contents of fragments the round did not make, even those the user workflow lacks:
+  it holds those by id and the publish activity fills them from the stores. What a round
+  records no longer grows with how many earlier fragments come back into the selection.
+
+- 3, lean with local LLM attempts (rounds before shape 4): slice and tune (cache misses only)
+  each try once as a local activity when the LLM activities share the round's task queue, and go
+  on as their ordinary activity (LLM queue, retries for hours, heartbeats, visible attempts) when
   that one attempt fails or runs past LOCAL_LLM_BOUND; then the store step as in shape 2, then
   one upsert. Payloads are bounded from the first round: the result names the published
   fragments by id and score and carries only the contents the user workflow does not hold.
@@ -64,10 +69,12 @@ with workflow.unsafe.imports_passed_through():
         SliceTuneOutput,
         StoreRoundInput,
         StoreRoundOutput,
+        cached_params,
         full_id,
         ordered_themes,
         tune_requests,
         unpack_params,
+        unpack_theme_cache,
     )
     from mnemoflow.models.usage import LLMUsage
     from mnemoflow.workflows.options import (
@@ -90,6 +97,8 @@ QUERY_CHARS = 2000
 LEAN_SHAPE = 2
 #: From this shape the LLM steps try once locally and the payloads are bounded (see above).
 LOCAL_LLM_SHAPE = 3
+#: From this shape the result carries the contents of the round's own fragments only.
+BY_REFERENCE_SHAPE = 4
 
 T = TypeVar("T")
 
@@ -104,6 +113,8 @@ class MemoryRoundWorkflow:
         if inp.tuned_packed:  # shape 3 sends the theme cache packed
             tuned = {k: unpack_params(v) for k, v in inp.tuned_packed.items()}
             inp = inp.model_copy(update={"tuned": tuned})
+        elif inp.tuned_compact:  # shape 4: by `theme_ref`, see `cached_params`
+            inp = inp.model_copy(update={"tuned": unpack_theme_cache(inp.tuned_compact)})
         if inp.shape >= LEAN_SHAPE:
             return await self._run_lean(inp)
         try:
@@ -173,8 +184,15 @@ class MemoryRoundWorkflow:
         # Shape 3: contents the round or the user workflow already hold are not sent back.
         held = [full_id(inp.user_id, i) for i in inp.known_fragments]
         known = [*held, *(f.id for f in fragments)] if slim else None
+        by_ref = inp.shape >= BY_REFERENCE_SHAPE
         stored = await store_round(
-            StoreRoundInput(fragments=fragments, select=select, context=skeleton, known=known),
+            StoreRoundInput(
+                fragments=fragments,
+                select=select,
+                context=skeleton,
+                known=known,
+                contents=not by_ref,
+            ),
             f"index {len(fragments)} fragments, select, publish v{skeleton.version}",
         )
         stored_ids = set(stored.indexed)  # the store step skips repeats: they are not stored
@@ -203,6 +221,7 @@ class MemoryRoundWorkflow:
             selection=selection,
             usage=usage,
             ranked=ranked,
+            by_reference=by_ref,
         )
 
     # --- the classic shape (shape 1: rounds recorded before the lean one) ----------------
@@ -321,7 +340,7 @@ class MemoryRoundWorkflow:
         """Select for the latest turns with the weights of the round's last theme."""
         theme = fragments[-1].theme if fragments else ""
         key = theme_key(theme)
-        params = tuned_new.get(key) or inp.tuned.get(key)
+        params = tuned_new.get(key) or cached_params(inp.tuned, key)
         return SelectInput(
             user_id=inp.user_id,
             query=query_text(inp),

@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         SubmitEvent,
         UserMemoryInput,
         UserStatus,
+        is_stub,
     )
     from mnemoflow.models.profile import UserProfile
     from mnemoflow.workflows import state_ops, user_forget, user_requests
@@ -121,9 +122,16 @@ class UserMemoryWorkflow:
 
     @workflow.query
     def context(self) -> InjectedContext:
-        """The latest injected context (also published to Redis)."""
+        """The latest injected context (also published to Redis), without the fragments this
+        workflow holds by id only (shape 4: their contents are in the stores and in Redis)."""
         run = self._run
-        return run.context().model_copy(update={"watermarks": state_ops.watermarks(run.state)})
+        context = run.context()
+        return context.model_copy(
+            update={
+                "watermarks": state_ops.watermarks(run.state),
+                "fragments": [f for f in context.fragments if not is_stub(f)],
+            }
+        )
 
     @workflow.query
     def profile(self) -> UserProfile:

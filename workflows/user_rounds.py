@@ -28,9 +28,10 @@ with workflow.unsafe.imports_passed_through():
         RoundRecord,
         RoundResult,
         Watermark,
+        stub_fragment,
     )
     from mnemoflow.models.ids import round_workflow_id
-    from mnemoflow.models.round_store import full_id, pack_params, short_id
+    from mnemoflow.models.round_store import full_id, pack_params, pack_theme_cache, short_id
     from mnemoflow.models.turns import ChatTurn
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow, publish_context
@@ -43,10 +44,10 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.workflows.user_state import UserRun
 
 MAX_ROUND_ID_PROBES = 24
-#: The shape of the rounds this code starts (workflows/memory_round.py): 3, lean with local
-#: LLM attempts and bounded payloads. It travels in the round's input, so rounds started by
-#: older code replay their own shape.
-ROUND_SHAPE = 3
+#: The shape of the rounds this code starts (workflows/memory_round.py): 4, lean with local
+#: LLM attempts, the contents of earlier fragments by reference. It travels in the round's
+#: input, so rounds started by older code replay their own shape.
+ROUND_SHAPE = 4
 #: Shape 3 sends the theme cache packed (weights as lists, not named fields) and rounded to this
 #: many places: a third of its bytes in the round's input; the scores move by less than 1e-5.
 TUNED_PLACES = 6
@@ -108,7 +109,12 @@ async def maybe_round(run: UserRun) -> bool:
     floor = run.context().version
     # A lean round leaves the profile (its own input) out of its result: put it back.
     result.context = with_contents(
-        result.context, result.ranked, held, run.context(), run.inp.user_id
+        result.context,
+        result.ranked,
+        held,
+        run.context(),
+        run.inp.user_id,
+        by_reference=result.by_reference,
     )
     result.context = result.context.model_copy(update={"profile": s.profile})
     state_ops.round_completed(s, record, result, batch, workflow.now().timestamp(), run.inp.prices)
@@ -134,18 +140,23 @@ def with_contents(
     held: dict[str, ContextFragment],
     current: InjectedContext,
     user_id: str,
+    by_reference: bool = False,
 ) -> InjectedContext:
     """A shape-3 round names its published fragments by id and score (`ranked`) and sends only
     the contents this workflow did not hold: put the selection together again, in its order.
-    An id held nowhere any more was forgotten meanwhile and stays out."""
+    An id held nowhere any more was forgotten meanwhile and stays out. A shape-4 round
+    (`by_reference`) sends only its own fragments' contents: an id held nowhere is one that came
+    back into the selection, held from now on as a stub (the publish activity fills it)."""
     if ranked is None:
         return context  # shapes 1 and 2 send the whole selection
     have = {**held, **{f.id: f for f in current.fragments}, **{f.id: f for f in context.fragments}}
-    fragments = [
-        have[fid].model_copy(update={"score": ref.score})
-        for ref in ranked
-        if (fid := full_id(user_id, ref.id)) in have
-    ]
+    fragments = []
+    for ref in ranked:
+        fid = full_id(user_id, ref.id)
+        if fid in have:
+            fragments.append(have[fid].model_copy(update={"score": ref.score}))
+        elif by_reference:
+            fragments.append(stub_fragment(fid, ref.score))
     return context.model_copy(update={"fragments": fragments})
 
 
@@ -225,7 +236,12 @@ def _round_input(
 ) -> RoundInput:
     s, inp = run.state, run.inp
     slim = ROUND_SHAPE >= 3
-    packed = {k: pack_params(p, TUNED_PLACES) for k, p in s.tuned.items()} if slim else {}
+    compact = ROUND_SHAPE >= 4
+    packed = (
+        {k: pack_params(p, TUNED_PLACES) for k, p in s.tuned.items()}
+        if slim and not compact
+        else {}
+    )
     return RoundInput(
         user_id=inp.user_id,
         round_no=record.round_no,
@@ -237,14 +253,16 @@ def _round_input(
         config=run.config,
         tuned={} if slim else s.tuned,
         tuned_packed=packed,
+        tuned_compact=pack_theme_cache(s.tuned) if compact and s.tuned else "",
         profile=s.profile,
         watermarks_after=after,
         context_version=run.context().version,
         llm_task_queue=inp.llm_task_queue,
         search_attributes=inp.search_attributes,
         shape=ROUND_SHAPE,
+        # Shape 4 records no contents but the round's own: it needs no list of what is held.
         known_fragments=[short_id(inp.user_id, f.id) for f in run.context().fragments]
-        if slim
+        if slim and ROUND_SHAPE < 4
         else [],
     )
 

@@ -1,13 +1,13 @@
 """The round's shape, read from real histories on the dev server (docs/ARCHITECTURE.md,
 "The round").
 
-A new round (shape 3) makes its LLM calls (slice, and tune on a theme-cache miss) as one local
+A round of shape 3 or 4 makes its LLM calls (slice, and tune on a theme-cache miss) as one local
 attempt and its store step (index, select, publish) as a local activity: its history holds two
 markers, one search-attribute upsert that records the theme and the outcome together, and one
 workflow task. A local LLM attempt that fails or runs past its bound hands the calls it did not
 make to the ordinary activities, and a success is never repeated. Its payloads are bounded: the
 result names the published fragments by id and carries only the contents the user workflow does
-not hold.
+not hold (shape 3) or only those of the round's own fragments (shape 4).
 Rounds recorded before (shapes 1 and 2, tests/replay) still replay; these histories replay too,
 and are committed with MNEMOFLOW_RECORD_REPLAY=1 (round-slim-*, slim-user-*; shape 2:
 round-shape2-*, shape2-user-*).
@@ -91,8 +91,16 @@ async def _rounds_done(client, task_queue: str, user: str, parts):  # type: igno
 
 
 async def test_round_is_local_steps_one_task_one_upsert_and_bounded_payloads(
-    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Shape 3 (rounds started before shape 4, still running on a deploy; shape 4 keeps its
+    steps and adds references: tests/workflows/test_round_by_reference.py)."""
+    from mnemoflow.workflows import user_rounds
+
+    monkeypatch.setattr(user_rounds, "ROUND_SHAPE", LOCAL_LLM_SHAPE)  # the sandbox shares it
     client = dev_env.client
     async with memory_worker(
         client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
@@ -121,7 +129,7 @@ async def test_round_is_local_steps_one_task_one_upsert_and_bounded_payloads(
             assert attrs.get(sa.OUTCOME) == "completed"
             assert attrs.get(sa.THEME), "the round's theme was not recorded"
             inp = _round_input(history)
-            assert inp.shape == ROUND_SHAPE
+            assert inp.shape == LOCAL_LLM_SHAPE
             inputs.append(inp)
             result = await round_handle.result()
             assert result.ranked, "the published selection is named in the result"
@@ -300,7 +308,7 @@ async def test_llm_failing_locally_goes_on_as_the_ordinary_activity_once(
 
 
 def test_new_rounds_are_slim_and_old_inputs_classic() -> None:
-    """The user workflow starts shape-3 rounds; an input without `shape` (every round recorded
+    """The user workflow starts shape-4 rounds; an input without `shape` (every round recorded
     before the lean shape, replayed by tests/workflows/test_replay.py) is classic."""
     assert ROUND_SHAPE >= LOCAL_LLM_SHAPE > LEAN_SHAPE
     assert RoundInput.model_validate(

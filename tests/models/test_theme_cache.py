@@ -1,0 +1,79 @@
+"""Shape 4's compact theme cache (models.round_store.pack_theme_cache): what a round's input
+carries of the user's tuned weights, 18 bytes a theme."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from mnemoflow.models.fragments import FragmentDraft, theme_key
+from mnemoflow.models.params import TunedParams
+from mnemoflow.models.round_store import (
+    cached_params,
+    pack_params,
+    pack_theme_cache,
+    theme_ref,
+    tune_requests,
+    unpack_theme_cache,
+)
+from mnemoflow.workflows.state_ops import MAX_TUNED_THEMES
+
+
+def _random_params(rng: random.Random) -> TunedParams:
+    a, b, g = (rng.random() for _ in range(3))
+    total = a + b + g
+    return TunedParams(
+        alpha=a / total,
+        beta=b / total,
+        gamma=g / total,
+        delta=rng.uniform(-0.2, 0.2),
+        w0=rng.random() / 3,
+        w1=rng.random() / 3,
+        w2=rng.random() / 3,
+    )
+
+
+def _themes(n: int, rng: random.Random) -> dict[str, TunedParams]:
+    names = [f"theme {i} {rng.choice(['travel', 'Work', '家人', 'santé'])}" for i in range(n)]
+    return {theme_key(name): _random_params(rng) for name in names}
+
+
+def test_every_theme_comes_back_by_its_key_to_half_precision() -> None:
+    rng = random.Random(7)
+    tuned = _themes(MAX_TUNED_THEMES, rng)
+    cache = unpack_theme_cache(pack_theme_cache(tuned))
+    assert len(cache) == len(tuned)
+    for key, params in tuned.items():
+        got = cached_params(cache, key)
+        assert got is not None, key
+        assert got.model_dump() == pytest.approx(params.model_dump(), rel=1e-3, abs=1e-4)
+    assert cached_params(cache, "a theme never tuned") is None
+    assert unpack_theme_cache(pack_theme_cache({})) == {}
+
+
+def test_a_full_cache_is_a_quarter_of_the_shape_3_packing() -> None:
+    tuned = _themes(MAX_TUNED_THEMES, random.Random(3))
+    compact = len(pack_theme_cache(tuned))
+    assert compact == 24 * MAX_TUNED_THEMES  # base64 of 18 bytes a theme
+    import json
+
+    shape3 = len(json.dumps({k: pack_params(p, 6) for k, p in tuned.items()}))
+    assert compact * 3 < shape3, (compact, shape3)
+
+
+def test_no_theme_key_is_mistaken_for_a_reference() -> None:
+    # theme_key strips leading whitespace, and a reference starts with a space.
+    for theme in [" 00e13ed7", "\t00e13ed7", "00e13ed7", "#00e13ed7"]:
+        assert not theme_key(theme).startswith(" ")
+    assert theme_ref("work").startswith(" ") and len(theme_ref("work")) == 9
+
+
+def test_cached_themes_are_not_tuned_again_by_reference() -> None:
+    drafts = [
+        FragmentDraft(theme=t, types=["fact"], content=f"line about {t}", start_idx=0, end_idx=0)
+        for t in ["Travel", "work", "Family"]
+    ]
+    cache = unpack_theme_cache(pack_theme_cache({"travel": TunedParams()}))
+    assert [k for k, _ in tune_requests(drafts, cache)] == ["work", "family"]
+    assert [k for k, _ in tune_requests(drafts, {"work": TunedParams()})] == ["travel", "family"]

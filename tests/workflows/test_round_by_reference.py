@@ -1,0 +1,245 @@
+"""Shape-4 rounds: earlier fragments travel by reference (docs/ARCHITECTURE.md, "The round").
+
+A round records the contents of the fragments it made and nothing else: fragments of earlier
+rounds that come back into the selection are named by id in its result, and the user workflow
+holds them as stubs, which the publish activity fills from Redis or Milvus. So what a round
+writes into Temporal's history does not grow with how many earlier fragments its selection
+brings back. What the agent reads (Redis) is whole at every step: these tests count every
+published fragment against the store, before and after the user workflow publishes on its own
+(a remembered fact), and after Redis lost the context.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import (
+    ForgetFragmentRequest,
+    ForgetFragmentResult,
+    InjectedContext,
+    RememberRequest,
+    RoundInput,
+    RoundResult,
+    UserStatus,
+)
+from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.models.params import TunedParams
+from mnemoflow.models.round_store import full_id, theme_ref, unpack_theme_cache
+from mnemoflow.workflows.memory_round import BY_REFERENCE_SHAPE
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+from mnemoflow.workflows.user_rounds import ROUND_SHAPE
+from tests.support.drive import conversation, status, submit, wait_status
+from tests.support.memory_worker import MemoryWorker, memory_worker
+from tests.support.replay import assert_replays
+
+HOUR = 3600.0
+# Five exchanges on three subjects; the fourth and fifth come back to the first two, so
+# their selections bring back fragments the round before had left out. Every line distinct.
+PARTS = [
+    [
+        "My sister Ingrid lives in Tromso and keeps three husky dogs.",
+        "Three huskies in Tromso, lovely.",
+    ],
+    [
+        "I am repainting the kitchen in a pale sage green this month.",
+        "Sage green kitchen walls, noted.",
+    ],
+    [
+        "The quarterly tax return for my bakery is due on the ninth.",
+        "Bakery tax return due on the ninth.",
+    ],
+    [
+        "Ingrid wants me to visit Tromso in February to see the huskies.",
+        "A February trip to Tromso and the huskies.",
+    ],
+    [
+        "The kitchen needs a second coat of sage green on the north wall.",
+        "A second sage coat for the kitchen.",
+    ],
+]
+
+
+async def _drive(client: Client, mw: MemoryWorker, user: str) -> WorkflowHandle:
+    # Three fragments published: most of a user's fragments stay out of each selection.
+    config = MemoryConfig.from_vocation("customer service").model_copy(
+        update={"published_candidates": 3}
+    )
+    lines = [line for part in PARTS for line in part]
+    turns = conversation("t", lines, time.time() - 3 * HOUR)
+    handle = None
+    for i in range(len(PARTS)):
+        part = turns[2 * i : 2 * i + 2]
+        handle = await submit(client, mw.task_queue, user, part, urgent=True, config=config)
+        end = part[-1].position + 1
+
+        def indexed(s: UserStatus, end: int = end) -> bool:
+            return s.watermarks["t"].indexed >= end
+
+        await wait_status(handle, indexed, deadline_s=60, what="round indexed")
+    assert handle is not None
+    return handle
+
+
+def _input(started: Any) -> RoundInput:
+    attrs = started.workflow_execution_started_event_attributes
+    [inp] = pydantic_data_converter.payload_converter.from_payloads(
+        list(attrs.input.payloads), [RoundInput]
+    )
+    return inp  # type: ignore[no-any-return]
+
+
+async def _forget(handle: WorkflowHandle, fid: str) -> ForgetFragmentResult:
+    return await handle.execute_update(  # type: ignore[no-any-return]
+        UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=fid)
+    )
+
+
+async def _whole(mw: MemoryWorker, user: str, published: InjectedContext | None) -> list[str]:
+    """The published fragments' ids, after checking each is whole: its stored content."""
+    assert published is not None
+    ids = [f.id for f in published.fragments]
+    stored = {f.id: f for f in await mw.store.get(user, ids)}
+    assert set(stored) == set(ids), "a published fragment is not in the store"
+    for f in published.fragments:
+        assert f.content and f.content == stored[f.id].content, f.id
+        assert f.theme == stored[f.id].theme and f.types == stored[f.id].types
+    return ids
+
+
+async def test_rounds_record_only_their_own_contents_and_what_is_published_stays_whole(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    assert ROUND_SHAPE >= BY_REFERENCE_SHAPE
+    client = dev_env.client
+    async with memory_worker(
+        client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        user = f"byref-{uuid.uuid4().hex[:8]}"
+        handle = await _drive(client, mw, user)
+        rounds = (await status(handle)).rounds
+        assert [r.status for r in rounds] == ["completed"] * len(PARTS)
+        came_back = 0
+        before: set[str] = set()
+        tuned: dict[str, TunedParams] = {}
+        for i, record in enumerate(rounds):
+            round_handle = client.get_workflow_handle(record.workflow_id, result_type=RoundResult)
+            result = await round_handle.result()
+            assert result.by_reference and result.ranked
+            own = {r.id for r in result.fragments}
+            ranked = [full_id(user, r.id) for r in result.ranked]
+            # Contents only of what this round made; the rest of the selection by id.
+            assert {f.id for f in result.context.fragments} <= own
+            assert {f.id for f in result.context.fragments} == own & set(ranked)
+            came_back += len(set(ranked) - before - own)
+            before = set(ranked)
+            # The steps of shape 3: two markers, one upsert, one workflow task.
+            events = (await round_handle.fetch_history()).events
+            # The theme cache travels compact: every theme tuned before, by reference, with
+            # its weights to half precision; a cached theme is never tuned again.
+            inp = _input(events[0])
+            assert inp.shape == ROUND_SHAPE and not inp.tuned_packed and not inp.known_fragments
+            sent = unpack_theme_cache(inp.tuned_compact)
+            assert set(sent) == {theme_ref(k) for k in tuned}
+            for key, params in tuned.items():
+                got = sent[theme_ref(key)].model_dump()
+                assert got == pytest.approx(params.model_dump(), rel=1e-3, abs=1e-4)
+            assert not {theme_ref(k) for k in result.tuned_new} & set(sent)
+            tuned.update(result.tuned_new)
+            kinds = Counter(e.event_type for e in events)
+            assert kinds[EventType.EVENT_TYPE_MARKER_RECORDED] == 2, kinds
+            assert kinds[EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED] == 0, kinds
+            assert kinds[EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES] == 1, kinds
+            assert kinds[EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED] == 1, kinds
+            assert len(events) == 8, kinds
+            # Nothing said in earlier rounds is written into this round's history.
+            history = (await round_handle.fetch_history()).to_json()
+            for line in [line for part in PARTS[:i] for line in part]:
+                assert line not in history, (i, line)
+        assert came_back >= 1, "no earlier fragment came back into a selection: nothing tested"
+        assert len(tuned) >= 2, "fewer than two themes tuned: the cache was not tested"
+        # What the agent reads is whole: the last round's selection, every content stored.
+        last = await client.get_workflow_handle(
+            rounds[-1].workflow_id, result_type=RoundResult
+        ).result()
+        published = await mw.read_model.get(user)
+        ids = await _whole(mw, user, published)
+        assert ids == [full_id(user, r.id) for r in last.ranked or []]
+        # The workflow's own answer (a Redis miss) has no stubs: what it holds, whole. What it
+        # names by id only is what came back into the last selection.
+        held = await handle.query(UserMemoryWorkflow.context)
+        assert all(f.content for f in held.fragments)
+        held_ids = [f.id for f in held.fragments]
+        assert held_ids == [fid for fid in ids if fid in held_ids]
+        stubbed = [fid for fid in ids if fid not in held_ids]
+        assert stubbed, "the user workflow holds every published content: nothing tested"
+
+        # The user workflow publishes on its own (a fragment forgotten): its stubs are filled
+        # from the context Redis holds; nothing else published before is lost.
+        first = ids[0]
+        assert first not in stubbed
+        assert (await _forget(handle, first)).republished
+        ids = [fid for fid in ids if fid != first]
+        assert await _whole(mw, user, await mw.read_model.get(user)) == ids
+
+        # Redis lost the context: the next publish fills the stubs from Milvus.
+        assert await mw.read_model.delete(user) == 1
+        kept = [fid for fid in ids if fid in stubbed]
+        for fid in ids:
+            if fid not in stubbed:
+                assert (await _forget(handle, fid)).deleted == 1
+        fact = "Remember that my bakery opens at six on Saturdays."
+        await handle.execute_update(
+            UserMemoryWorkflow.remember, RememberRequest(event_id="r1", content=fact)
+        )
+        published = await mw.read_model.get(user)
+        assert published is not None and published.fragments[0].content == fact
+        assert (await _whole(mw, user, published))[1:] == kept
+
+        assert await assert_replays(client, [user_workflow_id(user)], name="byref-user") == 1
+        round_ids = [r.workflow_id for r in rounds]
+        assert await assert_replays(client, round_ids, name="round-byref") == len(round_ids)
+
+
+async def test_forgotten_fragment_held_by_reference_is_not_published_again(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """A fragment the user workflow names only by id, forgotten: the next publish does not
+    bring it back from Redis's older copy or from anywhere else."""
+    client = dev_env.client
+    async with memory_worker(
+        client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        user = f"byref-forget-{uuid.uuid4().hex[:8]}"
+        handle = await _drive(client, mw, user)
+        rounds = (await status(handle)).rounds
+        last = await client.get_workflow_handle(
+            rounds[-1].workflow_id, result_type=RoundResult
+        ).result()
+        own = {r.id for r in last.fragments}
+        ranked = [full_id(user, r.id) for r in last.ranked or []]
+        earlier = [fid for fid in ranked if fid not in own]
+        assert earlier, "the last selection has no earlier fragment: nothing tested"
+        # The fragment named by id only (it came back into the last selection), forgotten.
+        held = {f.id for f in (await handle.query(UserMemoryWorkflow.context)).fragments}
+        victim = next(fid for fid in earlier if fid not in held)
+        assert (await _forget(handle, victim)).deleted == 1
+        fact = "Remember that the north wall is the one with the window."
+        await handle.execute_update(
+            UserMemoryWorkflow.remember, RememberRequest(event_id="r1", content=fact)
+        )
+        published = await mw.read_model.get(user)
+        ids = await _whole(mw, user, published)
+        assert victim not in ids
+        assert published is not None and published.fragments[0].content == fact
+        assert ids[1:] == [fid for fid in ranked if fid != victim]
