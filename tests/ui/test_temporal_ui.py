@@ -51,13 +51,14 @@ def chromium() -> str:
 
 
 def render(binary: str, url: str, profile: Path, shot: Path) -> str:
-    """The page's DOM after its scripts ran, plus a screenshot of it."""
-    base = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
-    subprocess.run(
-        [*base, f"--screenshot={shot}", url], capture_output=True, timeout=90, check=True
-    )
-    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, timeout=90, check=True)
-    return dom.stdout.decode("utf-8", "replace")
+    """The page's DOM after its scripts ran, plus a screenshot of it: one Chromium run does
+    both (a second launch loaded the UI again for the same page)."""
+    argv = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
+    argv += [f"--screenshot={shot}", "--dump-dom", url]
+    shot.unlink(missing_ok=True)
+    done = subprocess.run(argv, capture_output=True, timeout=90, check=True)
+    assert shot.exists(), done.stderr.decode("utf-8", "replace")[-2000:]
+    return done.stdout.decode("utf-8", "replace")
 
 
 async def test_failed_rounds_are_findable_and_readable_in_the_ui(
