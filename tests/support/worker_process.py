@@ -43,6 +43,7 @@ from mnemoflow.models.fragments import Fragment
 from mnemoflow.worker.app import Components, running_worker
 from mnemoflow.worker.client import connect
 from mnemoflow.workflows import options, user_rounds
+from tests.support import milvus_index_wait
 from tests.support.memory_worker import worker_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,6 +166,7 @@ def main() -> None:
     parser.add_argument("--local-llm-bound-s", type=float, default=0.0)
     parser.add_argument("--local-store-bound-s", type=float, default=0.0)
     parser.add_argument("--round-task-timeout-s", type=float, default=0.0)
+    milvus_index_wait.install()  # as in the test process (tests/conftest.py)
     asyncio.run(serve(parser.parse_args()))
 
 
