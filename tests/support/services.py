@@ -26,6 +26,12 @@ from mnemoflow.devstack.processes import (
 
 # free_port() can lose a race with another process grabbing the port before the server binds.
 _START_ATTEMPTS = 3
+# How long a session server gets to exit on its stop signal before it is killed. Its data dir
+# is thrown away with the session, so a graceful stop keeps nothing. After a full suite, Milvus
+# Lite's graceful stop (a 5 s drain, then closing every collection the suite left) ran past
+# ManagedProcess.stop's default 10 s and was killed anyway: 10 s added to the last test's
+# teardown.
+_STOP_TIMEOUT_S = 2.0
 
 
 def _start(launch: Callable[[int, Path], ManagedProcess], data_dir: Path) -> ManagedProcess:
@@ -48,7 +54,7 @@ def _serving(
     try:
         yield url.format(port=proc.port)
     finally:
-        proc.stop()
+        proc.stop(timeout=_STOP_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")
