@@ -81,11 +81,9 @@ class RoundStoreActivities:
         return StoreRoundOutput(
             indexed=[f.id for f, _ in written],
             # Contents the round already holds are not recorded again (shape 3).
-            fragments=[]
-            if not inp.contents
-            else ranked
+            fragments=ranked
             if known is None
-            else [c for c in ranked if c.id not in known],
+            else [c for c in ranked[: inp.contents_top] if c.id not in known],
             ranked=[]
             if known is None
             else [

@@ -28,8 +28,9 @@ Measured per shape:
 each round, the user workflow's history length and bytes after each, and at the end how long a
 status query and a full replay of that history take (what the continue-as-new bound trades).
 Whether bytes per round stay flat is read three ways (`*_spread`): each round against round 1,
-each round against the median of all, and the mean of every 10 rounds against the first 10's
-(the trend, apart from what one round's own messages and fragments weigh).
+each round against the median of all, and the mean of every whole 10 rounds against the first
+10's (the trend, apart from what one round's own messages and fragments weigh, and for the user
+workflow how a round's completion and the next hand-over fall into its workflow tasks).
 
 `--llm-latency-ms` gives the heuristic models a latency per call (default 0: a no-op LLM, so
 the figures are the shape's own floor on this machine).
@@ -48,6 +49,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -104,7 +106,48 @@ class Watcher:
             await asyncio.sleep(POLL_S)
 
 
-async def _user(client: Any, watcher: Watcher, user: str, rounds: int, lat: list[float]) -> None:
+#: Words of `distinct_line`: every round of the one-user run says something new.
+_WHO = ["my sister", "Priya", "our landlord", "the vet", "my coach", "Tomasz", "a colleague"]
+_DID = ["booked", "cancelled", "moved", "paid for", "asked about", "planned", "forgot"]
+_WHAT = [
+    "a dentist visit",
+    "the piano lesson",
+    "a flight to Porto",
+    "the car service",
+    "a birthday dinner",
+    "the gym membership",
+    "a parcel return",
+    "the tax form",
+]
+_WHEN = ["on Monday", "next week", "at 7:30", "before the 14th", "this weekend", "in March"]
+_MORE = [
+    "",
+    " It matters because the last one went wrong.",
+    " Please keep it in mind when I ask about my schedule later on.",
+    " I paid with the card ending in {n} and kept the receipt number {m}.",
+]
+
+
+def distinct_line(r: int) -> str:
+    """Round r's message in the one-user run: a different statement every round (so every
+    round makes new fragments, as a real conversation does), of varying length."""
+    rng = random.Random(r)
+    more = rng.choice(_MORE).format(n=rng.randint(1000, 9999), m=rng.randint(10**5, 10**6))
+    return (
+        f"Note {r}: {rng.choice(_WHO)} {rng.choice(_DID)} {rng.choice(_WHAT)} "
+        f"{rng.choice(_WHEN)}.{more}"
+    )
+
+
+async def _user(
+    client: Any,
+    watcher: Watcher,
+    user: str,
+    rounds: int,
+    lat: list[float],
+    *,
+    distinct: bool = False,
+) -> None:
     from mnemoflow.devstack.demo_story import SESSION_ONE
     from mnemoflow.models.turns import ChatTurn
 
@@ -117,7 +160,7 @@ async def _user(client: Any, watcher: Watcher, user: str, rounds: int, lat: list
                 thread_id=thread,
                 position=pos,
                 role="human",
-                content=SESSION_ONE[r % len(SESSION_ONE)],
+                content=distinct_line(r) if distinct else SESSION_ONE[r % len(SESSION_ONE)],
                 time=t0 + pos * 35,
             ),
             ChatTurn(
@@ -288,6 +331,12 @@ def _rss_mb() -> float:
     return 0.0
 
 
+#: The one-user run says something new every round (`distinct_line`); `--one-user-story`
+#: repeats the demo story's lines instead (as runs before shape 4 did: from its second pass on,
+#: repeats store nothing new).
+ONE_USER_DISTINCT = True
+
+
 async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -> dict[str, Any]:
     """One user, `rounds` rounds in a row: bytes per round, the user history's growth, and the
     cost of a status query and of a replay at the end."""
@@ -301,7 +350,7 @@ async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -
     user = f"one-{uuid.uuid4().hex[:6]}"
     parent = user_workflow_id(user)
     print(f"one user x {rounds} rounds (shape {ROUND_SHAPE}) ...", flush=True)
-    await _user(client, watcher, user, rounds, [])
+    await _user(client, watcher, user, rounds, [], distinct=ONE_USER_DISTINCT)
     # Every run of the user workflow (it continues as new past its history bound); the first
     # one is the longest and shows the growth.
     runs = sorted(
@@ -357,7 +406,9 @@ async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -
         median, and the means of 10 rounds from the first 10's (the trend)."""
         first = values[0] if values else 0
         middle = statistics.median(values) if values else 0
-        windows = [round(statistics.fmean(values[i : i + 10])) for i in range(0, len(values), 10)]
+        # Whole windows only: a last one of a round or two is that round, not a trend.
+        whole = len(values) - len(values) % 10 or len(values)
+        windows = [round(statistics.fmean(values[i : i + 10])) for i in range(0, whole, 10)]
 
         def dev(vs: list[int] | list[float], ref: float) -> float:
             return round(max((abs(v - ref) / ref for v in vs), default=0.0) if ref else 0.0, 3)
@@ -377,6 +428,7 @@ async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -
 
     return {
         "rounds": rounds,
+        "distinct_lines": ONE_USER_DISTINCT,
         "round_history_bytes": {str(n): at(per_round_bytes, n) for n in marks},
         # every round's history bytes and the user workflow's bytes for each round, 1..N
         "round_history_bytes_all": per_round_bytes,
@@ -552,6 +604,11 @@ def main() -> int:
     )
     parser.add_argument("--one-user", type=int, default=0, help="rounds of one user (0: none)")
     parser.add_argument(
+        "--one-user-story",
+        action="store_true",
+        help="the one-user run repeats the demo story's lines (default: a new line every round)",
+    )
+    parser.add_argument(
         "--sqlite",
         default="wal",
         help="dev server SQLite pragmas, each on a stack of its own, in turn: wal (the dev "
@@ -564,6 +621,8 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
     parser.add_argument("--name", default="throughput", help="results file name")
     args = parser.parse_args()
+    global ONE_USER_DISTINCT
+    ONE_USER_DISTINCT = not args.one_user_story
     if args.dry_run:
         return 0
     result = asyncio.run(run(args))

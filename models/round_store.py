@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import struct
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
@@ -85,23 +86,33 @@ def unpack_params(values: list[float]) -> TunedParams:
     return TunedParams(**dict(zip(TunedParams.model_fields, values, strict=True)))
 
 
+#: Bytes of a theme key's SHA-256 in `theme_ref`: two of a user's 64 themes share them with a
+#: chance of about 1e-13 (4 bytes: 5e-7, i.e. about one user in two million).
+THEME_DIGEST_BYTES = 7
+
+
 def theme_ref(key: str) -> str:
     """A theme key's stand-in in shape 4's theme cache: a space (which no theme key starts
-    with, `theme_key` strips it) and the first 4 bytes of the key's SHA-256, in hex."""
-    return " " + hashlib.sha256(key.encode("utf-8")).digest()[:4].hex()
+    with, `theme_key` strips it) and the first THEME_DIGEST_BYTES of the key's SHA-256, in
+    hex."""
+    return " " + hashlib.sha256(key.encode("utf-8")).digest()[:THEME_DIGEST_BYTES].hex()
 
 
-#: Per theme in `pack_theme_cache`: the 4-byte digest of `theme_ref`, then the weights in
+#: Per theme in `pack_theme_cache`: the digest of `theme_ref`, then the weights in
 #: TunedParams' field order as IEEE half-precision floats (about 3 significant digits).
-_THEME_ENTRY = struct.Struct("<4s" + "e" * len(TunedParams.model_fields))
+_THEME_ENTRY = struct.Struct(f"<{THEME_DIGEST_BYTES}s" + "e" * len(TunedParams.model_fields))
 
 
 def pack_theme_cache(tuned: dict[str, TunedParams]) -> str:
-    """The theme cache as one base64 string (RoundInput.tuned_compact): 18 bytes a theme, so
-    what a round's input carries stays small with up to MAX_TUNED_THEMES themes."""
+    """The theme cache as one base64 string (RoundInput.tuned_compact): 21 bytes a theme, so
+    what a round's input carries stays small with up to MAX_TUNED_THEMES themes. Themes whose
+    references collide are left out, both: each is tuned again rather than scored with the
+    other's weights."""
+    refs = Counter(theme_ref(key) for key in tuned)
     raw = b"".join(
-        _THEME_ENTRY.pack(bytes.fromhex(theme_ref(key)[1:]), *params.model_dump().values())
+        _THEME_ENTRY.pack(bytes.fromhex(ref[1:]), *params.model_dump().values())
         for key, params in tuned.items()
+        if refs[ref := theme_ref(key)] == 1
     )
     return base64.b64encode(raw).decode("ascii")
 
@@ -190,10 +201,10 @@ class StoreRoundInput(BaseModel):
         description="shape 3: fragment ids whose contents the round already holds; the output "
         "then carries only the others' contents (None: every published fragment's)",
     )
-    contents: bool = Field(
-        True,
-        description="False (shape 4): no contents in the output at all; the round has those of "
-        "its own fragments and the user workflow names the others by id",
+    contents_top: int | None = Field(
+        None,
+        description="shape 4: contents only among the first this many ranked fragments (and "
+        "only of those not `known`); the user workflow names the others by id",
     )
 
 
@@ -225,6 +236,7 @@ __all__ = [
     "MAX_TUNES_PER_ROUND",
     "SLICE_AND_TUNE",
     "STORE_ROUND",
+    "THEME_DIGEST_BYTES",
     "TUNE_SAMPLE_CHARS",
     "SliceTuneInput",
     "SliceTuneOutput",

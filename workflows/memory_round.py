@@ -11,10 +11,11 @@ messages stay un-indexed for a later round or an operator retry.
 Four shapes (docs/ARCHITECTURE.md, "The round"), chosen by the input's `shape` (the user
 workflow sets it; rounds recorded before the lean shape have none and replay unchanged):
 
-- 4, by reference (every new round): as 3, but neither the store step's marker nor the result
-  carries the contents of fragments the round did not make, even those the user workflow lacks:
-  it holds those by id and the publish activity fills them from the stores. What a round
-  records no longer grows with how many earlier fragments come back into the selection.
+- 4, by reference (every new round): as 3, but of the earlier fragments the user workflow
+  lacks, only those among the first `top_k` of the selection (what one model call injects)
+  come back with their contents; it holds the others by id and the publish activity fills them
+  from the stores. What a round records no longer grows with how many earlier fragments come
+  back into the selection, and the workflow's own answer on a Redis miss still has the best.
 
 - 3, lean with local LLM attempts (rounds before shape 4): slice and tune (cache misses only)
   each try once as a local activity when the LLM activities share the round's task queue, and go
@@ -191,7 +192,7 @@ class MemoryRoundWorkflow:
                 select=select,
                 context=skeleton,
                 known=known,
-                contents=not by_ref,
+                contents_top=inp.config.top_k if by_ref else None,
             ),
             f"index {len(fragments)} fragments, select, publish v{skeleton.version}",
         )

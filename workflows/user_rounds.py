@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         RoundRecord,
         RoundResult,
         Watermark,
+        is_stub,
         stub_fragment,
     )
     from mnemoflow.models.ids import round_workflow_id
@@ -145,11 +146,16 @@ def with_contents(
     """A shape-3 round names its published fragments by id and score (`ranked`) and sends only
     the contents this workflow did not hold: put the selection together again, in its order.
     An id held nowhere any more was forgotten meanwhile and stays out. A shape-4 round
-    (`by_reference`) sends only its own fragments' contents: an id held nowhere is one that came
-    back into the selection, held from now on as a stub (the publish activity fills it)."""
+    (`by_reference`) sends its own fragments' contents and those of the first `top_k` that this
+    workflow lacks: an id held nowhere is one that came back into the selection further down,
+    held from now on as a stub (the publish activity fills it; a later round that ranks it
+    among the first `top_k` sends its content)."""
     if ranked is None:
         return context  # shapes 1 and 2 send the whole selection
-    have = {**held, **{f.id: f for f in current.fragments}, **{f.id: f for f in context.fragments}}
+    have: dict[str, ContextFragment] = {}
+    for f in [*held.values(), *current.fragments, *context.fragments]:
+        if f.id not in have or not is_stub(f):  # a content, once at hand, replaces a stub
+            have[f.id] = f
     fragments = []
     for ref in ranked:
         fid = full_id(user_id, ref.id)
@@ -260,9 +266,11 @@ def _round_input(
         llm_task_queue=inp.llm_task_queue,
         search_attributes=inp.search_attributes,
         shape=ROUND_SHAPE,
-        # Shape 4 records no contents but the round's own: it needs no list of what is held.
-        known_fragments=[short_id(inp.user_id, f.id) for f in run.context().fragments]
-        if slim and ROUND_SHAPE < 4
+        # What this workflow holds with contents (not its stubs): those are not sent back.
+        known_fragments=[
+            short_id(inp.user_id, f.id) for f in run.context().fragments if not is_stub(f)
+        ]
+        if slim
         else [],
     )
 

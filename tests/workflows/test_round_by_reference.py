@@ -69,18 +69,20 @@ PARTS = [
     ],
 ]
 
+# Three fragments published, one injected per model call: most of a user's fragments stay out
+# of each selection, and those that come back below the first travel by id.
+CONFIG = MemoryConfig.from_vocation("customer service").model_copy(
+    update={"published_candidates": 3, "top_k": 1}
+)
+
 
 async def _drive(client: Client, mw: MemoryWorker, user: str) -> WorkflowHandle:
-    # Three fragments published: most of a user's fragments stay out of each selection.
-    config = MemoryConfig.from_vocation("customer service").model_copy(
-        update={"published_candidates": 3}
-    )
     lines = [line for part in PARTS for line in part]
     turns = conversation("t", lines, time.time() - 3 * HOUR)
     handle = None
     for i in range(len(PARTS)):
         part = turns[2 * i : 2 * i + 2]
-        handle = await submit(client, mw.task_queue, user, part, urgent=True, config=config)
+        handle = await submit(client, mw.task_queue, user, part, urgent=True, config=CONFIG)
         end = part[-1].position + 1
 
         def indexed(s: UserStatus, end: int = end) -> bool:
@@ -136,19 +138,23 @@ async def test_rounds_record_only_their_own_contents_and_what_is_published_stays
             round_handle = client.get_workflow_handle(record.workflow_id, result_type=RoundResult)
             result = await round_handle.result()
             assert result.by_reference and result.ranked
+            inp = _input((await round_handle.fetch_history()).events[0])
             own = {r.id for r in result.fragments}
             ranked = [full_id(user, r.id) for r in result.ranked]
-            # Contents only of what this round made; the rest of the selection by id.
-            assert {f.id for f in result.context.fragments} <= own
-            assert {f.id for f in result.context.fragments} == own & set(ranked)
+            # Contents of what this round made, and of the first top_k (what one model call
+            # injects) that the user workflow lacked; the rest of the selection by id.
+            sent = {f.id for f in result.context.fragments}
+            top = ranked[: inp.config.top_k]
+            lacked = set(top) - own - {full_id(user, k) for k in inp.known_fragments}
+            assert sent == (own & set(ranked)) | lacked, (sent, own, top, lacked)
+            assert not {full_id(user, k) for k in inp.known_fragments} & sent
             came_back += len(set(ranked) - before - own)
             before = set(ranked)
             # The steps of shape 3: two markers, one upsert, one workflow task.
             events = (await round_handle.fetch_history()).events
             # The theme cache travels compact: every theme tuned before, by reference, with
             # its weights to half precision; a cached theme is never tuned again.
-            inp = _input(events[0])
-            assert inp.shape == ROUND_SHAPE and not inp.tuned_packed and not inp.known_fragments
+            assert inp.shape == ROUND_SHAPE and not inp.tuned_packed
             sent = unpack_theme_cache(inp.tuned_compact)
             assert set(sent) == {theme_ref(k) for k in tuned}
             for key, params in tuned.items():
@@ -181,6 +187,8 @@ async def test_rounds_record_only_their_own_contents_and_what_is_published_stays
         assert all(f.content for f in held.fragments)
         held_ids = [f.id for f in held.fragments]
         assert held_ids == [fid for fid in ids if fid in held_ids]
+        # What one model call injects is held whole (the fallback on a Redis miss).
+        assert ids[: CONFIG.top_k] == held_ids[: CONFIG.top_k]
         stubbed = [fid for fid in ids if fid not in held_ids]
         assert stubbed, "the user workflow holds every published content: nothing tested"
 
