@@ -114,3 +114,26 @@ async def eventually(
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def rounds_done(
+    client: Client,
+    task_queue: str,
+    user_id: str,
+    parts: list[list[ChatTurn]],
+    *,
+    config: MemoryConfig | None = None,
+) -> WorkflowHandle:
+    """Hand each part over as one urgent event and wait until its round indexed it (thread of
+    the parts' turns)."""
+    handle = None
+    for part in parts:
+        handle = await submit(client, task_queue, user_id, part, urgent=True, config=config)
+        thread, end = part[-1].thread_id, part[-1].position + 1
+
+        def indexed(s: UserStatus, thread: str = thread, end: int = end) -> bool:
+            return thread in s.watermarks and s.watermarks[thread].indexed >= end
+
+        await wait_status(handle, indexed, deadline_s=60, what="round indexed")
+    assert handle is not None
+    return handle

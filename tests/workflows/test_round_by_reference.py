@@ -30,8 +30,8 @@ from mnemoflow.models.contracts import (
     InjectedContext,
     RememberRequest,
     RoundInput,
+    RoundRecord,
     RoundResult,
-    UserStatus,
 )
 from mnemoflow.models.ids import user_workflow_id
 from mnemoflow.models.params import TunedParams
@@ -39,7 +39,7 @@ from mnemoflow.models.round_store import full_id, theme_ref, unpack_theme_cache
 from mnemoflow.workflows.memory_round import BY_REFERENCE_SHAPE
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from mnemoflow.workflows.user_rounds import ROUND_SHAPE
-from tests.support.drive import conversation, status, submit, wait_status
+from tests.support.drive import conversation, rounds_done, status
 from tests.support.memory_worker import MemoryWorker, memory_worker
 from tests.support.replay import assert_replays
 
@@ -76,21 +76,16 @@ CONFIG = MemoryConfig.from_vocation("customer service").model_copy(
 )
 
 
-async def _drive(client: Client, mw: MemoryWorker, user: str) -> WorkflowHandle:
+async def _drive(
+    client: Client, mw: MemoryWorker, user: str
+) -> tuple[WorkflowHandle, list[RoundRecord]]:
     lines = [line for part in PARTS for line in part]
     turns = conversation("t", lines, time.time() - 3 * HOUR)
-    handle = None
-    for i in range(len(PARTS)):
-        part = turns[2 * i : 2 * i + 2]
-        handle = await submit(client, mw.task_queue, user, part, urgent=True, config=CONFIG)
-        end = part[-1].position + 1
-
-        def indexed(s: UserStatus, end: int = end) -> bool:
-            return s.watermarks["t"].indexed >= end
-
-        await wait_status(handle, indexed, deadline_s=60, what="round indexed")
-    assert handle is not None
-    return handle
+    parts = [turns[2 * i : 2 * i + 2] for i in range(len(PARTS))]
+    handle = await rounds_done(client, mw.task_queue, user, parts, config=CONFIG)
+    rounds = (await status(handle)).rounds
+    assert [r.status for r in rounds] == ["completed"] * len(PARTS)
+    return handle, rounds
 
 
 def _input(started: Any) -> RoundInput:
@@ -128,9 +123,7 @@ async def test_rounds_record_only_their_own_contents_and_what_is_published_stays
         client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
         user = f"byref-{uuid.uuid4().hex[:8]}"
-        handle = await _drive(client, mw, user)
-        rounds = (await status(handle)).rounds
-        assert [r.status for r in rounds] == ["completed"] * len(PARTS)
+        handle, rounds = await _drive(client, mw, user)
         came_back = 0
         before: set[str] = set()
         tuned: dict[str, TunedParams] = {}
@@ -229,8 +222,7 @@ async def test_forgotten_fragment_held_by_reference_is_not_published_again(
         client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
         user = f"byref-forget-{uuid.uuid4().hex[:8]}"
-        handle = await _drive(client, mw, user)
-        rounds = (await status(handle)).rounds
+        handle, rounds = await _drive(client, mw, user)
         last = await client.get_workflow_handle(
             rounds[-1].workflow_id, result_type=RoundResult
         ).result()

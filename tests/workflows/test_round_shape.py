@@ -28,14 +28,14 @@ from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.models import search_attributes as sa
-from mnemoflow.models.contracts import ActivityName, RoundInput, RoundResult, UserStatus
+from mnemoflow.models.contracts import ActivityName, RoundInput, RoundResult
 from mnemoflow.models.ids import user_workflow_id
 from mnemoflow.models.round_store import full_id, unpack_params
 from mnemoflow.workflows import options
 from mnemoflow.workflows.memory_round import LEAN_SHAPE, LOCAL_LLM_SHAPE
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from mnemoflow.workflows.user_rounds import ROUND_SHAPE
-from tests.support.drive import conversation, status, submit, wait_status
+from tests.support.drive import conversation, rounds_done, status
 from tests.support.memory_worker import memory_worker
 from tests.support.replay import assert_replays
 
@@ -76,20 +76,6 @@ def _round_input(history: WorkflowHistory) -> RoundInput:
     return inp
 
 
-async def _rounds_done(client, task_queue: str, user: str, parts):  # type: ignore[no-untyped-def]
-    handle = None
-    for part in parts:
-        handle = await submit(client, task_queue, user, part, urgent=True)
-        end = part[-1].position + 1
-
-        def indexed(s: UserStatus, end: int = end) -> bool:
-            return s.watermarks["t"].indexed >= end
-
-        await wait_status(handle, indexed, deadline_s=60, what="round indexed")
-    assert handle is not None
-    return handle
-
-
 async def test_round_is_local_steps_one_task_one_upsert_and_bounded_payloads(
     dev_env: WorkflowEnvironment,
     milvus_uri: str,
@@ -107,7 +93,7 @@ async def test_round_is_local_steps_one_task_one_upsert_and_bounded_payloads(
     ) as mw:
         user = f"slim-{uuid.uuid4().hex[:8]}"
         turns = conversation("t", LINES, time.time() - 3 * HOUR)
-        handle = await _rounds_done(client, mw.task_queue, user, [turns[:2], turns[2:4], turns[4:]])
+        handle = await rounds_done(client, mw.task_queue, user, [turns[:2], turns[2:4], turns[4:]])
         rounds = (await status(handle)).rounds
         assert [r.status for r in rounds] == ["completed"] * 3
         inputs: list[RoundInput] = []
@@ -190,7 +176,7 @@ async def test_shape_2_rounds_still_run_as_before(
     ) as mw:
         user = f"lean-{uuid.uuid4().hex[:8]}"
         turns = conversation("t", LINES, time.time() - 3 * HOUR)
-        handle = await _rounds_done(client, mw.task_queue, user, [turns[:4], turns[4:]])
+        handle = await rounds_done(client, mw.task_queue, user, [turns[:4], turns[4:]])
         rounds = (await status(handle)).rounds
         assert [r.status for r in rounds] == ["completed", "completed"]
         for record in rounds:
@@ -281,7 +267,7 @@ async def test_llm_failing_locally_goes_on_as_the_ordinary_activity_once(
     ) as mw:
         user = f"flaky-{uuid.uuid4().hex[:8]}"
         turns = conversation("t", LINES, time.time() - 3 * HOUR)
-        handle = await _rounds_done(client, mw.task_queue, user, [turns])
+        handle = await rounds_done(client, mw.task_queue, user, [turns])
         done = await status(handle)
         assert done.rounds_completed == 1 and done.rounds_failed == 0
         round_handle = client.get_workflow_handle(
