@@ -17,7 +17,7 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -43,14 +43,19 @@ from mnemoflow.models.contracts import (
     TuneOutput,
 )
 from mnemoflow.models.errors import InvalidInputError, MalformedModelOutputError
-from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.fragments import Fragment, theme_key
+from mnemoflow.models.params import TunedParams
 from mnemoflow.models.profile import UserProfile, profile_facts
 from mnemoflow.models.round_store import (
     SLICE_AND_TUNE,
     SliceTuneInput,
     SliceTuneOutput,
+    pack_params,
     tune_requests,
 )
+
+if TYPE_CHECKING:  # the store role builds it; the LLM role may run without
+    from mnemoflow.activities.theme_weights import ThemeWeights
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -90,12 +95,19 @@ class LLMActivities:
         fragments: FragmentReader,
         *,
         max_malformed_attempts: int = 3,
+        themes: ThemeWeights | None = None,
     ) -> None:
         if max_malformed_attempts < 1:
             raise ValueError("max_malformed_attempts must be at least 1")
         self.models = models
         self.fragments = fragments
         self.max_malformed_attempts = max_malformed_attempts
+        self.themes = themes  # shape 5's stored weights (None: every lookup misses)
+
+    async def _stored(self, user_id: str, keys: list[str]) -> dict[str, TunedParams]:
+        if not user_id or self.themes is None:
+            return {}
+        return await self.themes.get(user_id, keys)
 
     async def _guarded(
         self, operation: str, call: Callable[[], Awaitable[T]], attempts_before: int = 0
@@ -168,7 +180,11 @@ class LLMActivities:
 
     @activity.defn(name=ActivityName.TUNE)
     async def tune(self, inp: TuneInput) -> TuneOutput:
-        """Scoring weights for a theme: the model proposes, renormalise decides."""
+        """Scoring weights for a theme: the model proposes, renormalise decides. With
+        `lookup_user` (shape 5), the user's stored weights for the theme answer first."""
+        stored = await self._stored(inp.lookup_user, [theme_key(inp.theme)])
+        if stored:
+            return TuneOutput(params=next(iter(stored.values())), cached=True)
 
         async def call() -> TuneOutput:
             tuned = await self.models.tune(inp.theme, inp.samples, inp.types)
@@ -204,7 +220,9 @@ class LLMActivities:
         sliced = await self.slice(inp.slice)
         tuned = {}
         failed = False
-        for key, request in tune_requests(sliced.drafts, set(inp.cached)):
+        keys = [theme_key(d.theme) for d in sliced.drafts]
+        looked = await self._stored(inp.lookup_user, keys)
+        for key, request in tune_requests(sliced.drafts, {*inp.cached, *looked}):
             left = inp.tune_budget_s - (time.monotonic() - began)
             if left <= 0:
                 failed = True
@@ -214,7 +232,12 @@ class LLMActivities:
             except Exception:  # the round tunes it as an ordinary activity
                 failed = True
                 break
-        return SliceTuneOutput(sliced=sliced, tuned=tuned, tune_failed=failed)
+        return SliceTuneOutput(
+            sliced=sliced,
+            tuned=tuned,
+            tune_failed=failed,
+            looked_up={k: pack_params(p) for k, p in looked.items()},
+        )
 
     @activity.defn(name=ActivityName.INDUCT)
     async def induct(self, inp: InductInput) -> InductOutput:

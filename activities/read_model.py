@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from mnemoflow.activities.theme_weights import weights_key
 from mnemoflow.models.contracts import (
     ActivityName,
     ContextFragment,
@@ -155,8 +156,11 @@ class ReadModel:
             return None
 
     async def delete(self, user_id: str) -> int:
-        """Remove the user's context; returns the number of keys deleted (0 or 1)."""
-        return int(await self._redis.delete(self.key(user_id)))
+        """Remove the user's context and tuned weights (activities/theme_weights.py); returns
+        the number of context keys deleted (0 or 1)."""
+        key = self.key(user_id)
+        await self._redis.delete(weights_key(self.prefix, user_id))
+        return int(await self._redis.delete(key))
 
 
 class ReadModelActivities:

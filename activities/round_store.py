@@ -19,6 +19,7 @@ from mnemoflow.activities.fragments import only_new
 from mnemoflow.activities.heartbeat import heartbeating
 from mnemoflow.activities.read_model import ReadModel
 from mnemoflow.activities.search_corpus import SearchCorpus
+from mnemoflow.activities.theme_weights import ThemeWeights
 from mnemoflow.memory.selection import select as select_fragments
 from mnemoflow.models.contracts import RankedRef
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
@@ -27,6 +28,7 @@ from mnemoflow.models.round_store import (
     StoreRoundInput,
     StoreRoundOutput,
     short_id,
+    unpack_params,
 )
 
 #: Scores recorded by id (shape 3) keep this many decimal places: ranks are decided before.
@@ -37,11 +39,16 @@ class RoundStoreActivities:
     """The store step of a lean round over the worker's fragment store and read model."""
 
     def __init__(
-        self, store: FragmentStore, read_model: ReadModel, corpus: SearchCorpus | None = None
+        self,
+        store: FragmentStore,
+        read_model: ReadModel,
+        corpus: SearchCorpus | None = None,
+        themes: ThemeWeights | None = None,
     ) -> None:
         self.store = store
         self.read_model = read_model
         self.corpus = corpus
+        self.themes = themes
 
     @activity.defn(name=STORE_ROUND)
     async def store_round(self, inp: StoreRoundInput) -> StoreRoundOutput:
@@ -56,6 +63,10 @@ class RoundStoreActivities:
     async def _store(self, inp: StoreRoundInput) -> StoreRoundOutput:
         sel, config = inp.select, inp.select.config
         try:
+            if inp.new_weights and self.themes is not None:  # shape 5: for later rounds
+                await self.themes.put(
+                    sel.user_id, {k: unpack_params(v) for k, v in inp.new_weights.items()}
+                )
             fresh = await only_new(self.store, list(inp.fragments))  # repeats add nothing
             written = await self.store.upsert_vectors(fresh) if fresh else []
             if self.corpus is not None and written:

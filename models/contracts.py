@@ -290,7 +290,8 @@ class RoundInput(BaseModel):
         1,
         description="1: classic (five activities); 2: lean (local store step, one upsert); "
         "3: lean with local LLM attempts and bounded payloads; 4: as 3, and the result carries "
-        "the contents of the round's own fragments only (the others by reference)",
+        "the contents of the round's own fragments only (the others by reference); 5: as 4, "
+        "without the theme cache (its LLM step looks the round's themes up in Redis)",
     )
     tuned_packed: dict[str, list[float]] = Field(
         default_factory=dict,
@@ -365,6 +366,7 @@ class SliceOutput(BaseModel):
     usage: LLMUsage = Field(default_factory=LLMUsage)
     model: str = ""
     refused: str = ""
+    cached: bool = Field(False, description="shape 5: the stored weights, no model call")
 
 
 class IndexInput(BaseModel):
@@ -388,6 +390,9 @@ class TuneInput(BaseModel):
     attempts_before: int = Field(
         0, ge=0, description="failed attempts made before this activity (a round's local one)"
     )
+    lookup_user: str = Field(
+        "", description="shape 5: answer with this user's stored weights when there are some"
+    )
 
 
 class TuneOutput(BaseModel):
@@ -399,6 +404,7 @@ class TuneOutput(BaseModel):
     usage: LLMUsage = Field(default_factory=LLMUsage)
     model: str = ""
     refused: str = ""
+    cached: bool = Field(False, description="shape 5: the stored weights, no model call")
 
 
 class SelectInput(BaseModel):

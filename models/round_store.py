@@ -175,6 +175,11 @@ class SliceTuneInput(BaseModel):
 
     slice: SliceInput
     cached: list[str] = Field(default_factory=list, description="theme keys already tuned")
+    lookup_user: str = Field(
+        "",
+        description="shape 5: the user whose stored weights (activities/theme_weights.py) "
+        "the step looks up for its themes before tuning them",
+    )
     tune_budget_s: float = Field(
         description="no tune call starts or runs past this many seconds after the step began: "
         "the step returns the slice before its own bound, so a success is never lost"
@@ -188,6 +193,10 @@ class SliceTuneOutput(BaseModel):
     sliced: SliceOutput
     tuned: dict[str, TuneOutput] = Field(default_factory=dict, description="by theme key")
     tune_failed: bool = False
+    looked_up: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="shape 5: the stored weights of the slice's themes (`pack_params`), by key",
+    )
 
 
 class StoreRoundInput(BaseModel):
@@ -200,6 +209,11 @@ class StoreRoundInput(BaseModel):
         None,
         description="shape 3: fragment ids whose contents the round already holds; the output "
         "then carries only the others' contents (None: every published fragment's)",
+    )
+    new_weights: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="shape 5: the weights the round tuned (`pack_params`, by theme key), "
+        "stored for later rounds (activities/theme_weights.py)",
     )
     contents_top: int | None = Field(
         None,

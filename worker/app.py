@@ -242,19 +242,22 @@ def build_workers(client: Client, settings: Settings, res: WorkerResources) -> l
     from mnemoflow.activities.read_model import ReadModelActivities
     from mnemoflow.activities.round_store import RoundStoreActivities
     from mnemoflow.activities.search_corpus import SearchCorpus
+    from mnemoflow.activities.theme_weights import ThemeWeights
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
     from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
-    # The hot path's search corpus shares the read model's Redis client (closed with it).
+    # The hot path's search corpus and shape 5's tuned weights share the read model's Redis
+    # client (closed with it).
     corpus = SearchCorpus(res.read_model.redis, res.read_model.prefix)
+    themes = ThemeWeights(res.read_model.redis, res.read_model.prefix)
     store_acts = [
         *activity_methods(FragmentActivities(res.store, corpus)),
         *activity_methods(ReadModelActivities(res.read_model, res.store)),
         *activity_methods(user_key_activities(settings, res, client)),
         # The lean round's store step, run as a local activity by the round (workflow side).
-        *activity_methods(RoundStoreActivities(res.store, res.read_model, corpus)),
+        *activity_methods(RoundStoreActivities(res.store, res.read_model, corpus, themes)),
     ]
-    llm_acts = activity_methods(LLMActivities(res.models, fragments=res.store))
+    llm_acts = activity_methods(LLMActivities(res.models, fragments=res.store, themes=themes))
     limit = settings.mnemoflow.max_concurrent_activities
     versioning = deployment_config(settings)
     workers = []

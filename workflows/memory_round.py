@@ -8,14 +8,19 @@ Each step is an activity with explicit timeouts and a retry policy. An LLM outag
 absorbed by retries up to the schedule-to-close bound; past it the round fails visibly and its
 messages stay un-indexed for a later round or an operator retry.
 
-Four shapes (docs/ARCHITECTURE.md, "The round"), chosen by the input's `shape` (the user
+Five shapes (docs/ARCHITECTURE.md, "The round"), chosen by the input's `shape` (the user
 workflow sets it; rounds recorded before the lean shape have none and replay unchanged):
 
-- 4, by reference (every new round): as 3, but of the earlier fragments the user workflow
-  lacks, only those among the first `top_k` of the selection (what one model call injects)
-  come back with their contents; it holds the others by id and the publish activity fills them
-  from the stores. What a round records no longer grows with how many earlier fragments come
-  back into the selection, and the workflow's own answer on a Redis miss still has the best.
+- 5, weights looked up (every new round whose LLM calls share the workflow's queue): as 4,
+  without the theme cache in the input. The LLM step looks the weights of the themes it sliced
+  up in Redis (activities/theme_weights.py) and tunes only those missing; the store step stores
+  the new ones; a tune activity (after a failed local attempt) answers with stored weights too.
+- 4, by reference (every new round whose LLM calls have a queue of their own): as 3, but of
+  the earlier fragments the user workflow lacks, only those among the first `top_k` of the
+  selection (what one model call injects) come back with their contents; it holds the others
+  by id and the publish activity fills them from the stores. What a round records grows less
+  with how many earlier fragments come back into the selection, and the workflow's own answer
+  on a Redis miss still has the best.
 
 - 3, lean with local LLM attempts (rounds before shape 4): slice and tune (cache misses only)
   each try once as a local activity when the LLM activities share the round's task queue, and go
@@ -73,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
         cached_params,
         full_id,
         ordered_themes,
+        pack_params,
         tune_requests,
         unpack_params,
         unpack_theme_cache,
@@ -100,6 +106,9 @@ LEAN_SHAPE = 2
 LOCAL_LLM_SHAPE = 3
 #: From this shape the result carries the contents of the round's own fragments only.
 BY_REFERENCE_SHAPE = 4
+#: From this shape the input carries no theme cache: the LLM step looks the round's themes up
+#: in Redis (activities/theme_weights.py) and the store step stores the new ones.
+STORED_WEIGHTS_SHAPE = 5
 
 T = TypeVar("T")
 
@@ -137,6 +146,9 @@ class MemoryRoundWorkflow:
     async def _run_lean(self, inp: RoundInput) -> RoundResult:
         """The lean round; its theme and outcome go to the search attributes in one upsert."""
         self._theme: str | None = None
+        # Shape 5: the stored weights of the round's themes, as its LLM step found them.
+        self._looked_up: dict[str, TunedParams] = {}
+        self._lookup_user = inp.user_id if inp.shape >= STORED_WEIGHTS_SHAPE else ""
         try:
             result = await self._lean(inp)
         except asyncio.CancelledError:
@@ -173,7 +185,7 @@ class MemoryRoundWorkflow:
         tuned_new, tune_usage = await self._tune_missing(inp, fragments, pre, retried)
         if tune_usage.calls:
             usage["tune"] = tune_usage
-        select = self._select_input(inp, fragments, tuned_new)
+        select = self._select_input(inp, fragments, {**self._looked_up, **tuned_new})
         skeleton = InjectedContext(
             user_id=inp.user_id,
             version=inp.context_version + 1,
@@ -193,6 +205,9 @@ class MemoryRoundWorkflow:
                 context=skeleton,
                 known=known,
                 contents_top=inp.config.top_k if by_ref else None,
+                new_weights={k: pack_params(p) for k, p in tuned_new.items()}
+                if self._lookup_user
+                else {},
             ),
             f"index {len(fragments)} fragments, select, publish v{skeleton.version}",
         )
@@ -288,12 +303,14 @@ class MemoryRoundWorkflow:
             slice=SliceInput(user_id=inp.user_id, turns=inp.turns),
             cached=list(inp.tuned),
             tune_budget_s=local_tune_budget_s(),
+            lookup_user=self._lookup_user,
         )
         summary = f"slice {len(inp.turns)} turns, tune new themes"
         out, delay = await try_local(
             SLICE_AND_TUNE, local, SliceTuneOutput, llm_local_activity(summary)
         )
         if out is not None:
+            self._looked_up = {k: unpack_params(v) for k, v in out.looked_up.items()}
             return out.sliced, out.tuned, int(out.tune_failed)
         await wait_out(SLICE_AND_TUNE, delay)
         # The local attempt failed: it counts toward the malformed-output limit.
@@ -313,13 +330,21 @@ class MemoryRoundWorkflow:
         for key, out in (pre or {}).items():
             tuned[key] = out.params
             total = total + out.usage
-        for key, request in tune_requests(fragments, {*inp.tuned, *tuned}):
+        looked = getattr(self, "_looked_up", {})
+        lookup = getattr(self, "_lookup_user", "")
+        for key, request in tune_requests(fragments, {*inp.tuned, *tuned, *looked}):
+            update: dict[str, Any] = {"attempts_before": attempts_before}
+            if lookup:  # shape 5: the activity answers with stored weights when it has them
+                update["lookup_user"] = lookup
             out = await workflow.execute_activity(
                 ActivityName.TUNE,
-                request.model_copy(update={"attempts_before": attempts_before}),
+                request.model_copy(update=update),
                 result_type=TuneOutput,
                 **llm_activity(f"tune theme {request.theme[:60]}", inp.llm_task_queue),
             )
+            if out.cached:
+                looked[key] = out.params
+                continue
             tuned[key] = out.params
             total = total + out.usage
         return tuned, total

@@ -45,10 +45,11 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.workflows.user_state import UserRun
 
 MAX_ROUND_ID_PROBES = 24
-#: The shape of the rounds this code starts (workflows/memory_round.py): 4, lean with local
-#: LLM attempts, the contents of earlier fragments by reference. It travels in the round's
-#: input, so rounds started by older code replay their own shape.
-ROUND_SHAPE = 4
+#: The shape of the rounds this code starts (workflows/memory_round.py): 5, lean with local
+#: LLM attempts, the contents of earlier fragments by reference, the theme weights looked up
+#: in Redis (4, with the theme cache in the input, when the LLM calls have a queue of their
+#: own). It travels in the round's input, so rounds started by older code replay their own.
+ROUND_SHAPE = 5
 #: Shape 3 sends the theme cache packed (weights as lists, not named fields) and rounded to this
 #: many places: a third of its bytes in the round's input; the scores move by less than 1e-5.
 TUNED_PLACES = 6
@@ -241,13 +242,14 @@ def _round_input(
     run: UserRun, record: RoundRecord, batch: list[ChatTurn], after: dict[str, Watermark]
 ) -> RoundInput:
     s, inp = run.state, run.inp
-    slim = ROUND_SHAPE >= 3
-    compact = ROUND_SHAPE >= 4
-    packed = (
-        {k: pack_params(p, TUNED_PLACES) for k, p in s.tuned.items()}
-        if slim and not compact
-        else {}
-    )
+    shape = ROUND_SHAPE
+    if shape >= 5 and inp.llm_task_queue not in (None, workflow.info().task_queue):
+        # LLM calls on a queue of their own go through ordinary activities: looking the
+        # weights up there would cost a tune activity per cached theme; the input carries them.
+        shape = 4
+    slim = shape >= 3
+    compact = shape == 4
+    packed = {k: pack_params(p, TUNED_PLACES) for k, p in s.tuned.items()} if shape == 3 else {}
     return RoundInput(
         user_id=inp.user_id,
         round_no=record.round_no,
@@ -265,7 +267,7 @@ def _round_input(
         context_version=run.context().version,
         llm_task_queue=inp.llm_task_queue,
         search_attributes=inp.search_attributes,
-        shape=ROUND_SHAPE,
+        shape=shape,
         # What this workflow holds with contents (not its stubs): those are not sent back.
         known_fragments=[
             short_id(inp.user_id, f.id) for f in run.context().fragments if not is_stub(f)

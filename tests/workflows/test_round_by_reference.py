@@ -23,20 +23,24 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.activities.theme_weights import ThemeWeights, weights_key
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
+    ActivityName,
     ForgetFragmentRequest,
     ForgetFragmentResult,
+    ForgetRequest,
     InjectedContext,
     RememberRequest,
     RoundInput,
     RoundRecord,
     RoundResult,
 )
+from mnemoflow.models.fragments import theme_key
 from mnemoflow.models.ids import user_workflow_id
 from mnemoflow.models.params import TunedParams
 from mnemoflow.models.round_store import full_id, theme_ref, unpack_theme_cache
-from mnemoflow.workflows.memory_round import BY_REFERENCE_SHAPE
+from mnemoflow.workflows.memory_round import BY_REFERENCE_SHAPE, STORED_WEIGHTS_SHAPE
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from mnemoflow.workflows.user_rounds import ROUND_SHAPE
 from tests.support.drive import conversation, rounds_done, status
@@ -77,9 +81,10 @@ CONFIG = MemoryConfig.from_vocation("customer service").model_copy(
 
 
 async def _drive(
-    client: Client, mw: MemoryWorker, user: str
+    client: Client, mw: MemoryWorker, user: str, *, last: list[str] | None = None
 ) -> tuple[WorkflowHandle, list[RoundRecord]]:
-    lines = [line for part in PARTS for line in part]
+    said = [*PARTS[:-1], last] if last else PARTS
+    lines = [line for part in said for line in part]
     turns = conversation("t", lines, time.time() - 3 * HOUR)
     parts = [turns[2 * i : 2 * i + 2] for i in range(len(PARTS))]
     handle = await rounds_done(client, mw.task_queue, user, parts, config=CONFIG)
@@ -114,15 +119,39 @@ async def _whole(mw: MemoryWorker, user: str, published: InjectedContext | None)
     return ids
 
 
+class CountingModels(HeuristicMemoryModels):
+    """The offline models, counting the tune calls made per theme key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tunes: Counter[str] = Counter()
+
+    async def tune(self, theme, samples, types):  # type: ignore[no-untyped-def]
+        self.tunes[theme_key(theme)] += 1
+        return await super().tune(theme, samples, types)
+
+
+@pytest.mark.parametrize("shape", [BY_REFERENCE_SHAPE, STORED_WEIGHTS_SHAPE])
 async def test_rounds_record_only_their_own_contents_and_what_is_published_stays_whole(
-    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+    shape: int,
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert ROUND_SHAPE >= BY_REFERENCE_SHAPE
+    """Shape 4 sends the theme cache compact in the input; shape 5 (every new round when the
+    LLM calls share the workflow's queue) sends none: the weights are looked up in Redis."""
+    from mnemoflow.workflows import user_rounds
+
+    assert ROUND_SHAPE >= STORED_WEIGHTS_SHAPE
+    monkeypatch.setattr(user_rounds, "ROUND_SHAPE", shape)  # the sandbox shares it
     client = dev_env.client
+    models = CountingModels()
     async with memory_worker(
-        client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+        client, milvus_uri=milvus_uri, redis_url=redis_url, models=models
     ) as mw:
         user = f"byref-{uuid.uuid4().hex[:8]}"
+        themes = ThemeWeights(mw.read_model.redis, mw.read_model.prefix)
         handle, rounds = await _drive(client, mw, user)
         came_back = 0
         before: set[str] = set()
@@ -145,15 +174,25 @@ async def test_rounds_record_only_their_own_contents_and_what_is_published_stays
             before = set(ranked)
             # The steps of shape 3: two markers, one upsert, one workflow task.
             events = (await round_handle.fetch_history()).events
-            # The theme cache travels compact: every theme tuned before, by reference, with
-            # its weights to half precision; a cached theme is never tuned again.
-            assert inp.shape == ROUND_SHAPE and not inp.tuned_packed
-            sent = unpack_theme_cache(inp.tuned_compact)
-            assert set(sent) == {theme_ref(k) for k in tuned}
-            for key, params in tuned.items():
-                got = sent[theme_ref(key)].model_dump()
-                assert got == pytest.approx(params.model_dump(), rel=1e-3, abs=1e-4)
-            assert not {theme_ref(k) for k in result.tuned_new} & set(sent)
+            assert inp.shape == shape and not inp.tuned_packed
+            if shape == BY_REFERENCE_SHAPE:
+                # The theme cache travels compact: every theme tuned before, by reference,
+                # with its weights to half precision.
+                cache = unpack_theme_cache(inp.tuned_compact)
+                assert set(cache) == {theme_ref(k) for k in tuned}
+                for key, params in tuned.items():
+                    got = cache[theme_ref(key)].model_dump()
+                    assert got == pytest.approx(params.model_dump(), rel=1e-3, abs=1e-4)
+            else:
+                # No cache in the input; Redis holds every theme tuned before, exactly.
+                assert not inp.tuned_compact and not inp.tuned
+                stored = await themes.get(user, tuned)
+                assert set(stored) == set(tuned)
+                for key, params in tuned.items():
+                    got = stored[key].model_dump()
+                    assert got == pytest.approx(params.model_dump(), abs=1e-6)
+            # A theme tuned once is never tuned again.
+            assert not set(result.tuned_new) & set(tuned)
             tuned.update(result.tuned_new)
             kinds = Counter(e.event_type for e in events)
             assert kinds[EventType.EVENT_TYPE_MARKER_RECORDED] == 2, kinds
@@ -167,6 +206,9 @@ async def test_rounds_record_only_their_own_contents_and_what_is_published_stays
                 assert line not in history, (i, line)
         assert came_back >= 1, "no earlier fragment came back into a selection: nothing tested"
         assert len(tuned) >= 2, "fewer than two themes tuned: the cache was not tested"
+        assert set(models.tunes) == set(tuned) and set(models.tunes.values()) == {1}
+        if shape == STORED_WEIGHTS_SHAPE:
+            assert set(await themes.get(user, tuned)) == set(tuned)
         # What the agent reads is whole: the last round's selection, every content stored.
         last = await client.get_workflow_handle(
             rounds[-1].workflow_id, result_type=RoundResult
@@ -207,9 +249,62 @@ async def test_rounds_record_only_their_own_contents_and_what_is_published_stays
         assert published is not None and published.fragments[0].content == fact
         assert (await _whole(mw, user, published))[1:] == kept
 
-        assert await assert_replays(client, [user_workflow_id(user)], name="byref-user") == 1
+        name = "byref" if shape == BY_REFERENCE_SHAPE else "stored"
+        assert await assert_replays(client, [user_workflow_id(user)], name=f"{name}-user") == 1
         round_ids = [r.workflow_id for r in rounds]
-        assert await assert_replays(client, round_ids, name="round-byref") == len(round_ids)
+        assert await assert_replays(client, round_ids, name=f"round-{name}") == len(round_ids)
+        if shape == STORED_WEIGHTS_SHAPE:
+            # Forgetting the user removes the weights with the rest of Redis's copy.
+            await handle.execute_update(UserMemoryWorkflow.forget, ForgetRequest(reason="test"))
+            assert await themes.get(user, tuned) == {}
+            assert not await mw.read_model.redis.exists(weights_key(mw.read_model.prefix, user))
+
+
+class SliceFailsOnce(CountingModels):
+    """Counting models whose `n`-th slice call fails (its round's local attempt)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.slices = 0
+
+    async def slice(self, turns, max_fragments):  # type: ignore[no-untyped-def]
+        self.slices += 1
+        if self.slices == self.n:
+            raise ConnectionError("LLM unreachable (test)")
+        return await super().slice(turns, max_fragments)
+
+
+async def test_tunes_as_activities_answer_with_stored_weights(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """A shape-5 round whose local LLM attempt failed tunes as ordinary activities: for a
+    theme whose weights Redis holds, the activity answers with them and calls no model."""
+    client = dev_env.client
+    models = SliceFailsOnce(n=len(PARTS))  # the last round goes through the activities
+    async with memory_worker(
+        client, milvus_uri=milvus_uri, redis_url=redis_url, models=models
+    ) as mw:
+        user = f"stored-{uuid.uuid4().hex[:8]}"
+        # The last round comes back to what the first was about: its themes were tuned then.
+        again = [
+            "Ingrid in Tromso got a fourth husky dog last week, my sister says.",
+            "A fourth husky for Ingrid in Tromso.",
+        ]
+        _, rounds = await _drive(client, mw, user, last=again)
+        last = client.get_workflow_handle(rounds[-1].workflow_id, result_type=RoundResult)
+        history = await last.fetch_history()
+        scheduled = [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        ]
+        assert ActivityName.SLICE in scheduled and ActivityName.TUNE in scheduled, scheduled
+        result = await last.result()
+        assert result.tuned_new == {}  # nothing new: every theme answered from Redis
+        assert set(models.tunes.values()) == {1}, models.tunes
+        assert result.selection is not None
+        assert result.selection.params_source.startswith("tuned:"), result.selection
 
 
 async def test_forgotten_fragment_held_by_reference_is_not_published_again(
