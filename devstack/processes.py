@@ -154,6 +154,21 @@ def milvus_lite_binary() -> str:
     return venv_binary("milvus-lite", "milvus-lite")
 
 
+def with_stop_signal(argv: list[str], stop_signal: int) -> list[str]:
+    """`argv`, run so that it can receive its stop signal. A background job of a
+    non-interactive shell (a CI runner, `cmd &`) starts with SIGINT ignored and every process
+    it spawns inherits that: Milvus Lite, which stops only on SIGINT, would ignore every stop
+    and be killed after the stop timeout. Then a small Python step resets the signal to its
+    default and executes the command (an exec keeps a default disposition)."""
+    if signal.getsignal(stop_signal) is not signal.SIG_IGN:
+        return argv
+    reset = (
+        "import os, signal, sys; signal.signal(int(sys.argv[1]), signal.SIG_DFL); "
+        "os.execvp(sys.argv[2], sys.argv[2:])"
+    )
+    return [sys.executable, "-c", reset, str(int(stop_signal)), *argv]
+
+
 def start_process(
     name: str,
     argv: list[str],
@@ -172,7 +187,7 @@ def start_process(
     log_path = directory / f"{name}.log"
     log_file = log_path.open("ab")
     popen = subprocess.Popen(
-        argv,
+        with_stop_signal(argv, stop_signal),
         stdout=log_file,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
