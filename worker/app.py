@@ -22,8 +22,12 @@ their own slots: as many as ordinary ones (`max_concurrent_activities`).
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import logging
+import shutil
+import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -305,6 +309,38 @@ def single_threaded_blas() -> None:
     threadpool_limits(limits=1, user_api="blas")
 
 
+#: The private bytecode directory `workflow_bytecode_cache` chose for this process, once.
+_bytecode_dir: str | None = None
+
+
+def workflow_bytecode_cache() -> str | None:
+    """Let the workflow sandbox load our modules from bytecode instead of compiling them.
+
+    The sandbox imports a workflow's module afresh for every workflow run it starts, and a
+    round is a run of its own. With PYTHONDONTWRITEBYTECODE set (this machine's environment,
+    the Docker build) and an editable install (`make venv`, `mnemoflow dev`) no `.pyc` exists,
+    so every round compiled `workflows/memory_round.py` and what it imports from source again:
+    ~6 ms of CPU per round, the module alone (docs/PERFORMANCE.md, section 2). When Python may
+    not write bytecode, this process writes it to a private directory of its own (`mkdtemp`,
+    mode 0700, removed at exit) and reads it from there; nothing is written next to the
+    sources. A process that writes bytecode already, or that chose a `sys.pycache_prefix`
+    itself, is left as it is. Returns the directory in use (None: Python's own behaviour).
+    """
+    global _bytecode_dir
+    if _bytecode_dir is not None or not sys.dont_write_bytecode or sys.pycache_prefix:
+        return _bytecode_dir
+    try:
+        path = tempfile.mkdtemp(prefix="mnemoflow-pycache-")
+    except OSError as exc:  # no writable temp dir: compiling every time is slower, not wrong
+        log.warning("no bytecode cache for the workflow sandbox: %s", exc)
+        return None
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    sys.pycache_prefix = path
+    sys.dont_write_bytecode = False
+    _bytecode_dir = path
+    return path
+
+
 @asynccontextmanager
 async def running_worker(
     client: Client, settings: Settings, components: Components | None = None
@@ -315,6 +351,7 @@ async def running_worker(
     not race schema creation; what this run built is closed after the Workers have stopped.
     """
     single_threaded_blas()
+    workflow_bytecode_cache()
     res = resolve(settings, components or Components())
     async with AsyncExitStack() as stack:
         stack.push_async_callback(res.aclose)
