@@ -82,7 +82,12 @@ class RoundStoreActivities:
             )
             ranked = selection.ranked[: sel.limit or config.published_candidates]
             if self.corpus is not None:
-                await self.corpus.reconcile(self.store, sel.user_id)
+                # With no prefilter the candidates are every stored fragment, read after the
+                # write: the corpus is reconciled against them instead of a third read.
+                every = (
+                    None if config.retrieve_k is not None else {c.fragment.id for c in candidates}
+                )
+                await self.corpus.reconcile(self.store, sel.user_id, every)
             context = inp.context.model_copy(update={"fragments": ranked})
             published = await self.read_model.publish(context)
         except (InvalidInputError, PayloadTooLargeError) as exc:

@@ -90,11 +90,20 @@ class SearchCorpus:
         except Exception as err:  # any Redis failure: storing the memory matters more
             log.warning("search corpus not updated (reconciled by the next round): %r", err)
 
-    async def reconcile(self, store: FragmentStore, user_id: str) -> None:
-        """Make the user's corpus hold exactly the store's fragments (best-effort, logged)."""
+    async def reconcile(
+        self, store: FragmentStore, user_id: str, stored_ids: set[str] | None = None
+    ) -> None:
+        """Make the user's corpus hold exactly the store's fragments (best-effort, logged).
+
+        `stored_ids`: the ids of all of the user's stored fragments, read from the store just
+        before (a round's store step scored them all); None reads them here.
+        """
         try:
             have = await self.ids(user_id)
-            stored = {f.id for f in await store.all_for_user(user_id)}
+            if stored_ids is None:
+                stored = {f.id for f in await store.all_for_user(user_id)}
+            else:
+                stored = set(stored_ids)
             missing, extra = stored - have, have - stored
             if missing:
                 rows = [(f, v) for f, v in await store.all_with_vectors(user_id) if f.id in missing]

@@ -616,6 +616,68 @@ async def test_the_lean_round_store_step_skips_recall_only_turns_too(
         await store.close()
 
 
+async def test_the_lean_store_step_reconciles_the_corpus_from_the_rows_it_scored(
+    milvus_uri: str, redis_url: str, unique_name: str
+) -> None:
+    """The store step reads the user's rows twice (repeat filter, scoring), not three times:
+    the corpus is reconciled against the scored rows, and still ends equal to the store."""
+    import redis.asyncio as aioredis
+
+    from mnemoflow.activities.read_model import ReadModel
+    from mnemoflow.activities.round_store import RoundStoreActivities
+    from mnemoflow.activities.search_corpus import SearchCorpus
+    from mnemoflow.models.contracts import InjectedContext
+    from mnemoflow.models.round_store import StoreRoundInput
+
+    store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
+    await store.ensure()
+    prefix = f"{unique_name}:"
+    read_model = ReadModel(redis_url, prefix=prefix)
+    redis = aioredis.Redis.from_url(redis_url)
+    corpus = SearchCorpus(redis, prefix)
+    acts = RoundStoreActivities(store, read_model, corpus)
+    env = ActivityEnvironment()
+    user = "corpus-user"
+    reads: list[str] = []
+    whole_reads = store._user_rows
+
+    async def counted(key: str, fields: list[str]) -> list[dict]:
+        reads.append(key)
+        return await whole_reads(key, fields)
+
+    store._user_rows = counted  # type: ignore[method-assign]
+
+    def step(frags: list[Fragment], version: int) -> StoreRoundInput:
+        return StoreRoundInput(
+            fragments=frags,
+            select=SelectInput(user_id=user, query="allergic", config=MemoryConfig(), now=NOW),
+            context=InjectedContext(user_id=user, version=version, generated_at=NOW),
+        )
+
+    try:
+        told = await _round(user, 1, TOLD)
+        await env.run(acts.store_round, step(told, 1))
+        assert sorted(await corpus.ids(user)) == sorted(f.id for f in told)
+        reads.clear()
+        more = await _round(user, 2, [("human", "My passport number is X1234567, renewed in May.")])
+        await env.run(acts.store_round, step(more, 2))
+        assert len(reads) == 2, reads
+        # The corpus lost one entry and holds one the store never had (a forgotten fragment).
+        stale = fragment_id(user, 99, 0)
+        await corpus.remove(user, [told[0].id])
+        await corpus.add([told[0].model_copy(update={"id": stale})], [[0.5] * 512])
+        last = await _round(user, 3, [("human", "Our cat Miso turns four on the second of June.")])
+        await env.run(acts.store_round, step(last, 3))
+        stored = {f.id for f in await store.all_for_user(user)}
+        assert set(await corpus.ids(user)) == stored
+        assert stale not in stored and told[0].id in stored and len(stored) > len(told) + 1
+    finally:
+        await redis.aclose()
+        await read_model.close()
+        await store.drop()
+        await store.close()
+
+
 # A statement (A), a change of it (B), then A again in the same words: going back to the earlier
 # value. The probe's shipping address, then held-out ones in English and Chinese.
 REVERTS = [
