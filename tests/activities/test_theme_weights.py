@@ -58,3 +58,27 @@ async def test_unreadable_value_or_unreachable_redis_is_a_miss(weights: ThemeWei
             await ThemeWeights(dead, "x:").put("ada", {"travel": TunedParams()})
     finally:
         await dead.aclose()
+
+
+async def test_a_user_keeps_the_most_recently_stored_themes_only(weights: ThemeWeights) -> None:
+    """A model that names a new theme every round: the hash stays at the workflow's bound
+    (MAX_TUNED_THEMES), keeping the newest, as the user workflow's own cache does."""
+    from mnemoflow.workflows.state_ops import MAX_TUNED_THEMES
+
+    themes = [f"errand {i}: {chr(0x4E00 + i)}" for i in range(MAX_TUNED_THEMES + 16)]
+    dropped = 0
+    for i, theme in enumerate(themes):
+        dropped += await weights.put("ada", {theme: TunedParams(w0=i / 100)})
+        if i == len(themes) - 10:  # the first theme is tuned again: it is recent now
+            dropped += await weights.put("ada", {themes[0]: TunedParams(w0=0.5)})
+    key = weights_key(weights.prefix, "ada")
+    assert await weights._redis.hlen(key) == MAX_TUNED_THEMES
+    assert dropped == 17  # 80 themes, the first stored twice (dropped, then back)
+    got = await weights.get("ada", themes)
+    assert set(got) == {themes[0], *themes[-(MAX_TUNED_THEMES - 1) :]}
+    assert got[themes[0]].w0 == pytest.approx(0.5, abs=1e-3)
+    # Another user's hash is its own; one put of many themes keeps the bound too.
+    await weights.put("bob", {t: TunedParams() for t in themes[:3]})
+    assert await weights._redis.hlen(weights_key(weights.prefix, "bob")) == 3
+    assert await weights.put("ada", {t: TunedParams() for t in themes[:8]}, keep=4) > 0
+    assert await weights._redis.hlen(key) == 4
