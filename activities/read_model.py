@@ -175,10 +175,16 @@ class ReadModelActivities:
     async def publish(self, inp: PublishInput) -> PublishOutput:
         """Write the user's injected context; too big or invalid fails without retries."""
         try:
-            return await self.read_model.publish(await self.filled(inp.context))
+            whole = await self.filled(inp.context)
+            out = await self.read_model.publish(whole)
         except (InvalidInputError, PayloadTooLargeError) as exc:
             # Permanent: retrying cannot shrink the payload or fix the user id.
             raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
+        if not inp.contents_top:
+            return out
+        stubs = {f.id for f in inp.context.fragments if is_stub(f)}
+        top = whole.fragments[: inp.contents_top]
+        return out.model_copy(update={"filled": [f for f in top if f.id in stubs]})
 
     async def filled(self, context: InjectedContext) -> InjectedContext:
         """The context with its stubs (`models.contracts.stub_fragment`, shape 4) filled: from

@@ -428,16 +428,23 @@ class SelectOutput(BaseModel):
 
 
 class PublishInput(BaseModel):
-    """The read model to write for a user."""
+    """The read model to write for a user.
+
+    `contents_top`: the user workflow's own publishes ask for the contents of the stubs the
+    publish filled among the first this many fragments (its `top_k`), so that what it holds
+    whole is what a model call injects, also after a forget moved stubs up.
+    """
 
     context: InjectedContext
+    contents_top: int = Field(0, ge=0, le=64)
 
 
 class PublishOutput(BaseModel):
-    """Where it was written and how big it was."""
+    """Where it was written, how big it was, and the stubs filled among `contents_top`."""
 
     key: str
     bytes: int
+    filled: list[ContextFragment] = Field(default_factory=list)
 
 
 class InductInput(BaseModel):

@@ -447,12 +447,15 @@ def _unknown_contents(
     return out
 
 
-async def publish_context(context: InjectedContext, **bounds: Any) -> PublishOutput:
+async def publish_context(
+    context: InjectedContext, contents_top: int = 0, **bounds: Any
+) -> PublishOutput:
     """Write the read model (shared by rounds and the user workflow); `bounds` go to
-    `store_activity` (a best-effort publish gives up sooner)."""
+    `store_activity` (a best-effort publish gives up sooner). `contents_top`: return the
+    contents of the stubs filled among the first this many (the user workflow's top_k)."""
     return await workflow.execute_activity(
         ActivityName.PUBLISH,
-        PublishInput(context=context),
+        PublishInput(context=context, contents_top=contents_top),
         result_type=PublishOutput,
         **store_activity(
             f"publish context v{context.version}", start_to_close=PUBLISH_START_TO_CLOSE, **bounds

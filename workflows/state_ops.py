@@ -10,6 +10,7 @@ from __future__ import annotations
 from mnemoflow.memory.triggers import induction_due_at, slice_due_at
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
+    ContextFragment,
     ForgetReceipt,
     FragmentRef,
     InductOutput,
@@ -22,6 +23,7 @@ from mnemoflow.models.contracts import (
     Trigger,
     UserMemoryState,
     Watermark,
+    is_stub,
 )
 from mnemoflow.models.profile import UserProfile, profile_facts, without_facts
 from mnemoflow.models.turns import ChatTurn, identity_digest, turn_identity
@@ -515,6 +517,20 @@ def without_forgotten(
     return context.model_copy(
         update={"fragments": fragments, "profile": profile, "version": context.version + 1}
     )
+
+
+def with_filled(context: InjectedContext, filled: list[ContextFragment]) -> InjectedContext:
+    """The context with these contents in place of its stubs of the same ids (the publish
+    activity filled them). Same version: the read model already holds them whole; a fragment
+    forgotten meanwhile is no longer in the context and stays out."""
+    found = {f.id: f for f in filled}
+    if not found or not any(is_stub(f) and f.id in found for f in context.fragments):
+        return context
+    fragments = [
+        found[f.id].model_copy(update={"score": f.score}) if is_stub(f) and f.id in found else f
+        for f in context.fragments
+    ]
+    return context.model_copy(update={"fragments": fragments})
 
 
 def forget_all(s: UserMemoryState, clear_backoff: bool = False) -> int:

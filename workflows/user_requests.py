@@ -9,7 +9,7 @@ enqueue: the loop applies them after absorbing the hand-overs that came before t
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.config import FRAGMENT_TYPES
@@ -41,13 +41,12 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.params import TunedParams
     from mnemoflow.models.turns import identity_digest, turn_identity
     from mnemoflow.workflows import state_ops
-    from mnemoflow.workflows.memory_round import publish_context
-    from mnemoflow.workflows.options import failure_text, store_activity
+    from mnemoflow.workflows.options import store_activity
     from mnemoflow.workflows.remembered import (
-        REMEMBER_PUBLISH_BOUND,
         REMEMBER_PUBLISHES,
         with_remembered,
     )
+    from mnemoflow.workflows.user_rounds import publish_held
     from mnemoflow.workflows.user_state import UserRun
 
 #: Patch id of forget_fragment's republish (histories before it only deleted the row).
@@ -112,10 +111,7 @@ async def _publish_remembered(run: UserRun, fragment: Fragment) -> None:
     )
     run.state.context = context.model_copy(update={"watermarks": state_ops.watermarks(run.state)})
     run.remembered_during_round.append(published)  # the loop clears it when a round starts
-    try:
-        await publish_context(run.state.context, schedule_to_close=REMEMBER_PUBLISH_BOUND)
-    except ActivityError as err:
-        run.state.last_error = f"publish failed: {failure_text(err)}"
+    await publish_held(run)
 
 
 def validate_remember(run: UserRun, req: RememberRequest) -> None:
@@ -198,11 +194,8 @@ async def _forgotten_everywhere(
         run.dropped_ids.append(req.fragment_id)
     republished = False
     if run.state.context is not None and run.forget_request is None:
-        try:
-            await publish_context(run.state.context, schedule_to_close=REMEMBER_PUBLISH_BOUND)
-            republished = True
-        except ActivityError as err:  # the state holds it: the query and the next publish do
-            run.state.last_error = f"publish failed: {failure_text(err)}"
+        # On failure the state holds it: the query and the next publish do.
+        republished = await publish_held(run)
     return ForgetFragmentResult(
         deleted=deleted, profile_facts_removed=removed, republished=republished
     )

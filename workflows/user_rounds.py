@@ -167,6 +167,27 @@ def with_contents(
     return context.model_copy(update={"fragments": fragments})
 
 
+async def publish_held(run: UserRun) -> bool:
+    """Publish the context the user workflow holds (best effort, bounded) and take in the
+    contents of the stubs the publish filled among the first `top_k`, so that the workflow's
+    own answer (the hot path's fallback) injects what Redis does, also after a forget moved
+    stubs up. False when the publish failed (in `last_error`; the state still holds it)."""
+    if run.state.context is None:
+        return False
+    try:
+        out = await publish_context(
+            run.state.context,
+            contents_top=run.config.top_k,
+            schedule_to_close=REMEMBER_PUBLISH_BOUND,
+        )
+    except ActivityError as err:
+        run.state.last_error = f"publish failed: {failure_text(err)}"
+        return False
+    if run.state.context is not None:
+        run.state.context = state_ops.with_filled(run.state.context, out.filled)
+    return True
+
+
 async def drop_forgotten(run: UserRun) -> None:
     """A fragment forgotten while a round or an induction ran may be in what it published:
     take it out again and republish (best effort: the state holds the clean context)."""
@@ -177,10 +198,7 @@ async def drop_forgotten(run: UserRun) -> None:
     if cleaned is s.context:
         return
     s.context = cleaned
-    try:
-        await publish_context(cleaned, schedule_to_close=REMEMBER_PUBLISH_BOUND)
-    except ActivityError as err:
-        s.last_error = f"publish failed: {failure_text(err)}"
+    await publish_held(run)
 
 
 async def _keep_remembered(run: UserRun, floor: int) -> None:
@@ -197,10 +215,7 @@ async def _keep_remembered(run: UserRun, floor: int) -> None:
         )
     run.remembered_during_round.clear()
     run.state.context = context.model_copy(update={"version": max(context.version, floor + 1)})
-    try:
-        await publish_context(run.state.context, schedule_to_close=REMEMBER_PUBLISH_BOUND)
-    except ActivityError as err:
-        run.state.last_error = f"publish failed: {failure_text(err)}"
+    await publish_held(run)
 
 
 async def _start_round(

@@ -72,14 +72,14 @@ async def maybe_induct(run: UserRun) -> bool:
                 "watermarks": state_ops.watermarks(s),
             }
         )
-        await publish_context(context)
+        published = await publish_context(context, contents_top=run.config.top_k)
     except ActivityError as err:
         s.last_error = f"induction failed: {failure_text(err)}"
         s.induction_not_before = now + cfg.failed_round_backoff_s
         return True
     finally:
         run.publishing = False
-    s.context = context
+    s.context = state_ops.with_filled(context, published.filled)
     state_ops.induction_stored(s, batch, out, run.inp.prices, by_statement=by_statement)
     state_ops.induction_grows(s, MAX_INDUCTION_BATCH)
     await drop_forgotten(run)
