@@ -23,8 +23,10 @@ their own slots: as many as ordinary ones (`max_concurrent_activities`).
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import inspect
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -313,7 +315,7 @@ def single_threaded_blas() -> None:
 _bytecode_dir: str | None = None
 
 
-def workflow_bytecode_cache() -> str | None:
+def workflow_bytecode_cache(probe: str | None = None) -> str | None:
     """Let the workflow sandbox load our modules from bytecode instead of compiling them.
 
     The sandbox imports a workflow's module afresh for every workflow run it starts, and a
@@ -323,12 +325,19 @@ def workflow_bytecode_cache() -> str | None:
     ~6 ms of CPU per round, the module alone (docs/PERFORMANCE.md, section 2). When Python may
     not write bytecode, this process writes it to a private directory of its own (`mkdtemp`,
     mode 0700, removed at exit) and reads it from there; nothing is written next to the
-    sources. A process that writes bytecode already, or that chose a `sys.pycache_prefix`
-    itself, is left as it is. Returns the directory in use (None: Python's own behaviour).
+    sources. A process that writes bytecode already, that chose a `sys.pycache_prefix`
+    itself, or whose workflow modules were compiled at install (`probe`, by default the round
+    workflow's module, has its `.pyc` beside it: a wheel installed by pip, the Docker image) is
+    left as it is. Returns the directory in use (None: Python's own behaviour).
     """
     global _bytecode_dir
     if _bytecode_dir is not None or not sys.dont_write_bytecode or sys.pycache_prefix:
         return _bytecode_dir
+    if probe is None:  # found, not imported: its first import should write the cache
+        spec = importlib.util.find_spec("mnemoflow.workflows.memory_round")
+        probe = spec.origin if spec is not None else None
+    if probe and os.path.exists(importlib.util.cache_from_source(probe)):
+        return None
     try:
         path = tempfile.mkdtemp(prefix="mnemoflow-pycache-")
     except OSError as exc:  # no writable temp dir: compiling every time is slower, not wrong

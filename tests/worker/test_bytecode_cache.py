@@ -108,3 +108,23 @@ def test_a_prefix_the_process_chose_is_kept(tmp_path: Path) -> None:
     got = _probe("cache", dont_write=True, prefix=str(tmp_path))
     assert got["chosen"] is None
     assert got["prefix"] == str(tmp_path) and got["dont_write"] is True
+
+
+def test_workflow_modules_compiled_at_install_are_left_alone(tmp_path: Path) -> None:
+    """A wheel installed by pip (the Docker image) has its `.pyc` beside the sources."""
+    module = tmp_path / "installed_workflow.py"
+    module.write_text("VALUE = 1\n")
+    script = (
+        "import importlib.util, py_compile, sys\n"
+        "from mnemoflow.worker.app import workflow_bytecode_cache\n"
+        f"src = {str(module)!r}\n"
+        "py_compile.compile(src, cfile=importlib.util.cache_from_source(src), doraise=True)\n"
+        "print(workflow_bytecode_cache(src), sys.pycache_prefix, sys.dont_write_bytecode)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["None", "None", "True"]
