@@ -4,7 +4,9 @@ endpoints all run this way (parsing, limits and keep-alive are the framework's, 
 from __future__ import annotations
 
 import logging
+import random
 import socket
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,11 +39,42 @@ async def serving(app: web.Application, host: str, port: int, **options: Any) ->
         await runner.cleanup()
 
 
+#: Where `free_port` looks: below Linux's default ephemeral range (32768-60999), and above the
+#: ports services usually take. A port the OS hands out for port 0 comes from the ephemeral
+#: range, where every outgoing connection also takes its local port: between choosing such a
+#: port and a server binding it, a connection of any process could take it ("address already
+#: in use"; seen once when a benchmark started its stack right after another had stopped).
+FREE_PORT_RANGE = (20_000, 32_000)
+#: Ports this process handed out lately, not handed out again (a caller may not have bound
+#: the last one yet).
+_handed_out: deque[int] = deque(maxlen=512)
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now (the OS picks it; a race with others is possible)."""
+    """A TCP port that is free right now, outside the range the OS takes outgoing connections'
+    ports from (`FREE_PORT_RANGE`); the OS's own pick when none is found there. Another
+    process may still bind it first: callers that start a server on it retry on failure."""
+    rng = random.Random()
+    low, high = FREE_PORT_RANGE
+    for _ in range(64):
+        port = rng.randint(low, high)
+        if port not in _handed_out and _bindable(host, port):
+            _handed_out.append(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+        port = int(sock.getsockname()[1])
+    _handed_out.append(port)
+    return port
 
 
 def _paths(app: web.Application) -> set[str]:
