@@ -92,6 +92,8 @@ GRPC_OPTIONS = {
 #: Query vectors a store keeps by exact text (`upsert_vectors(query=...)` embeds a round's
 #: selection query in the same forward pass as its fragments, `candidates` finds it here).
 QUERY_VECTORS_KEPT = 64
+#: Longer queries are not kept (a round's query is at most 2,000 characters): the keys stay small.
+QUERY_KEPT_CHARS = 4000
 
 
 class FragmentStore:
@@ -309,6 +311,8 @@ class FragmentStore:
         return sorted(found, key=lambda c: (-c.cos, c.fragment.id))
 
     def _keep_query(self, query: str, vector: list[float]) -> None:
+        if len(query) > QUERY_KEPT_CHARS:
+            return
         self._query_vectors[query] = vector
         self._query_vectors.move_to_end(query)
         while len(self._query_vectors) > QUERY_VECTORS_KEPT:

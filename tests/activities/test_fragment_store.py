@@ -205,6 +205,11 @@ async def test_a_round_s_query_rides_in_its_fragments_forward_pass(
         await s.candidates("ada", query, 3)
         await s.candidates("ada", "and the harbour cafe's phone?", None)
         assert emb.calls[-1] == ("query", 1) and len(emb.calls) == (2 if symmetric else 3)
+        # A long query is embedded each time, never kept (the kept keys stay small).
+        long = "harbour " * 1000
+        await s.candidates("ada", long, None)
+        await s.candidates("ada", long, None)
+        assert emb.calls[-2:] == [("query", 1), ("query", 1)] and long not in s._query_vectors
     finally:
         await s.drop()
         await s.close()
