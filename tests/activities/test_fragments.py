@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -580,14 +581,24 @@ def test_a_negated_fact_is_not_a_repeat() -> None:
     )
 
 
+def _store_step(user: str, frags: list[Fragment], version: int) -> Any:
+    """A lean round's store step input: these fragments, a selection for "allergic"."""
+    from mnemoflow.models.contracts import InjectedContext
+    from mnemoflow.models.round_store import StoreRoundInput
+
+    return StoreRoundInput(
+        fragments=frags,
+        select=SelectInput(user_id=user, query="allergic", config=MemoryConfig(), now=NOW),
+        context=InjectedContext(user_id=user, version=version, generated_at=NOW),
+    )
+
+
 async def test_the_lean_round_store_step_skips_recall_only_turns_too(
     milvus_uri: str, redis_url: str, unique_name: str
 ) -> None:
     """Rounds of the lean shape store through `store_round`, not `index`: the same filter."""
     from mnemoflow.activities.read_model import ReadModel
     from mnemoflow.activities.round_store import RoundStoreActivities
-    from mnemoflow.models.contracts import InjectedContext
-    from mnemoflow.models.round_store import StoreRoundInput
 
     store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
     await store.ensure()
@@ -596,19 +607,12 @@ async def test_the_lean_round_store_step_skips_recall_only_turns_too(
     env = ActivityEnvironment()
     user = "lean-user"
 
-    def step(frags: list[Fragment], version: int) -> StoreRoundInput:
-        return StoreRoundInput(
-            fragments=frags,
-            select=SelectInput(user_id=user, query="allergic", config=MemoryConfig(), now=NOW),
-            context=InjectedContext(user_id=user, version=version, generated_at=NOW),
-        )
-
     try:
         told = await _round(user, 1, TOLD)
-        first = await env.run(acts.store_round, step(told, 1))
+        first = await env.run(acts.store_round, _store_step(user, told, 1))
         assert first.indexed == [f.id for f in told]
         recall = await _round(user, 2, RECALLS[0])
-        assert (await env.run(acts.store_round, step(recall, 2))).indexed == []
+        assert (await env.run(acts.store_round, _store_step(user, recall, 2))).indexed == []
         assert sorted(f.id for f in await store.all_for_user(user)) == sorted(first.indexed)
     finally:
         await read_model.close()
@@ -626,8 +630,6 @@ async def test_the_lean_store_step_reconciles_the_corpus_from_the_rows_it_scored
     from mnemoflow.activities.read_model import ReadModel
     from mnemoflow.activities.round_store import RoundStoreActivities
     from mnemoflow.activities.search_corpus import SearchCorpus
-    from mnemoflow.models.contracts import InjectedContext
-    from mnemoflow.models.round_store import StoreRoundInput
 
     store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
     await store.ensure()
@@ -647,27 +649,20 @@ async def test_the_lean_store_step_reconciles_the_corpus_from_the_rows_it_scored
 
     store._user_rows = counted  # type: ignore[method-assign]
 
-    def step(frags: list[Fragment], version: int) -> StoreRoundInput:
-        return StoreRoundInput(
-            fragments=frags,
-            select=SelectInput(user_id=user, query="allergic", config=MemoryConfig(), now=NOW),
-            context=InjectedContext(user_id=user, version=version, generated_at=NOW),
-        )
-
     try:
         told = await _round(user, 1, TOLD)
-        await env.run(acts.store_round, step(told, 1))
+        await env.run(acts.store_round, _store_step(user, told, 1))
         assert sorted(await corpus.ids(user)) == sorted(f.id for f in told)
         reads.clear()
         more = await _round(user, 2, [("human", "My passport number is X1234567, renewed in May.")])
-        await env.run(acts.store_round, step(more, 2))
+        await env.run(acts.store_round, _store_step(user, more, 2))
         assert len(reads) == 2, reads
         # The corpus lost one entry and holds one the store never had (a forgotten fragment).
         stale = fragment_id(user, 99, 0)
         await corpus.remove(user, [told[0].id])
         await corpus.add([told[0].model_copy(update={"id": stale})], [[0.5] * 512])
         last = await _round(user, 3, [("human", "Our cat Miso turns four on the second of June.")])
-        await env.run(acts.store_round, step(last, 3))
+        await env.run(acts.store_round, _store_step(user, last, 3))
         stored = {f.id for f in await store.all_for_user(user)}
         assert set(await corpus.ids(user)) == stored
         assert stale not in stored and told[0].id in stored and len(stored) > len(told) + 1
