@@ -28,8 +28,7 @@ import redis.asyncio as aioredis
 
 from mnemoflow.models.ids import user_key, validate_user_id
 from mnemoflow.models.params import TunedParams
-from mnemoflow.models.round_store import pack_params, unpack_params
-from mnemoflow.workflows.state_ops import MAX_TUNED_THEMES
+from mnemoflow.models.round_store import MAX_TUNED_THEMES, pack_params, unpack_params
 
 log = logging.getLogger(__name__)
 

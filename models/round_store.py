@@ -43,6 +43,8 @@ SLICE_AND_TUNE = "mnemoflow.slice_and_tune"
 #: A round tunes at most this many themes (its last ones), from this many characters of each.
 MAX_TUNES_PER_ROUND = 4
 TUNE_SAMPLE_CHARS = 1500
+#: Themes whose weights a user keeps: the user workflow's cache and shape 5's Redis hash.
+MAX_TUNED_THEMES = 64
 
 
 class Themed(Protocol):

@@ -26,6 +26,7 @@ from mnemoflow.models.contracts import (
     is_stub,
 )
 from mnemoflow.models.profile import UserProfile, profile_facts, without_facts
+from mnemoflow.models.round_store import MAX_TUNED_THEMES
 from mnemoflow.models.turns import ChatTurn, identity_digest, turn_identity
 from mnemoflow.models.usage import PriceTable
 
@@ -33,7 +34,6 @@ MAX_SEEN_EVENTS = 4096
 MAX_SEEN_CALLS = 4096
 MAX_PENDING_REINFORCE = 1000
 MAX_ROUND_RECORDS = 50
-MAX_TUNED_THEMES = 64
 MAX_PUBLISHED_THREADS = 50
 MAX_IDLE_THREADS = 200
 MAX_FORGET_RECEIPTS = 20

@@ -63,7 +63,7 @@ async def test_unreadable_value_or_unreachable_redis_is_a_miss(weights: ThemeWei
 async def test_a_user_keeps_the_most_recently_stored_themes_only(weights: ThemeWeights) -> None:
     """A model that names a new theme every round: the hash stays at the workflow's bound
     (MAX_TUNED_THEMES), keeping the newest, as the user workflow's own cache does."""
-    from mnemoflow.workflows.state_ops import MAX_TUNED_THEMES
+    from mnemoflow.models.round_store import MAX_TUNED_THEMES
 
     themes = [f"errand {i}: {chr(0x4E00 + i)}" for i in range(MAX_TUNED_THEMES + 16)]
     dropped = 0

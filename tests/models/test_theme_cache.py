@@ -11,6 +11,7 @@ import pytest
 from mnemoflow.models.fragments import FragmentDraft, theme_key
 from mnemoflow.models.params import TunedParams
 from mnemoflow.models.round_store import (
+    MAX_TUNED_THEMES,
     cached_params,
     pack_params,
     pack_theme_cache,
@@ -18,7 +19,6 @@ from mnemoflow.models.round_store import (
     tune_requests,
     unpack_theme_cache,
 )
-from mnemoflow.workflows.state_ops import MAX_TUNED_THEMES
 
 
 def _random_params(rng: random.Random) -> TunedParams:
