@@ -59,6 +59,8 @@ FORGET_FRAGMENT_WAITS_REINFORCE = "forget-fragment-waits-reinforce"
 FORGET_FRAGMENT_BY_STATEMENT = "forget-fragment-facts-by-statement"
 #: forget_fragment cleans up after a delete whose reply was lost (a retried delete finds 0 rows).
 FORGET_FRAGMENT_REPLY_LOST = "forget-fragment-reply-lost"
+#: forget_fragment's republish counts as a write in flight, which the forget saga waits for.
+FORGET_FRAGMENT_PUBLISH_COUNTED = "forget-fragment-publish-counted"
 
 #: An explicit memory starts as if reinforced a few times: the user asked for it.
 EXPLICIT_STRENGTH = 4
@@ -194,8 +196,16 @@ async def _forgotten_everywhere(
         run.dropped_ids.append(req.fragment_id)
     republished = False
     if run.state.context is not None and run.forget_request is None:
-        # On failure the state holds it: the query and the next publish do.
-        republished = await publish_held(run)
+        # The forget saga waits for writes in flight: this publish counts too, or a forget of
+        # the whole user that came meanwhile could delete the read model before it lands (a
+        # probe held this publish: the forgotten user's context came back to Redis).
+        counted = workflow.patched(FORGET_FRAGMENT_PUBLISH_COUNTED)
+        run.writes_in_flight += int(counted)
+        try:
+            # On failure the state holds it: the query and the next publish do.
+            republished = await publish_held(run)
+        finally:
+            run.writes_in_flight -= int(counted)
     return ForgetFragmentResult(
         deleted=deleted, profile_facts_removed=removed, republished=republished
     )

@@ -105,17 +105,27 @@ async def memory_worker(
     redis_url: str,
     models: Any,
     embeddings: Any | None = None,
+    store_cls: type[FragmentStore] | None = None,
 ) -> AsyncIterator[MemoryWorker]:
     """Run the production wiring (worker.app.running_worker) for the duration of the block,
-    with the given models and embeddings; the store clients are closed after."""
+    with the given models and embeddings (and a FragmentStore subclass, e.g. one that holds
+    some calls); the store clients are closed after."""
     settings = fresh_settings(milvus_uri, redis_url)
-    components = Components(models=models, embeddings=embeddings or HashingEmbeddings())
-    async with running_worker(client, settings, components) as res:
-        task_queue = settings.temporal.task_queue
-        try:
-            yield MemoryWorker(client, task_queue, res.store, res.read_model, models)
-        finally:
-            await terminate_started(client, task_queue)
+    embedder = embeddings or HashingEmbeddings()
+    store = None
+    if store_cls is not None:
+        store = store_cls(settings.milvus.uri, embedder, collection=settings.milvus.collection)
+    components = Components(models=models, embeddings=embedder, store=store)
+    try:
+        async with running_worker(client, settings, components) as res:
+            task_queue = settings.temporal.task_queue
+            try:
+                yield MemoryWorker(client, task_queue, res.store, res.read_model, models)
+            finally:
+                await terminate_started(client, task_queue)
+    finally:
+        if store is not None:
+            await store.close()
 
 
 async def terminate_started(client: Client, task_queue: str) -> None:

@@ -11,6 +11,7 @@ published fragment against the store, before and after the user workflow publish
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import Counter
@@ -22,6 +23,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.activities.theme_weights import ThemeWeights, weights_key
 from mnemoflow.models.config import MemoryConfig
@@ -36,8 +38,8 @@ from mnemoflow.models.contracts import (
     RoundRecord,
     RoundResult,
 )
-from mnemoflow.models.fragments import theme_key
-from mnemoflow.models.ids import user_workflow_id
+from mnemoflow.models.fragments import Fragment, theme_key
+from mnemoflow.models.ids import user_key, user_workflow_id
 from mnemoflow.models.params import TunedParams
 from mnemoflow.models.round_store import full_id, theme_ref, unpack_theme_cache
 from mnemoflow.workflows.memory_round import BY_REFERENCE_SHAPE, STORED_WEIGHTS_SHAPE
@@ -81,11 +83,18 @@ CONFIG = MemoryConfig.from_vocation("customer service").model_copy(
 
 
 async def _drive(
-    client: Client, mw: MemoryWorker, user: str, *, last: list[str] | None = None
+    client: Client,
+    mw: MemoryWorker,
+    user: str,
+    *,
+    last: list[str] | None = None,
+    ago: float = 3 * HOUR,
 ) -> tuple[WorkflowHandle, list[RoundRecord]]:
+    """The five parts as rounds, said `ago` seconds back (3 hours: their fragments are due
+    for induction by the end)."""
     said = [*PARTS[:-1], last] if last else PARTS
     lines = [line for part in said for line in part]
-    turns = conversation("t", lines, time.time() - 3 * HOUR)
+    turns = conversation("t", lines, time.time() - ago)
     parts = [turns[2 * i : 2 * i + 2] for i in range(len(PARTS))]
     handle = await rounds_done(client, mw.task_queue, user, parts, config=CONFIG)
     rounds = (await status(handle)).rounds
@@ -343,3 +352,69 @@ async def test_forgotten_fragment_held_by_reference_is_not_published_again(
         assert victim not in ids
         assert published is not None and published.fragments[0].content == fact
         assert ids[1:] == [fid for fid in ranked if fid != victim]
+
+
+class HeldReads(FragmentStore):
+    """The production store whose reads by id wait while `gate` is set: a publish fills its
+    stubs that way when Redis lost its copy of the context."""
+
+    gate: asyncio.Event | None = None
+    entered: asyncio.Event | None = None
+
+    async def get(self, user_id: str, ids: list[str]) -> list[Fragment]:
+        cls = type(self)
+        if cls.gate is not None and cls.entered is not None:
+            cls.entered.set()
+            await cls.gate.wait()
+        return await super().get(user_id, ids)
+
+
+async def test_forgetting_the_user_waits_for_a_forget_fragment_republish(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """A forget of one fragment republishes the context; a forget of the whole user that
+    comes meanwhile must not delete the read model before that publish lands (it brought the
+    forgotten user's context back to Redis, with no expiry)."""
+    client = dev_env.client
+
+    class Store(HeldReads):
+        pass
+
+    async with memory_worker(
+        client, milvus_uri=milvus_uri, redis_url=redis_url, models=CountingModels(), store_cls=Store
+    ) as mw:
+        user = f"held-{uuid.uuid4().hex[:8]}"
+        # Said just now: no induction is due, so the workflow's loop is free to run the saga
+        # while the forget of one fragment publishes (an induction would publish and hold it).
+        handle, _ = await _drive(client, mw, user, ago=0.0)
+        published = await mw.read_model.get(user)
+        held = await handle.query(UserMemoryWorkflow.context)
+        assert published is not None and len(published.fragments) > len(held.fragments)
+        assert await mw.read_model.delete(user) == 1  # the publish fills its stubs from Milvus
+        Store.gate, Store.entered = asyncio.Event(), asyncio.Event()
+        one = asyncio.create_task(_forget(handle, held.fragments[0].id))
+        whole: asyncio.Task[Any] | None = None
+        try:
+            await asyncio.wait_for(Store.entered.wait(), timeout=60)
+            whole = asyncio.create_task(
+                handle.execute_update(UserMemoryWorkflow.forget, ForgetRequest(reason="test"))
+            )
+            # The saga has the request. It must not finish while the publish is held: it gets
+            # a few seconds to show it would (on the code before, the receipt came in ~1 s,
+            # and the publish then put the forgotten user's context back).
+            deadline = time.monotonic() + 60
+            while not whole.done() and not (await status(handle)).forget_pending:
+                assert time.monotonic() < deadline, "the forget never arrived"
+                await asyncio.sleep(0.05)
+            await asyncio.wait({whole}, timeout=4)
+        finally:
+            Store.gate.set()
+            Store.gate = None
+        assert (await asyncio.wait_for(one, timeout=60)).deleted == 1
+        assert whole is not None
+        receipt = await asyncio.wait_for(whole, timeout=60)
+        assert receipt.fragments_deleted > 0
+        assert await mw.read_model.get(user) is None, "the forgotten user's context is back"
+        assert await mw.store.all_for_user(user) == []
+        left = [k async for k in mw.read_model.redis.scan_iter(match=f"{mw.read_model.prefix}*")]
+        assert not [k for k in left if user_key(user).encode() in k], left
