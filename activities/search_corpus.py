@@ -96,7 +96,9 @@ class SearchCorpus:
         """Make the user's corpus hold exactly the store's fragments (best-effort, logged).
 
         `stored_ids`: the ids of all of the user's stored fragments, read from the store just
-        before (a round's store step scored them all); None reads them here.
+        before (a round's store step scored them all); None reads them here. Read before the
+        corpus, they can miss a fragment written and added in between (a remember during the
+        step): an entry they do not name is dropped only after the store is asked again.
         """
         try:
             have = await self.ids(user_id)
@@ -105,6 +107,8 @@ class SearchCorpus:
             else:
                 stored = set(stored_ids)
             missing, extra = stored - have, have - stored
+            if extra and stored_ids is not None:
+                extra -= {f.id for f in await store.all_for_user(user_id)}
             if missing:
                 rows = [(f, v) for f, v in await store.all_with_vectors(user_id) if f.id in missing]
                 await self.add([f for f, _ in rows], [v for _, v in rows])

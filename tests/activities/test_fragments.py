@@ -666,6 +666,22 @@ async def test_the_lean_store_step_reconciles_the_corpus_from_the_rows_it_scored
         stored = {f.id for f in await store.all_for_user(user)}
         assert set(await corpus.ids(user)) == stored
         assert stale not in stored and told[0].id in stored and len(stored) > len(told) + 1
+        # A fragment remembered while a step runs, between its scoring read and its corpus
+        # repair (written, then added to the corpus, as the remember activity does): kept.
+        remembered = (await _round(user, 9, [("human", "The attic ladder code is zebra-4471.")]))[0]
+        scored = store.candidates
+
+        async def then_remember(*args: Any) -> Any:
+            found = await scored(*args)
+            written = await store.upsert_vectors([remembered])
+            await corpus.add([f for f, _ in written], [v for _, v in written])
+            return found
+
+        store.candidates = then_remember  # type: ignore[method-assign]
+        again = await _round(user, 4, [("human", "Miso prefers the blue bowl to the red one.")])
+        await env.run(acts.store_round, _store_step(user, again, 4))
+        stored = {f.id for f in await store.all_for_user(user)}
+        assert remembered.id in stored and set(await corpus.ids(user)) == stored
     finally:
         await redis.aclose()
         await read_model.close()
