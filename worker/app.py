@@ -22,19 +22,17 @@ their own slots: as many as ordinary ones (`max_concurrent_activities`).
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
 import inspect
 import logging
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
@@ -311,11 +309,34 @@ def single_threaded_blas() -> None:
     threadpool_limits(limits=1, user_api="blas")
 
 
-#: The private bytecode directory `workflow_bytecode_cache` chose for this process, once.
+#: The bytecode directory `workflow_bytecode_cache` chose for this process, once.
 _bytecode_dir: str | None = None
 
 
-def workflow_bytecode_cache(probe: str | None = None) -> str | None:
+def bytecode_cache_dir() -> Path:
+    """The user's cache for our bytecode: `$XDG_CACHE_HOME/mnemoflow/bytecode`, by default
+    under `~/.cache` (pip's and most tools' place; delete it any time)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mnemoflow" / "bytecode"
+
+
+def _current_pyc(source: str) -> bool:
+    """Whether a `.pyc` beside `source` is valid for it (as the import system checks it)."""
+    try:
+        with open(importlib.util.cache_from_source(source), "rb") as f:
+            head = f.read(16)
+        st = os.stat(source)
+    except OSError:
+        return False
+    if len(head) < 16 or head[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    if int.from_bytes(head[4:8], "little") & 1:  # hash-based: checked at import, by hash
+        return True
+    mtime, size = (int.from_bytes(head[i : i + 4], "little") for i in (8, 12))
+    return mtime == int(st.st_mtime) & 0xFFFFFFFF and size == st.st_size & 0xFFFFFFFF
+
+
+def workflow_bytecode_cache(probe: str | None = None, cache_dir: Path | None = None) -> str | None:
     """Let the workflow sandbox load our modules from bytecode instead of compiling them.
 
     The sandbox imports a workflow's module afresh for every workflow run it starts, and a
@@ -323,12 +344,14 @@ def workflow_bytecode_cache(probe: str | None = None) -> str | None:
     the Docker build) and an editable install (`make venv`, `mnemoflow dev`) no `.pyc` exists,
     so every round compiled `workflows/memory_round.py` and what it imports from source again:
     ~6 ms of CPU per round, the module alone (docs/PERFORMANCE.md, section 2). When Python may
-    not write bytecode, this process writes it to a private directory of its own (`mkdtemp`,
-    mode 0700, removed at exit) and reads it from there; nothing is written next to the
-    sources. A process that writes bytecode already, that chose a `sys.pycache_prefix`
+    not write bytecode, this process writes it to the user's cache (`bytecode_cache_dir`, mode
+    0700, owned by the user or not used) and reads it from there; nothing is written next to
+    the sources. A cache, not a temp dir: `mnemoflow` commands end with `os._exit`, so nothing
+    at exit could remove a per-process directory (35 MB each), and the next process finds its
+    bytecode ready. A process that writes bytecode already, that chose a `sys.pycache_prefix`
     itself, or whose workflow modules were compiled at install (`probe`, by default the round
-    workflow's module, has its `.pyc` beside it: a wheel installed by pip, the Docker image) is
-    left as it is. Returns the directory in use (None: Python's own behaviour).
+    workflow's module, has a current `.pyc` beside it: a wheel installed by pip, the Docker
+    image) is left as it is. Returns the directory in use (None: Python's own behaviour).
     """
     global _bytecode_dir
     if _bytecode_dir is not None or not sys.dont_write_bytecode or sys.pycache_prefix:
@@ -336,18 +359,23 @@ def workflow_bytecode_cache(probe: str | None = None) -> str | None:
     if probe is None:  # found, not imported: its first import should write the cache
         spec = importlib.util.find_spec("mnemoflow.workflows.memory_round")
         probe = spec.origin if spec is not None else None
-    if probe and os.path.exists(importlib.util.cache_from_source(probe)):
+    if probe and _current_pyc(probe):
         return None
+    path = cache_dir or bytecode_cache_dir()
     try:
-        path = tempfile.mkdtemp(prefix="mnemoflow-pycache-")
-    except OSError as exc:  # no writable temp dir: compiling every time is slower, not wrong
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.stat()
+    except OSError as exc:  # no writable cache: compiling every time is slower, not wrong
         log.warning("no bytecode cache for the workflow sandbox: %s", exc)
         return None
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
-    sys.pycache_prefix = path
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        # Bytecode is code: never read it from a directory someone else could write to.
+        log.warning("bytecode cache %s is not the user's own (mode 0700): not used", path)
+        return None
+    sys.pycache_prefix = str(path)
     sys.dont_write_bytecode = False
-    _bytecode_dir = path
-    return path
+    _bytecode_dir = str(path)
+    return _bytecode_dir
 
 
 @asynccontextmanager

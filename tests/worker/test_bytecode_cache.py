@@ -3,7 +3,8 @@
 The sandbox imports a workflow's module afresh for every workflow run, and every round is a
 run. Under PYTHONDONTWRITEBYTECODE with an editable install there is no `.pyc`, so each run
 compiled the module from source. Each case runs in a subprocess of its own, because the
-function changes interpreter-wide flags; each counts what the import system compiled.
+function changes interpreter-wide flags, with a cache home of its own (XDG_CACHE_HOME); each
+counts what the import system compiled.
 """
 
 from __future__ import annotations
@@ -60,18 +61,24 @@ print(json.dumps({
     "in_sandbox": len(in_sandbox),
     "prefix": sys.pycache_prefix,
     "dont_write": sys.dont_write_bytecode,
-    "cached": sorted(os.listdir(chosen)) if chosen else [],
+    "cached": sum(len(files) for _, _, files in os.walk(chosen)) if chosen else 0,
+    "round_module_anywhere": sum(p.endswith("memory_round.py") for p in compiled),
 }))
 """
 
 
-def _probe(mode: str, *, dont_write: bool, prefix: str = "") -> dict:
+def _env(cache_home: Path, *, dont_write: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env.pop("PYTHONPYCACHEPREFIX", None)
+    env["XDG_CACHE_HOME"] = str(cache_home)
     if dont_write:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def _run(script: str, env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, mode, prefix],
+        [sys.executable, "-c", script, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -79,52 +86,73 @@ def _probe(mode: str, *, dont_write: bool, prefix: str = "") -> dict:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return done.stdout.strip().splitlines()[-1]
 
 
-def test_without_it_every_sandboxed_run_compiles_the_round_module() -> None:
+def _probe(mode: str, cache_home: Path, *, dont_write: bool, prefix: str = "") -> dict:
+    return json.loads(_run(PROBE, _env(cache_home, dont_write=dont_write), mode, prefix))
+
+
+def test_without_it_every_sandboxed_run_compiles_the_round_module(tmp_path: Path) -> None:
     """What the cache is for: the premise, measured the same way."""
-    got = _probe("none", dont_write=True)
+    got = _probe("none", tmp_path, dont_write=True)
     assert got["round_module"] == 3
 
 
-def test_the_round_module_is_compiled_at_most_once_per_process() -> None:
-    got = _probe("cache", dont_write=True)
-    assert got["chosen"] and got["prefix"] == got["chosen"]
-    assert got["dont_write"] is False
-    assert got["round_module"] == 0, got
-    assert got["cached"], "nothing was written to the private directory"
-    # The directory is the process's own and is removed when it exits.
-    assert not Path(got["chosen"]).exists()
+def test_the_round_module_is_compiled_once_and_the_next_process_finds_it(tmp_path: Path) -> None:
+    first = _probe("cache", tmp_path, dont_write=True)
+    mine = tmp_path / "mnemoflow" / "bytecode"
+    assert first["chosen"] == str(mine) and first["prefix"] == str(mine)
+    assert first["dont_write"] is False
+    assert first["round_module"] == 0 and first["round_module_anywhere"] == 1, first
+    assert first["cached"] > 0, "nothing was written to the cache"
+    assert mine.stat().st_mode & 0o777 == 0o700
+    # A cache, kept after the process (a `mnemoflow` command ends with os._exit anyway): the
+    # next process compiles nothing of ours it already compiled.
+    second = _probe("cache", tmp_path, dont_write=True)
+    assert second["chosen"] == str(mine) and second["round_module_anywhere"] == 0, second
+
+
+def test_a_cache_dir_others_can_write_to_is_not_used(tmp_path: Path) -> None:
+    shared = tmp_path / "mnemoflow" / "bytecode"
+    shared.mkdir(parents=True)
+    shared.chmod(0o777)
+    got = _probe("cache", tmp_path, dont_write=True)
+    assert got["chosen"] is None and got["prefix"] is None and got["dont_write"] is True
 
 
 def test_a_process_that_writes_bytecode_is_left_as_it_is(tmp_path: Path) -> None:
-    got = _probe("cache", dont_write=False, prefix=str(tmp_path))
-    assert got["chosen"] is None and got["prefix"] == str(tmp_path)
+    got = _probe("cache", tmp_path, dont_write=False, prefix=str(tmp_path / "own"))
+    assert got["chosen"] is None and got["prefix"] == str(tmp_path / "own")
     assert got["round_module"] == 0
 
 
 def test_a_prefix_the_process_chose_is_kept(tmp_path: Path) -> None:
-    got = _probe("cache", dont_write=True, prefix=str(tmp_path))
+    got = _probe("cache", tmp_path, dont_write=True, prefix=str(tmp_path / "own"))
     assert got["chosen"] is None
-    assert got["prefix"] == str(tmp_path) and got["dont_write"] is True
+    assert got["prefix"] == str(tmp_path / "own") and got["dont_write"] is True
+
+
+# Compiles a module beside its source, as pip does at install, optionally changes the source
+# afterwards (a stale .pyc), then asks for the cache with that module as the probe.
+INSTALLED = r"""
+import importlib.util, py_compile, sys
+from mnemoflow.worker.app import workflow_bytecode_cache
+
+src, stale = sys.argv[1], sys.argv[2] == "stale"
+py_compile.compile(src, cfile=importlib.util.cache_from_source(src), doraise=True)
+if stale:
+    with open(src, "a") as f:
+        f.write("OTHER = 2\n")
+print(workflow_bytecode_cache(src) is not None, sys.pycache_prefix is not None)
+"""
 
 
 def test_workflow_modules_compiled_at_install_are_left_alone(tmp_path: Path) -> None:
-    """A wheel installed by pip (the Docker image) has its `.pyc` beside the sources."""
+    """A wheel installed by pip (the Docker image) has a current `.pyc` beside the sources;
+    a stale one (the source changed since) does not count."""
     module = tmp_path / "installed_workflow.py"
     module.write_text("VALUE = 1\n")
-    script = (
-        "import importlib.util, py_compile, sys\n"
-        "from mnemoflow.worker.app import workflow_bytecode_cache\n"
-        f"src = {str(module)!r}\n"
-        "py_compile.compile(src, cfile=importlib.util.cache_from_source(src), doraise=True)\n"
-        "print(workflow_bytecode_cache(src), sys.pycache_prefix, sys.dont_write_bytecode)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["None", "None", "True"]
+    env = _env(tmp_path / "cache", dont_write=True)
+    assert _run(INSTALLED, env, str(module), "current").split() == ["False", "False"]
+    assert _run(INSTALLED, env, str(module), "stale").split() == ["True", "True"]
