@@ -10,11 +10,9 @@ first (so running activities finish) and then every service it started, newest f
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -42,6 +40,7 @@ from mnemoflow.devstack.temporal_dev import start_temporal_dev
 from mnemoflow.worker.client import connect_until
 from mnemoflow.worker.search_attributes import ensure_search_attributes, wanted
 from mnemoflow.worker.settings import Settings
+from mnemoflow.worker.web import bindable
 
 CONNECT_DEADLINE_S = 60.0
 CONNECT_RETRY_S = 0.2
@@ -65,31 +64,18 @@ class DevPorts:
 DEFAULT_PORTS = DevPorts(temporal=7233, ui=8233, redis=6379, milvus=19530)
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # SO_REUSEADDR: connections lingering in TIME_WAIT do not count, a listener does.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError as err:
-            if err.errno in (errno.EADDRINUSE, errno.EACCES):
-                return False
-            raise
-    return True
-
-
 def choose_ports(requested: DevPorts) -> DevPorts:
     """Requested ports must be free; unrequested ones are the defaults, or free ones if busy."""
     chosen: dict[str, int] = {}
     for name in ("temporal", "ui", "redis", "milvus"):
         want = getattr(requested, name)
         if want is not None:
-            if not _bindable(want):
+            if not bindable(want):
                 raise DevStackError(f"{name} port {want} is busy")
             chosen[name] = want
             continue
         default = getattr(DEFAULT_PORTS, name)
-        port = default if _bindable(default) else free_port()
+        port = default if bindable(default) else free_port()
         while port in chosen.values():
             port = free_port()
         chosen[name] = port
@@ -138,7 +124,12 @@ async def _start_codec_server(
     if not encryption.enabled:
         return None
     port = encryption.codec_port
-    if not _bindable(port) or port in (ports.temporal, ports.ui, ports.redis, ports.milvus):
+    if not bindable(port) or port in (
+        ports.temporal,
+        ports.ui,
+        ports.redis,
+        ports.milvus,
+    ):
         port = free_port()
     ui_origins = (
         [f"http://{host}:{ports.ui}" for host in (LOOPBACK, "localhost")] if ports.ui else []

@@ -3,6 +3,7 @@ endpoints all run this way (parsing, limits and keep-alive are the framework's, 
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import socket
@@ -50,12 +51,17 @@ FREE_PORT_RANGE = (20_000, 32_000)
 _handed_out: deque[int] = deque(maxlen=512)
 
 
-def _bindable(host: str, port: int) -> bool:
+def bindable(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on host:port now. SO_REUSEADDR, as servers set it:
+    connections lingering in TIME_WAIT do not count, a listener does."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
-        except OSError:
-            return False
+        except OSError as err:
+            if err.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
     return True
 
 
@@ -67,7 +73,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     low, high = FREE_PORT_RANGE
     for _ in range(64):
         port = rng.randint(low, high)
-        if port not in _handed_out and _bindable(host, port):
+        if port not in _handed_out and bindable(port, host):
             _handed_out.append(port)
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -30,7 +30,7 @@ def test_a_port_in_use_is_not_handed_out(monkeypatch: pytest.MonkeyPatch) -> Non
     from mnemoflow.worker import web
 
     base = free_port()
-    while not all(web._bindable("127.0.0.1", p) for p in range(base, base + 5)):
+    while not all(web.bindable(p) for p in range(base, base + 5)):
         base = free_port()
     monkeypatch.setattr(web, "FREE_PORT_RANGE", (base, base + 4))
     monkeypatch.setattr(web, "_handed_out", deque(maxlen=512))
