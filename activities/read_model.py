@@ -29,6 +29,7 @@ from mnemoflow.models.contracts import (
     InjectedContext,
     PublishInput,
     PublishOutput,
+    fill_stubs,
     is_stub,
     parse_published,
 )
@@ -206,11 +207,7 @@ class ReadModelActivities:
                     found[fragment.id] = ContextFragment.of(fragment)
             except Exception as exc:  # a cache write: publish what is at hand
                 log.warning("fragment store unavailable to fill %d stubs: %s", len(missing), exc)
-        fragments = [
-            found[f.id].model_copy(update={"score": f.score}) if is_stub(f) else f
-            for f in context.fragments
-            if not is_stub(f) or f.id in found
-        ]
+        fragments = fill_stubs(context.fragments, found, keep_unfound=False)
         return context.model_copy(update={"fragments": fragments})
 
     @activity.defn(name=ActivityName.DELETE_READ_MODEL)

@@ -3,6 +3,7 @@ update and query. Contracts change only by adding fields with defaults."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -68,6 +69,21 @@ def stub_fragment(fid: str, score: float = 0.0) -> ContextFragment:
 def is_stub(fragment: ContextFragment) -> bool:
     """Whether the fragment is a `stub_fragment` (its contents are in the stores only)."""
     return not fragment.content
+
+
+def fill_stubs(
+    fragments: list[ContextFragment],
+    found: Mapping[str, ContextFragment],
+    *,
+    keep_unfound: bool,
+) -> list[ContextFragment]:
+    """`fragments` with each stub replaced by the content `found` for its id, at the stub's
+    score; a stub with nothing found stays a stub (`keep_unfound`) or is left out."""
+    return [
+        found[f.id].model_copy(update={"score": f.score}) if is_stub(f) and f.id in found else f
+        for f in fragments
+        if keep_unfound or not is_stub(f) or f.id in found
+    ]
 
 
 class InjectedContext(BaseModel):

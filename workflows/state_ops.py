@@ -23,6 +23,7 @@ from mnemoflow.models.contracts import (
     Trigger,
     UserMemoryState,
     Watermark,
+    fill_stubs,
     is_stub,
 )
 from mnemoflow.models.profile import UserProfile, profile_facts, without_facts
@@ -526,10 +527,7 @@ def with_filled(context: InjectedContext, filled: list[ContextFragment]) -> Inje
     found = {f.id: f for f in filled}
     if not found or not any(is_stub(f) and f.id in found for f in context.fragments):
         return context
-    fragments = [
-        found[f.id].model_copy(update={"score": f.score}) if is_stub(f) and f.id in found else f
-        for f in context.fragments
-    ]
+    fragments = fill_stubs(context.fragments, found, keep_unfound=True)
     return context.model_copy(update={"fragments": fragments})
 
 
