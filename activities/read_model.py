@@ -160,8 +160,11 @@ class ReadModel:
         """Remove the user's context and tuned weights (activities/theme_weights.py); returns
         the number of context keys deleted (0 or 1)."""
         key = self.key(user_id)
-        await self._redis.delete(weights_key(self.prefix, user_id))
-        return int(await self._redis.delete(key))
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(weights_key(self.prefix, user_id))
+            pipe.delete(key)
+            _, deleted = await pipe.execute()
+        return int(deleted)
 
 
 class ReadModelActivities:
