@@ -27,6 +27,7 @@ from mnemoflow.models.round_store import (
     STORE_ROUND,
     StoreRoundInput,
     StoreRoundOutput,
+    held_by_round,
     short_id,
     unpack_params,
 )
@@ -97,10 +98,15 @@ class RoundStoreActivities:
         picked = [c for c in selection.log.candidates if c.picked]
         return StoreRoundOutput(
             indexed=[f.id for f, _ in written],
-            # Contents the round already holds are not recorded again (shape 3).
+            # Contents the round already holds are not recorded again (shape 3), nor those of
+            # fragments made by the rounds the user workflow vouches for.
             fragments=ranked
             if known is None
-            else [c for c in ranked[: inp.contents_top] if c.id not in known],
+            else [
+                c
+                for c in ranked[: inp.contents_top]
+                if c.id not in known and not held_by_round(sel.user_id, c.id, inp.known_from_round)
+            ],
             ranked=[]
             if known is None
             else [

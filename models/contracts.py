@@ -233,6 +233,17 @@ class UserMemoryState(BaseModel):
     induction_skipped: int = Field(
         0, description="fragments left out of the profile: their induction alone failed for good"
     )
+    recent: list[ContextFragment] = Field(
+        default_factory=list,
+        description="the contents of the fragments made by rounds numbered `recent_from` or "
+        "later, oldest round first (bounded: workflows/state_ops.py keep_made); a round does not "
+        "send them back (RoundInput.held_from_round)",
+    )
+    recent_from: int = Field(
+        0,
+        description="every fragment a round numbered this or later stored is in `recent`, or "
+        "was forgotten (0: no round is vouched for)",
+    )
 
 
 class UserMemoryInput(BaseModel):
@@ -325,6 +336,12 @@ class RoundInput(BaseModel):
         description="shape 3: ids of the published fragments the user workflow holds (their "
         "contents do not come back in the result)",
     )
+    held_from_round: int = Field(
+        0,
+        description="shape 4 and later: the user workflow holds the contents of every fragment "
+        "made by a round numbered this or later (UserMemoryState.recent), so they do not come "
+        "back in the result either (0: none held so)",
+    )
 
 
 class RankedRef(BaseModel):
@@ -356,6 +373,12 @@ class RoundResult(BaseModel):
         False,
         description="shape 4: `context.fragments` holds only the contents of the fragments this "
         "round made; the user workflow holds the others it lacks as `stub_fragment`s",
+    )
+    made: list[ContextFragment] | None = Field(
+        None,
+        description="the contents of the fragments this round stored that are not in "
+        "`context.fragments` (unpublished ones), so that the user workflow holds every fragment "
+        "the round made (UserMemoryState.recent); None from rounds before this field",
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import struct
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -76,6 +77,28 @@ def short_id(user_id: str, fid: str) -> str:
 def full_id(user_id: str, sid: str) -> str:
     """The whole id of a `short_id`."""
     return _id_head(user_id) + sid[1:] if sid.startswith(SHORT_ID_MARK) else sid
+
+
+_ROUND_PART = re.compile(r"r([0-9]{1,9})-f[0-9]{1,9}")
+
+
+def round_of(user_id: str, fid: str) -> int | None:
+    """The number of the round that made this fragment of the user (`models.ids.fragment_id`),
+    or None for an id of another form (an explicitly remembered fragment, another user's)."""
+    head = _id_head(user_id)
+    if not fid.startswith(head):
+        return None
+    found = _ROUND_PART.fullmatch(fid, len(head))
+    return int(found.group(1)) if found else None
+
+
+def held_by_round(user_id: str, fid: str, held_from_round: int) -> bool:
+    """Whether the user workflow holds this fragment's contents because a round numbered
+    `held_from_round` or later made it (RoundInput.held_from_round; 0: none held so)."""
+    if held_from_round <= 0:
+        return False
+    made_in = round_of(user_id, fid)
+    return made_in is not None and made_in >= held_from_round
 
 
 def pack_params(params: TunedParams, places: int = 6) -> list[float]:
@@ -221,6 +244,11 @@ class StoreRoundInput(BaseModel):
         None,
         description="shape 4: contents only among the first this many ranked fragments (and "
         "only of those not `known`); the user workflow names the others by id",
+    )
+    known_from_round: int = Field(
+        0,
+        description="the round already holds the contents of every fragment made by a round "
+        "numbered this or later (RoundInput.held_from_round; 0: none)",
     )
 
 

@@ -20,7 +20,9 @@ workflow sets it; rounds recorded before the lean shape have none and replay unc
   selection (what one model call injects) come back with their contents; it holds the others
   by id and the publish activity fills them from the stores. What a round records grows less
   with how many earlier fragments come back into the selection, and the workflow's own answer
-  on a Redis miss still has the best.
+  on a Redis miss still has the best. Every fragment the round stored goes back with its
+  contents (`made`: the unpublished ones), and nothing made by a round from the input's
+  `held_from_round` on travels again: the user workflow keeps those (`recent`).
 
 - 3, lean with local LLM attempts (rounds before shape 4): slice and tune (cache misses only)
   each try once as a local activity when the LLM activities share the round's task queue, and go
@@ -205,6 +207,7 @@ class MemoryRoundWorkflow:
                 context=skeleton,
                 known=known,
                 contents_top=inp.config.top_k if by_ref else None,
+                known_from_round=inp.held_from_round if by_ref else 0,
                 new_weights={k: pack_params(p) for k, p in tuned_new.items()}
                 if self._lookup_user
                 else {},
@@ -228,6 +231,10 @@ class MemoryRoundWorkflow:
         else:
             contents, ranked = stored.fragments, None
             selection = selection.model_copy(update={"candidates": stored.picked})
+        made = None
+        if by_ref:  # every fragment the round stored reaches the user workflow with its contents
+            sent = {c.id for c in contents}
+            made = [ContextFragment.of(f) for f in fragments if f.id in stored_ids - sent]
         return RoundResult(
             round_no=inp.round_no,
             fragments=refs,
@@ -238,6 +245,7 @@ class MemoryRoundWorkflow:
             usage=usage,
             ranked=ranked,
             by_reference=by_ref,
+            made=made,
         )
 
     # --- the classic shape (shape 1: rounds recorded before the lean one) ----------------
@@ -430,20 +438,18 @@ def _unknown_contents(
     inp: RoundInput, fragments: list[Fragment], stored: StoreRoundOutput
 ) -> list[ContextFragment]:
     """The published fragments whose contents the user workflow does not hold: the round's
-    own (it made them) and any the store step sent back; the others travel by id
-    (`RoundResult.ranked`)."""
+    own (it made them) and any the store step sent back; the others, held in its context or
+    made by a round it vouches for (`held_from_round`), travel by id (`RoundResult.ranked`)."""
     known = {full_id(inp.user_id, i) for i in inp.known_fragments}
     own = {f.id: f for f in fragments}
     sent = {c.id: c for c in stored.fragments}
     out: list[ContextFragment] = []
     for ref in stored.ranked:
         fid = full_id(inp.user_id, ref.id)
-        if fid in known:
-            continue
-        if fid in sent:
-            out.append(sent[fid])
-        elif fid in own:
+        if fid in own:
             out.append(ContextFragment.of(own[fid], ref.score))
+        elif fid in sent and fid not in known:
+            out.append(sent[fid])
     return out
 
 

@@ -27,7 +27,7 @@ from mnemoflow.models.contracts import (
     is_stub,
 )
 from mnemoflow.models.profile import UserProfile, profile_facts, without_facts
-from mnemoflow.models.round_store import MAX_TUNED_THEMES
+from mnemoflow.models.round_store import MAX_TUNED_THEMES, round_of
 from mnemoflow.models.turns import ChatTurn, identity_digest, turn_identity
 from mnemoflow.models.usage import PriceTable
 
@@ -42,6 +42,12 @@ MAX_SEEN_MESSAGES = 4096
 MAX_FACT_SOURCES = 32
 MAX_FORGOTTEN_FRAGMENTS = 512
 MAX_RETIRED_THREADS = 1000
+#: The contents of the fragments the latest rounds made that the user workflow keeps
+#: (`recent`, docs/ARCHITECTURE.md "The round"): at most this many fragments and this many
+#: characters of content, the oldest rounds' going first. A fragment that comes back into the
+#: first `top_k` while it is kept does not travel again in the round's history.
+RECENT_MAX_FRAGMENTS = 256
+RECENT_MAX_CHARS = 64_000
 
 
 def _remember(seen: list[str], key: str, limit: int) -> bool:
@@ -330,10 +336,50 @@ def round_completed(
     _finish(record, "completed", now, fragments=len(result.fragments))
 
 
+def keep_made(
+    s: UserMemoryState, user_id: str, round_no: int, result: RoundResult, skip: set[str]
+) -> None:
+    """Keep the contents of every fragment the completed round stored (`recent`), so later
+    rounds need not send them back while they are kept. A round from before `made` (None) could
+    not say what it stored: nothing is vouched for until the next one. `skip`: forgotten ids."""
+    if result.made is None:
+        drop_recent(s)
+        return
+    stored = {r.id for r in result.fragments} - skip
+    if s.recent_from == 0:
+        s.recent_from = round_no
+    have = {f.id for f in s.recent}
+    for f in [*result.context.fragments, *result.made]:
+        if f.id in stored and f.id not in have and not is_stub(f):
+            have.add(f.id)
+            s.recent.append(f.model_copy(update={"score": 0.0}))
+    _bound_recent(s, user_id)
+
+
+def _bound_recent(s: UserMemoryState, user_id: str) -> None:
+    """Drop the oldest rounds' contents past the bounds; the rounds vouched for start after."""
+    chars = sum(len(f.content) for f in s.recent)
+    while s.recent and (len(s.recent) > RECENT_MAX_FRAGMENTS or chars > RECENT_MAX_CHARS):
+        oldest = round_of(user_id, s.recent[0].id) or 0
+        s.recent_from = max(s.recent_from, oldest + 1)
+        kept = [f for f in s.recent if (round_of(user_id, f.id) or 0) >= s.recent_from]
+        chars -= sum(len(f.content) for f in s.recent) - sum(len(f.content) for f in kept)
+        s.recent = kept
+
+
+def drop_recent(s: UserMemoryState) -> None:
+    """Vouch for no round any more (a round failed or collided and may have stored fragments
+    this state never saw, or the user was forgotten)."""
+    s.recent = []
+    s.recent_from = 0
+
+
 def round_failed(
     s: UserMemoryState, record: RoundRecord, error: str, now: float, cfg: MemoryConfig
 ) -> None:
-    """Keep the turns pending and back off, so a later round or an operator picks them up."""
+    """Keep the turns pending and back off, so a later round or an operator picks them up.
+    What the round stored before it failed is not known here: no round is vouched for."""
+    drop_recent(s)
     s.rounds_failed += 1
     s.last_error = f"round {record.round_no} failed: {error}"
     ts = s.threads[record.thread_id]
@@ -503,6 +549,7 @@ def forget_fragment_facts(s: UserMemoryState, fragment_id: str, by_statement: bo
         )
     if s.context is not None:
         s.context = without_forgotten(s.context, s.forgotten_fragments, s.profile)
+    s.recent = [f for f in s.recent if f.id != fragment_id]
     return len(gone)
 
 
@@ -554,6 +601,7 @@ def forget_all(s: UserMemoryState, clear_backoff: bool = False) -> int:
     s.profile_sources = {}
     s.profile_stated = {}
     s.context = None
+    drop_recent(s)
     s.last_error = None
     return dropped
 

@@ -32,7 +32,13 @@ with workflow.unsafe.imports_passed_through():
         stub_fragment,
     )
     from mnemoflow.models.ids import round_workflow_id
-    from mnemoflow.models.round_store import full_id, pack_params, pack_theme_cache, short_id
+    from mnemoflow.models.round_store import (
+        full_id,
+        held_by_round,
+        pack_params,
+        pack_theme_cache,
+        short_id,
+    )
     from mnemoflow.models.turns import ChatTurn
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow, publish_context
@@ -88,7 +94,8 @@ async def maybe_round(run: UserRun) -> bool:
     )
     # Facts remembered from here on may be missing from this round's selection.
     run.remembered_during_round.clear()
-    held = {f.id: f for f in run.context().fragments}  # contents a shape-3 round does not resend
+    # Contents a round does not resend: its selection's and those of the latest rounds' fragments.
+    held = {f.id: f for f in [*s.recent, *run.context().fragments]}
     try:
         handle = await _start_round(run, record, batch, after)
         run.round_task = handle
@@ -109,6 +116,9 @@ async def maybe_round(run: UserRun) -> bool:
     finally:
         run.round_task = None
     floor = run.context().version
+    state_ops.keep_made(
+        s, run.inp.user_id, record.round_no, result, set(s.forgotten_fragments) | run.forgetting
+    )
     # A lean round leaves the profile (its own input) out of its result: put it back.
     result.context = with_contents(
         result.context,
@@ -244,6 +254,8 @@ async def _start_round(
                 ),
             )
         except WorkflowAlreadyStartedError:
+            # A round of an earlier history had this number: its fragments were never seen here.
+            state_ops.drop_recent(s)
             s.rounds_started += step - 1
             step *= 2
             continue
@@ -264,6 +276,8 @@ def _round_input(
         shape = 4
     slim = shape >= 3
     compact = shape == 4
+    compact_refs = shape >= 4  # by reference: the rounds it vouches for (state_ops.keep_made)
+    held = s.recent_from
     packed = {k: pack_params(p, TUNED_PLACES) for k, p in s.tuned.items()} if shape == 3 else {}
     return RoundInput(
         user_id=inp.user_id,
@@ -285,10 +299,13 @@ def _round_input(
         shape=shape,
         # What this workflow holds with contents (not its stubs): those are not sent back.
         known_fragments=[
-            short_id(inp.user_id, f.id) for f in run.context().fragments if not is_stub(f)
+            short_id(inp.user_id, f.id)
+            for f in run.context().fragments
+            if not is_stub(f) and not (compact_refs and held_by_round(inp.user_id, f.id, held))
         ]
         if slim
         else [],
+        held_from_round=held if compact_refs else 0,
     )
 
 

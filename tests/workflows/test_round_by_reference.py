@@ -37,15 +37,17 @@ from mnemoflow.models.contracts import (
     RoundInput,
     RoundRecord,
     RoundResult,
+    UserMemoryInput,
 )
 from mnemoflow.models.fragments import Fragment, theme_key
 from mnemoflow.models.ids import user_key, user_workflow_id
 from mnemoflow.models.params import TunedParams
-from mnemoflow.models.round_store import full_id, theme_ref, unpack_theme_cache
+from mnemoflow.models.round_store import full_id, held_by_round, theme_ref, unpack_theme_cache
+from mnemoflow.workflows import state_ops
 from mnemoflow.workflows.memory_round import BY_REFERENCE_SHAPE, STORED_WEIGHTS_SHAPE
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from mnemoflow.workflows.user_rounds import ROUND_SHAPE
-from tests.support.drive import conversation, rounds_done, status
+from tests.support.drive import conversation, rounds_done, status, submit, wait_status
 from tests.support.memory_worker import MemoryWorker, memory_worker
 from tests.support.replay import assert_replays
 
@@ -80,6 +82,14 @@ PARTS = [
 CONFIG = MemoryConfig.from_vocation("customer service").model_copy(
     update={"published_candidates": 3, "top_k": 1}
 )
+
+
+@pytest.fixture
+def only_own_contents(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user workflow keeps no earlier round's fragments beyond its selection
+    (state_ops.RECENT_MAX_FRAGMENTS 0; the sandbox shares the module): every earlier fragment
+    that comes back travels by id, as the tests below need."""
+    monkeypatch.setattr(state_ops, "RECENT_MAX_FRAGMENTS", 0)
 
 
 async def _drive(
@@ -147,6 +157,7 @@ async def test_rounds_record_only_their_own_contents_and_what_is_published_stays
     milvus_uri: str,
     redis_url: str,
     monkeypatch: pytest.MonkeyPatch,
+    only_own_contents: None,
 ) -> None:
     """Shape 4 sends the theme cache compact in the input; shape 5 (every new round when the
     LLM calls share the workflow's queue) sends none: the weights are looked up in Redis."""
@@ -177,6 +188,7 @@ async def test_rounds_record_only_their_own_contents_and_what_is_published_stays
             sent = {f.id for f in result.context.fragments}
             top = ranked[: inp.config.top_k]
             lacked = set(top) - own - {full_id(user, k) for k in inp.known_fragments}
+            lacked = {f for f in lacked if not held_by_round(user, f, inp.held_from_round)}
             assert sent == (own & set(ranked)) | lacked, (sent, own, top, lacked)
             assert not {full_id(user, k) for k in inp.known_fragments} & sent
             came_back += len(set(ranked) - before - own)
@@ -322,7 +334,7 @@ async def test_tunes_as_activities_answer_with_stored_weights(
 
 
 async def test_forgotten_fragment_held_by_reference_is_not_published_again(
-    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str, only_own_contents: None
 ) -> None:
     """A fragment the user workflow names only by id, forgotten: the next publish does not
     bring it back from Redis's older copy or from anywhere else."""
@@ -370,7 +382,7 @@ class HeldReads(FragmentStore):
 
 
 async def test_forgetting_the_user_waits_for_a_forget_fragment_republish(
-    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str, only_own_contents: None
 ) -> None:
     """A forget of one fragment republishes the context; a forget of the whole user that
     comes meanwhile must not delete the read model before that publish lands (it brought the
@@ -418,3 +430,146 @@ async def test_forgetting_the_user_waits_for_a_forget_fragment_republish(
         assert await mw.store.all_for_user(user) == []
         left = [k async for k in mw.read_model.redis.scan_iter(match=f"{mw.read_model.prefix}*")]
         assert not [k for k in left if user_key(user).encode() in k], left
+
+
+# --- the contents of the latest rounds' fragments, kept by the user workflow ---------------
+
+
+def _started_input(history: Any) -> UserMemoryInput:
+    attrs = history.events[0].workflow_execution_started_event_attributes
+    [inp] = pydantic_data_converter.payload_converter.from_payloads(
+        list(attrs.input.payloads), [UserMemoryInput]
+    )
+    return inp  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("shape", [BY_REFERENCE_SHAPE, STORED_WEIGHTS_SHAPE])
+async def test_rounds_do_not_resend_fragments_the_user_workflow_keeps(
+    shape: int,
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The user workflow keeps the contents of what its latest rounds made (state `recent`):
+    an earlier fragment that comes back among the first `top_k` is named by id only, and yet
+    the workflow's own answer (a Redis miss) holds the whole selection, as Redis does."""
+    from mnemoflow.workflows import user_rounds
+
+    monkeypatch.setattr(user_rounds, "ROUND_SHAPE", shape)
+    client = dev_env.client
+    async with memory_worker(
+        client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        user = f"recent-{uuid.uuid4().hex[:8]}"
+        handle, rounds = await _drive(client, mw, user)
+        came_back = 0
+        before: set[str] = set()
+        for i, record in enumerate(rounds):
+            round_handle = client.get_workflow_handle(record.workflow_id, result_type=RoundResult)
+            result = await round_handle.result()
+            inp = _input((await round_handle.fetch_history()).events[0])
+            own = {r.id for r in result.fragments}
+            ranked = [full_id(user, r.id) for r in result.ranked or []]
+            # Every round before this one completed: all of them are vouched for.
+            assert inp.held_from_round == (rounds[0].round_no if i else 0), (i, inp)
+            known = {full_id(user, k) for k in inp.known_fragments}
+            assert not any(held_by_round(user, k, inp.held_from_round) for k in known)
+            # Only what this round made travels with contents, published or not.
+            sent = {f.id for f in result.context.fragments}
+            assert sent == own & set(ranked), (i, sent, own)
+            assert result.made is not None
+            assert {f.id for f in result.made} == own - set(ranked)
+            # Earlier fragments back in the selection that the last one did not have: named by
+            # id only, and held whole all the same (below).
+            came_back += len(set(ranked) - before - own)
+            before = set(ranked)
+            # Nothing said in earlier rounds is written into this round's history.
+            history = (await round_handle.fetch_history()).to_json()
+            for line in [line for part in PARTS[:i] for line in part]:
+                assert line not in history, (i, line)
+        assert came_back >= 1, "no earlier fragment came back to the top: nothing tested"
+        # Redis and the workflow's own answer hold the same selection, every content whole.
+        published = await mw.read_model.get(user)
+        ids = await _whole(mw, user, published)
+        held = await handle.query(UserMemoryWorkflow.context)
+        assert [f.id for f in held.fragments] == ids
+        stored = {f.id: f.content for f in await mw.store.get(user, ids)}
+        assert all(f.content == stored[f.id] for f in held.fragments)
+        if shape == STORED_WEIGHTS_SHAPE:
+            assert await assert_replays(client, [handle.id], name="recent-user") == 1
+            round_ids = [r.workflow_id for r in rounds]
+            assert await assert_replays(client, round_ids, name="round-recent") == len(round_ids)
+
+
+async def test_a_forgotten_fragment_leaves_the_kept_contents_and_the_next_run(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """Forgetting a fragment takes its contents out of what the user workflow keeps: the next
+    run's input (continue-as-new) carries the other kept fragments and not that one, and the
+    rounds after still leave out what is kept."""
+    client = dev_env.client
+    cap = 200
+    async with memory_worker(
+        client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        user = f"recent-forget-{uuid.uuid4().hex[:8]}"
+        lines = [line for part in PARTS for line in part]
+        turns = conversation("t", lines, time.time() - 3 * HOUR)
+        handle = None
+        for i in range(0, len(turns), 2):
+            handle = await submit(
+                client,
+                mw.task_queue,
+                user,
+                turns[i : i + 2],
+                urgent=True,
+                config=CONFIG,
+                max_history_events=cap,
+            )
+            await wait_status(
+                handle, lambda s, end=i + 2: s.watermarks["t"].indexed >= end, what="round"
+            )
+        assert handle is not None
+        assert (await status(handle)).continued == 0, "continued before the forget: raise cap"
+        stored = await mw.store.all_for_user(user)
+        [husky] = [f for f in stored if "three husky dogs" in f.content]
+        assert (await _forget(handle, husky.id)).deleted == 1
+
+        # More rounds until the workflow continues as new; every line distinct.
+        things = ["bike chain", "garden hose", "oven door", "car tyre", "attic window", "piano"]
+        fixes = ["oil", "a new washer", "a hinge", "air", "putty", "tuning", "two screws"]
+        more = [
+            f"Errand {n}: the {things[n % 6]} needs {fixes[n % 7]} before day {n + 3}."
+            for n in range(40)
+        ]
+        position = len(turns)
+        for n, line in enumerate(more):
+            said = conversation("t", [line, f"Noted errand {n}."], time.time() - HOUR)
+            part = [t.model_copy(update={"position": position + t.position}) for t in said]
+            position += len(part)
+            await submit(
+                client,
+                mw.task_queue,
+                user,
+                part,
+                urgent=True,
+                config=CONFIG,
+                max_history_events=cap,
+            )
+            now = await wait_status(
+                handle, lambda s, end=position: s.watermarks["t"].indexed >= end, what="round"
+            )
+            if now.continued:
+                break
+        assert now.continued >= 1, "no continue-as-new: nothing tested"
+        runs = [w async for w in client.list_workflows(f"WorkflowId = '{handle.id}'")]
+        newest = max(runs, key=lambda w: w.start_time)
+        history = await client.get_workflow_handle(handle.id, run_id=newest.run_id).fetch_history()
+        state = _started_input(history).state
+        assert state is not None and state.recent_from > 0
+        kept = {f.id: f.content for f in state.recent}
+        assert husky.id not in kept and "three husky dogs" not in history.to_json()
+        # The other fragments of the first rounds are still kept, whole.
+        alive = {f.id: f.content for f in await mw.store.all_for_user(user)}
+        assert len(kept) >= 5 and all(alive[k] == c for k, c in kept.items())
