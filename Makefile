@@ -42,7 +42,7 @@ dev: venv
 
 # A benchmark is a script that prints its figures and writes them to benchmarks/results/;
 # short modes by default, `make bench FULL=1` for the full runs; plots go to docs/img/.
-BENCHES    := hot_path throughput retrieval milvus_flush recall
+BENCHES    := hot_path throughput round_floor retrieval milvus_flush recall
 BENCH_MODE := $(if $(FULL),,--short)
 BENCH_STAMP := $(VENV)/.bench-stamp
 

@@ -125,9 +125,14 @@ def _commit() -> str:
 
 
 def meta(args: Any) -> dict[str, Any]:
-    """Where a figure came from: commit, time, machine, load, arguments."""
+    """Where a figure came from: commit, time, machine, load, arguments. `code_from`: the tree
+    the package was imported from when it is not this checkout's (an A/B run's PYTHONPATH)."""
+    import mnemoflow
+
+    package = Path(mnemoflow.__file__).resolve().parent.parent
     return {
         "commit": _commit(),
+        "code_from": None if package == ROOT.resolve() else str(package),
         "run_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),

@@ -50,6 +50,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -390,10 +391,13 @@ async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -
         [w async for w in temporal.list_workflows(f"WorkflowId = '{parent}'")],
         key=lambda w: w.start_time,
     )
-    runs_events = []
-    for w in runs:
+    runs_events, runs_bytes, continued_bytes = [], [], []
+    for n, w in enumerate(runs):
         h = await temporal.get_workflow_handle(parent, run_id=w.run_id).fetch_history()
         runs_events.append(len(h.events))
+        runs_bytes.append(sum(e.ByteSize() for e in h.events))
+        if n:  # the state the run before handed over (its continue-as-new input)
+            continued_bytes.append(h.events[0].ByteSize())
     history = await temporal.get_workflow_handle(parent, run_id=runs[0].run_id).fetch_history()
     # The user workflow's length and bytes after each round (at its child's completion).
     grown: list[tuple[int, int]] = []
@@ -406,6 +410,9 @@ async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -
         temporal, [round_workflow_id(parent, n) for n in range(1, rounds + 1)]
     )
     per_round_bytes = [c["bytes"] for c in children]
+    resent = await _resent(
+        temporal, user, [round_workflow_id(parent, n) for n in range(1, rounds + 1)]
+    )
     user_bytes = [b - a for (_, a), (_, b) in zip([(0, 0), *grown[:-1]], grown, strict=True)]
     handle = temporal.get_workflow_handle(parent)
     queries = []
@@ -469,6 +476,13 @@ async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -
         "user_history_bytes_per_round_all": user_bytes,
         "user_history_bytes_spread": spread(user_bytes),
         "round_history_events_all": [c["events"] for c in children],
+        # contents of earlier rounds' fragments that a round's result carried (the store step's
+        # marker carries the same), and how many rounds before each was made
+        "earlier_contents_per_round_all": [len(ages) for ages in resent],
+        "earlier_contents_per_round_from_50": round(
+            statistics.fmean([len(ages) for ages in resent[49:]] or [0]), 2
+        ),
+        "earlier_contents_made_rounds_before": sorted(a for ages in resent for a in ages),
         # the first run of the user workflow, after its n-th round
         "user_history_bytes_per_round": {str(n): at(user_bytes, n) for n in first},
         "user_history_events_after": {str(n): grown[n - 1][0] for n in first},
@@ -476,11 +490,49 @@ async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -
         "user_history_events_first_run": len(history.events),
         "user_workflow_runs": len(runs),
         "user_history_events_per_run": runs_events,
+        "user_history_bytes_per_run": runs_bytes,
+        # every run's bytes over every round, the state each continue-as-new carries included
+        "user_history_bytes_per_round_all_runs": round(sum(runs_bytes) / max(rounds, 1)),
+        "continued_input_bytes": continued_bytes,
         "status_query": summary_ms(queries),
         "replay_s": round(replay_s, 3),
         "replay_s_at_events": replay_at,
         "replay_ms_per_1000_events": round(1000 * replay_s / len(history.events) * 1000, 1),
     }
+
+
+async def _resent(temporal: Any, user: str, ids: list[str]) -> list[list[int]]:
+    """Per round: for each earlier fragment whose contents its result carried, how many rounds
+    before it was made (the result as JSON: the embedded stack has no payload codec)."""
+    from temporalio.api.enums.v1 import EventType
+
+    def round_of(fid: str) -> int | None:  # models.ids.fragment_id: <user key>-r<n>-f<i>
+        found = re.search(r"-r([0-9]+)-f[0-9]+$", fid)
+        return int(found.group(1)) if found else None
+
+    out: list[list[int]] = []
+    for n, workflow_id in enumerate(ids, start=1):
+        history = await temporal.get_workflow_handle(workflow_id).fetch_history()
+        done = [
+            e
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+        ]
+        if not done:
+            out.append([])
+            continue
+        payload = done[0].workflow_execution_completed_event_attributes.result.payloads[0]
+        result = json.loads(payload.data)
+        own = {r["id"] for r in result.get("fragments", [])}
+        made = [round_of(f["id"]) for f in result["context"]["fragments"]]
+        out.append(
+            [
+                n - r
+                for f, r in zip(result["context"]["fragments"], made, strict=True)
+                if f["id"] not in own and r is not None
+            ]
+        )
+    return out
 
 
 def _replay_seconds(history: Any) -> float:
