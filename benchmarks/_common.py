@@ -216,6 +216,23 @@ class SleepyChatModel(BaseChatModel):
 # --- the embedded stack --------------------------------------------------------------------
 
 
+def settings_from(env: dict[str, str]) -> Any:
+    """The worker settings as `mnemoflow dev` reads them, with these environment variables set
+    for the read only (the process's environment is left as it was)."""
+    from mnemoflow.worker.settings import Settings
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return Settings.load()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @asynccontextmanager
 async def stack(
     *, latency_s: float = 0.0, embedding: str = "use", tag: str = "bench"
@@ -227,7 +244,6 @@ async def stack(
     """
     from mnemoflow.devstack.embedded import DevPorts, embedded_stack
     from mnemoflow.devstack.processes import free_port
-    from mnemoflow.worker.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix=f"mnemoflow-{tag}-") as tmp:
         env = {
@@ -236,16 +252,7 @@ async def stack(
             "MNEMOFLOW_HEURISTIC_LATENCY_S": str(latency_s),
             "MILVUS_EMBEDDING": embedding,
         }
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            settings = Settings.load()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        settings = settings_from(env)
         ports: list[int] = []
         while len(ports) < 4:
             port = free_port()

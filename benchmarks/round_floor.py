@@ -559,19 +559,9 @@ async def _phase(
 def _settings(data_dir: str, address: str) -> Any:
     """Settings as `mnemoflow dev` reads them (heuristic models; nothing of them is used),
     pointed at this run's dev server."""
-    from mnemoflow.worker.settings import Settings
+    from _common import settings_from
 
-    env = {"MNEMOFLOW_DATA_DIR": data_dir, "MNEMOFLOW_MODELS": "heuristic"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        settings = Settings.load()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    settings = settings_from({"MNEMOFLOW_DATA_DIR": data_dir, "MNEMOFLOW_MODELS": "heuristic"})
     temporal = settings.temporal.model_copy(update={"address": address})
     return settings.model_copy(update={"temporal": temporal})
 
