@@ -59,17 +59,20 @@ class SlowStore(FragmentStore):
         self.delay_s = delay_s
         self.blocking = blocking
 
-    async def upsert_vectors(self, fragments: list[Fragment]) -> list[tuple[Fragment, list[float]]]:
-        # Every write path (`upsert` too) goes through here: the index activity calls this one.
+    async def upsert_vectors(
+        self, fragments: list[Fragment], *, query: str | None = None
+    ) -> list[tuple[Fragment, list[float]]]:
+        # Every write path (`upsert` too) goes through here: the index activity and the round's
+        # store step (with its selection query) call this one.
         if self.blocking:  # like a slow write in pymilvus's thread: cancelling cannot stop it
 
             async def write() -> list[tuple[Fragment, list[float]]]:
                 await asyncio.to_thread(time.sleep, self.delay_s)
-                return await FragmentStore.upsert_vectors(self, fragments)
+                return await FragmentStore.upsert_vectors(self, fragments, query=query)
 
             return await asyncio.shield(asyncio.ensure_future(write()))
         await asyncio.sleep(self.delay_s)
-        return await super().upsert_vectors(fragments)
+        return await super().upsert_vectors(fragments, query=query)
 
 
 async def serve(args: argparse.Namespace) -> None:
