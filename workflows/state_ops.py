@@ -44,10 +44,10 @@ MAX_FORGOTTEN_FRAGMENTS = 512
 MAX_RETIRED_THREADS = 1000
 #: The contents of the fragments the latest rounds made that the user workflow keeps
 #: (`recent`, docs/ARCHITECTURE.md "The round"): at most this many fragments and this many
-#: characters of content, the oldest rounds' going first. A fragment that comes back into the
-#: first `top_k` while it is kept does not travel again in the round's history.
+#: bytes of content (UTF-8), the oldest rounds' going first. A fragment that comes back into
+#: the first `top_k` while it is kept does not travel again in the round's history.
 RECENT_MAX_FRAGMENTS = 256
-RECENT_MAX_CHARS = 64_000
+RECENT_MAX_BYTES = 64_000
 
 
 def _remember(seen: list[str], key: str, limit: int) -> bool:
@@ -358,13 +358,17 @@ def keep_made(
 
 def _bound_recent(s: UserMemoryState, user_id: str) -> None:
     """Drop the oldest rounds' contents past the bounds; the rounds vouched for start after."""
-    chars = sum(len(f.content) for f in s.recent)
-    while s.recent and (len(s.recent) > RECENT_MAX_FRAGMENTS or chars > RECENT_MAX_CHARS):
+    size = sum(_content_bytes(f) for f in s.recent)
+    while s.recent and (len(s.recent) > RECENT_MAX_FRAGMENTS or size > RECENT_MAX_BYTES):
         oldest = round_of(user_id, s.recent[0].id) or 0
         s.recent_from = max(s.recent_from, oldest + 1)
         kept = [f for f in s.recent if (round_of(user_id, f.id) or 0) >= s.recent_from]
-        chars -= sum(len(f.content) for f in s.recent) - sum(len(f.content) for f in kept)
+        size -= sum(_content_bytes(f) for f in s.recent) - sum(_content_bytes(f) for f in kept)
         s.recent = kept
+
+
+def _content_bytes(f: ContextFragment) -> int:
+    return len(f.content.encode("utf-8"))
 
 
 def drop_recent(s: UserMemoryState) -> None:
@@ -505,11 +509,12 @@ def induction_grows(s: UserMemoryState, default: int) -> None:
 
 def mentions(s: UserMemoryState, fragment_id: str) -> bool:
     """Whether the state names the fragment: a source of a profile fact, waiting for induction,
-    or in the published context."""
+    in the published context, or kept with the latest rounds' contents (`recent`)."""
     return (
         any(fragment_id in ids for ids in s.profile_sources.values())
         or any(r.id == fragment_id for r in s.uninducted)
         or (s.context is not None and any(f.id == fragment_id for f in s.context.fragments))
+        or any(f.id == fragment_id for f in s.recent)
     )
 
 

@@ -151,22 +151,23 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
     once. A reinforce in flight is waited for first: it could write the row back after the
     delete."""
     run.forgetting.add(req.fragment_id)
-    if workflow.patched(FORGET_FRAGMENT_WAITS_REINFORCE):
-        await workflow.wait_condition(lambda: not run.reinforcing)
-    run.writes_in_flight += 1
     try:
-        out = await workflow.execute_activity(
-            ActivityName.DELETE_FRAGMENTS,
-            DeleteFragmentsInput(user_id=run.inp.user_id, ids=[req.fragment_id]),
-            result_type=DeleteFragmentsOutput,
-            **store_activity("forget one fragment"),
-        )
-    finally:
-        run.writes_in_flight -= 1
-    try:
+        if workflow.patched(FORGET_FRAGMENT_WAITS_REINFORCE):
+            await workflow.wait_condition(lambda: not run.reinforcing)
+        run.writes_in_flight += 1
+        try:
+            out = await workflow.execute_activity(
+                ActivityName.DELETE_FRAGMENTS,
+                DeleteFragmentsInput(user_id=run.inp.user_id, ids=[req.fragment_id]),
+                result_type=DeleteFragmentsOutput,
+                **store_activity("forget one fragment"),
+            )
+        finally:
+            run.writes_in_flight -= 1
         return await _forgotten_everywhere(run, req, out)
     finally:
-        # From here the state's forgotten ids keep a reinforce away from it.
+        # From here the state's forgotten ids keep a reinforce away from it; a forget that
+        # failed leaves the fragment stored, and it is reinforced and kept as before.
         run.forgetting.discard(req.fragment_id)
 
 

@@ -69,6 +69,8 @@ ROUND_MAX_BYTES = 512_000
 #: Rounds bounded in bytes start where this patch is recorded; older histories replay their
 #: batches whole (a batch over the bound failed every task there, so none completed).
 ROUND_BYTES_PATCH = "round-bytes-bound"
+#: Facts remembered during a round are republished without what was forgotten meanwhile.
+REMEMBERED_SKIPS_FORGOTTEN = "remembered-skips-forgotten"
 
 
 async def maybe_round(run: UserRun) -> bool:
@@ -116,9 +118,9 @@ async def maybe_round(run: UserRun) -> bool:
     finally:
         run.round_task = None
     floor = run.context().version
-    state_ops.keep_made(
-        s, run.inp.user_id, record.round_no, result, set(s.forgotten_fragments) | run.forgetting
-    )
+    # A fragment whose forget is still under way is kept: the forget takes it out when it is
+    # done, and if the forget fails the fragment stays stored, and kept, as its round says.
+    state_ops.keep_made(s, run.inp.user_id, record.round_no, result, set(s.forgotten_fragments))
     # A lean round leaves the profile (its own input) out of its result: put it back.
     result.context = with_contents(
         result.context,
@@ -215,7 +217,14 @@ async def _keep_remembered(run: UserRun, floor: int) -> None:
     """Re-publish facts remembered while the round ran: its selection could not see them."""
     if not run.remembered_during_round:
         return
+    # What was forgotten while the round ran never goes out with it (drop_forgotten then finds
+    # nothing left to take out: this publish is the clean one). Histories from before published
+    # it and then published again without it.
+    s = run.state
     context = run.context()
+    cleaned = state_ops.without_forgotten(context, s.forgotten_fragments, s.profile)
+    if cleaned is not context and workflow.patched(REMEMBERED_SKIPS_FORGOTTEN):
+        context = cleaned
     for fragment in run.remembered_during_round:
         context = with_remembered(
             context,

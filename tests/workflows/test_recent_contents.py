@@ -119,14 +119,14 @@ def test_a_round_from_before_the_field_a_failure_a_collision_or_a_forget_vouch_f
     assert s.recent_from == 0 and s.recent == []
 
 
-@pytest.mark.parametrize("by", ["count", "chars"])
+@pytest.mark.parametrize("by", ["count", "bytes"])
 def test_the_oldest_rounds_go_first_and_are_no_longer_vouched_for(
     by: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if by == "count":
         monkeypatch.setattr(state_ops, "RECENT_MAX_FRAGMENTS", 5)
     else:
-        monkeypatch.setattr(state_ops, "RECENT_MAX_CHARS", 5 * 100)
+        monkeypatch.setattr(state_ops, "RECENT_MAX_BYTES", 5 * 100)
     s = UserMemoryState()
     for n in range(1, 5):  # two fragments of 100 characters per round
         made = [piece(n, 0, f"{n}" * 100), piece(n, 1, f"{n + 5}" * 100)]
@@ -149,3 +149,24 @@ def test_window_off_keeps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     s = UserMemoryState()
     state_ops.keep_made(s, USER, 1, result(1, [piece(1, 0)], []), set())
     assert s.recent == [] and s.recent_from == 2
+
+
+def test_the_byte_bound_counts_utf8_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(state_ops, "RECENT_MAX_BYTES", 300)
+    s = UserMemoryState()
+    made = [piece(1, 0, "猫" * 60)]  # 60 characters, 180 bytes
+    state_ops.keep_made(s, USER, 1, result(1, made, []), set())
+    assert kept(s) == [made[0].id]
+    state_ops.keep_made(s, USER, 2, result(2, [piece(2, 0, "犬" * 60)], []), set())
+    assert kept(s) == [piece(2, 0).id] and s.recent_from == 2  # 360 bytes: round 1 went
+
+
+def test_a_kept_fragment_is_named_by_the_state() -> None:
+    """A forget whose reply was lost cleans up only what the state names (state_ops.mentions):
+    a fragment kept only in `recent` counts."""
+    s = UserMemoryState()
+    only_kept = piece(1, 1)
+    state_ops.keep_made(s, USER, 1, result(1, [piece(1, 0)], [only_kept]), set())
+    assert state_ops.mentions(s, only_kept.id)
+    state_ops.forget_fragment_facts(s, only_kept.id)
+    assert not state_ops.mentions(s, only_kept.id) and only_kept.id not in kept(s)

@@ -48,6 +48,7 @@ from mnemoflow.workflows.memory_round import BY_REFERENCE_SHAPE, STORED_WEIGHTS_
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from mnemoflow.workflows.user_rounds import ROUND_SHAPE
 from tests.support.drive import conversation, rounds_done, status, submit, wait_status
+from tests.support.histories import payloads_text
 from tests.support.memory_worker import MemoryWorker, memory_worker
 from tests.support.replay import assert_replays
 
@@ -221,8 +222,10 @@ async def test_rounds_record_only_their_own_contents_and_what_is_published_stays
             assert kinds[EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES] == 1, kinds
             assert kinds[EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED] == 1, kinds
             assert len(events) == 8, kinds
-            # Nothing said in earlier rounds is written into this round's history.
-            history = (await round_handle.fetch_history()).to_json()
+            # Nothing said in earlier rounds is written into this round's history; its own
+            # lines are (the search can find what it looks for).
+            history = payloads_text(await round_handle.fetch_history())
+            assert all(line in history for line in PARTS[i]), i
             for line in [line for part in PARTS[:i] for line in part]:
                 assert line not in history, (i, line)
         assert came_back >= 1, "no earlier fragment came back into a selection: nothing tested"
@@ -484,8 +487,10 @@ async def test_rounds_do_not_resend_fragments_the_user_workflow_keeps(
             # id only, and held whole all the same (below).
             came_back += len(set(ranked) - before - own)
             before = set(ranked)
-            # Nothing said in earlier rounds is written into this round's history.
-            history = (await round_handle.fetch_history()).to_json()
+            # Nothing said in earlier rounds is written into this round's history; its own
+            # lines are (the search can find what it looks for).
+            history = payloads_text(await round_handle.fetch_history())
+            assert all(line in history for line in PARTS[i]), i
             for line in [line for part in PARTS[:i] for line in part]:
                 assert line not in history, (i, line)
         assert came_back >= 1, "no earlier fragment came back to the top: nothing tested"
@@ -569,7 +574,9 @@ async def test_a_forgotten_fragment_leaves_the_kept_contents_and_the_next_run(
         state = _started_input(history).state
         assert state is not None and state.recent_from > 0
         kept = {f.id: f.content for f in state.recent}
-        assert husky.id not in kept and "three husky dogs" not in history.to_json()
+        text = payloads_text(history)
+        assert husky.id not in kept and "three husky dogs" not in text
+        assert any(c[-40:] in text for c in kept.values())  # what is kept is there to find
         # The other fragments of the first rounds are still kept, whole.
         alive = {f.id: f.content for f in await mw.store.all_for_user(user)}
         assert len(kept) >= 5 and all(alive[k] == c for k, c in kept.items())
