@@ -275,6 +275,11 @@ class FragmentStore:
         rows = await self._user_rows(checked_user(user_id), SCALAR_FIELDS)
         return sorted((to_fragment(r) for r in rows), key=lambda f: (f.created_at, f.id))
 
+    async def highest_round(self, user_id: str) -> int:
+        """The highest round number among the user's stored fragments (0 for none)."""
+        rows = await self._user_rows(checked_user(user_id), ["round_no"])
+        return max((int(r.get("round_no") or 0) for r in rows), default=0)
+
     async def all_with_vectors(self, user_id: str) -> list[tuple[Fragment, list[float]]]:
         """Every fragment of the user with its stored vector (to rebuild the search corpus)."""
         rows = await self._user_rows(checked_user(user_id), [*SCALAR_FIELDS, "vector"])

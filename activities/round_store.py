@@ -25,6 +25,9 @@ from mnemoflow.models.contracts import RankedRef
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
 from mnemoflow.models.round_store import (
     STORE_ROUND,
+    STORED_FLOOR,
+    StoredFloorInput,
+    StoredFloorOutput,
     StoreRoundInput,
     StoreRoundOutput,
     held_by_round,
@@ -50,6 +53,19 @@ class RoundStoreActivities:
         self.read_model = read_model
         self.corpus = corpus
         self.themes = themes
+
+    @activity.defn(name=STORED_FLOOR)
+    async def stored_floor(self, inp: StoredFloorInput) -> StoredFloorOutput:
+        """The highest round number stored for the user and the version of its context in
+        Redis, which a fresh history numbers above (fragment ids derive from round numbers)."""
+        try:
+            highest = await self.store.highest_round(inp.user_id)
+            published = await self.read_model.get(inp.user_id)
+        except InvalidInputError as exc:
+            raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
+        return StoredFloorOutput(
+            round_no=highest, context_version=published.version if published else 0
+        )
 
     @activity.defn(name=STORE_ROUND)
     async def store_round(self, inp: StoreRoundInput) -> StoreRoundOutput:

@@ -104,8 +104,11 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.round_store import (
         SLICE_AND_TUNE,
         STORE_ROUND,
+        STORED_FLOOR,
         SliceTuneInput,
         SliceTuneOutput,
+        StoredFloorInput,
+        StoredFloorOutput,
         StoreRoundInput,
         StoreRoundOutput,
         pack_params,
@@ -217,6 +220,10 @@ class NoopMemoryActivities:
             inp.lookup_user, set()
         )
         return TuneOutput(params=TunedParams(), model="noop", cached=cached)
+
+    @defn(STORED_FLOOR)
+    async def stored_floor(self, inp: StoredFloorInput) -> StoredFloorOutput:
+        return StoredFloorOutput()
 
     @defn(STORE_ROUND)
     async def store_round(self, inp: StoreRoundInput) -> StoreRoundOutput:

@@ -244,6 +244,11 @@ class UserMemoryState(BaseModel):
         description="every fragment a round numbered this or later stored is in `recent`, or "
         "was forgotten (0: no round is vouched for)",
     )
+    context_floor: int = Field(
+        0,
+        description="the context version a fresh history found in Redis (an earlier history's "
+        "or the same user's under another workflow id): its first context is numbered above it",
+    )
 
 
 class UserMemoryInput(BaseModel):

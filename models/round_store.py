@@ -41,6 +41,8 @@ from mnemoflow.models.params import TunedParams
 STORE_ROUND = "mnemoflow.store_round"
 #: Shape 3's LLM step as one local attempt: slice, then tune the themes not cached.
 SLICE_AND_TUNE = "mnemoflow.slice_and_tune"
+#: What a fresh history of a user finds already stored (UserMemoryWorkflow, at its start).
+STORED_FLOOR = "mnemoflow.stored_floor"
 #: A round tunes at most this many themes (its last ones), from this many characters of each.
 MAX_TUNES_PER_ROUND = 4
 TUNE_SAMPLE_CHARS = 1500
@@ -297,3 +299,18 @@ __all__ = [
     "unpack_params",
     "unpack_theme_cache",
 ]
+
+
+class StoredFloorInput(BaseModel):
+    """Whose stores to read."""
+
+    user_id: str
+
+
+class StoredFloorOutput(BaseModel):
+    """What a user workflow starting a fresh history must number above: the highest round
+    number among the user's stored fragments (an earlier history's, or the same user under a
+    new workflow id), and the version of the context Redis holds."""
+
+    round_no: int = 0
+    context_version: int = 0

@@ -46,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from mnemoflow.models.profile import UserProfile
     from mnemoflow.workflows import state_ops, user_forget, user_requests
-    from mnemoflow.workflows.user_rounds import describe, maybe_round
+    from mnemoflow.workflows.user_rounds import describe, maybe_round, number_above_stored
     from mnemoflow.workflows.user_state import UserRun, absorb, status_of
     from mnemoflow.workflows.user_upkeep import maybe_induct, maybe_reinforce
 
@@ -64,6 +64,9 @@ class UserMemoryWorkflow:
     async def run(self, inp: UserMemoryInput) -> None:
         """Main loop: forget, absorb, round, induction, reinforcement, continue-as-new, sleep."""
         run = self._run
+        if inp.state is None and workflow.patched(STORED_FLOOR_PATCH):
+            self._absorb()  # what the start brought is accepted (and shown) meanwhile
+            await number_above_stored(run)
         while True:
             self._absorb()
             if await user_forget.maybe_forget(run):
@@ -255,6 +258,10 @@ def _past_events_bound(run: UserRun) -> bool:
         HISTORY_BOUND_PATCH
     )
 
+
+#: A fresh history (no state carried in) first reads what the stores hold for the user and
+#: numbers its rounds and contexts above it; histories from before started at 0.
+STORED_FLOOR_PATCH = "fresh-history-numbers-above-stored"
 
 #: A horizon (of a thread whose identities were forgotten, or of a pruned idle thread) never
 #: passes the workflow's clock (state_ops.absorb_submit): it changes which lines are accepted,

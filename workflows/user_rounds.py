@@ -14,7 +14,9 @@ from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
+    CancelledError,
     ChildWorkflowError,
+    FailureError,
     WorkflowAlreadyStartedError,
 )
 from temporalio.workflow import ChildWorkflowHandle
@@ -33,6 +35,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from mnemoflow.models.ids import round_workflow_id
     from mnemoflow.models.round_store import (
+        STORED_FLOOR,
+        StoredFloorInput,
+        StoredFloorOutput,
         full_id,
         held_by_round,
         pack_params,
@@ -41,11 +46,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from mnemoflow.models.turns import ChatTurn
     from mnemoflow.workflows import state_ops
-    from mnemoflow.workflows.memory_round import MemoryRoundWorkflow, publish_context
+    from mnemoflow.workflows.memory_round import MemoryRoundWorkflow, publish_context, try_local
     from mnemoflow.workflows.options import (
         ROUND_TASK_TIMEOUT,
         failure_text,
         round_search_attributes,
+        store_activity,
+        store_local_activity,
     )
     from mnemoflow.workflows.remembered import REMEMBER_PUBLISH_BOUND, with_remembered
     from mnemoflow.workflows.user_state import UserRun
@@ -71,6 +78,34 @@ ROUND_MAX_BYTES = 512_000
 ROUND_BYTES_PATCH = "round-bytes-bound"
 #: Facts remembered during a round are republished without what was forgotten meanwhile.
 REMEMBERED_SKIPS_FORGOTTEN = "remembered-skips-forgotten"
+
+
+async def number_above_stored(run: UserRun) -> None:
+    """A fresh history (a new user, or one whose workflow history is gone while the stores
+    still hold its memory, e.g. under a new workflow id) numbers its rounds above the highest
+    stored round, since fragment ids derive from round numbers (an earlier history's rows were
+    overwritten, and vouched for as `recent`), and its contexts above the one Redis holds
+    (whose newer version refused every publish). Best effort: a failure keeps the old start."""
+    s = run.state
+    inp = StoredFloorInput(user_id=run.inp.user_id)
+    try:
+        out, _ = await try_local(
+            STORED_FLOOR, inp, StoredFloorOutput, store_local_activity("what is stored already")
+        )
+        if out is None:
+            out = await workflow.execute_activity(
+                STORED_FLOOR,
+                inp,
+                result_type=StoredFloorOutput,
+                **store_activity("what is stored already"),
+            )
+    except FailureError as err:
+        if isinstance(err, CancelledError):
+            raise
+        s.last_error = f"reading what is stored failed: {failure_text(err)}"
+        return
+    s.rounds_started = max(s.rounds_started, out.round_no)
+    s.context_floor = max(s.context_floor, out.context_version)
 
 
 async def maybe_round(run: UserRun) -> bool:

@@ -84,7 +84,10 @@ class UserRun:
     def context(self) -> InjectedContext:
         """The latest injected context, or an empty one before the first publish."""
         return self.state.context or InjectedContext(
-            user_id=self.inp.user_id, top_k=self.config.top_k, profile=self.state.profile
+            user_id=self.inp.user_id,
+            top_k=self.config.top_k,
+            profile=self.state.profile,
+            version=self.state.context_floor,
         )
 
     def search_user(self) -> str:
