@@ -78,6 +78,9 @@ ROUND_MAX_BYTES = 512_000
 ROUND_BYTES_PATCH = "round-bytes-bound"
 #: Facts remembered during a round are republished without what was forgotten meanwhile.
 REMEMBERED_SKIPS_FORGOTTEN = "remembered-skips-forgotten"
+#: A round during which this workflow published completes with its selection published
+#: again above that (Redis refused the round's own publish, histories from before left it).
+ROUND_REPUBLISHED = "round-republished-after-newer"
 
 
 async def number_above_stored(run: UserRun) -> None:
@@ -133,6 +136,7 @@ async def maybe_round(run: UserRun) -> bool:
     run.remembered_during_round.clear()
     # Contents a round does not resend: its selection's and those of the latest rounds' fragments.
     held = {f.id: f for f in [*s.recent, *run.context().fragments]}
+    base = run.round_base = run.context().version
     try:
         handle = await _start_round(run, record, batch, after)
         run.round_task = handle
@@ -152,7 +156,12 @@ async def maybe_round(run: UserRun) -> bool:
         return True
     finally:
         run.round_task = None
+        run.round_base = None
     floor = run.context().version
+    # Published meanwhile (a forget, a remember) above the version the round published: Redis
+    # refused the round's context, which may name a fragment forgotten meanwhile. The round's
+    # selection goes out above what was published (below), without what was forgotten.
+    newer_meanwhile = floor > base
     # A fragment whose forget is still under way is kept: the forget takes it out when it is
     # done, and if the forget fails the fragment stays stored, and kept, as its round says.
     state_ops.keep_made(s, run.inp.user_id, record.round_no, result, set(s.forgotten_fragments))
@@ -165,10 +174,15 @@ async def maybe_round(run: UserRun) -> bool:
         run.inp.user_id,
         by_reference=result.by_reference,
     )
-    result.context = result.context.model_copy(update={"profile": s.profile})
+    update: dict[str, object] = {"profile": s.profile}
+    if newer_meanwhile:
+        update["version"] = max(result.context.version, floor + 1)
+    result.context = result.context.model_copy(update=update)
     state_ops.round_completed(s, record, result, batch, workflow.now().timestamp(), run.inp.prices)
-    await _keep_remembered(run, floor)
-    await drop_forgotten(run)
+    published = await _keep_remembered(run, floor)
+    published = await drop_forgotten(run) or published
+    if newer_meanwhile and not published and workflow.patched(ROUND_REPUBLISHED):
+        await publish_held(run)
     return True
 
 
@@ -218,9 +232,14 @@ async def publish_held(run: UserRun) -> bool:
     """Publish the context the user workflow holds (best effort, bounded) and take in the
     contents of the stubs the publish filled among the first `top_k`, so that the workflow's
     own answer (the hot path's fallback) injects what Redis does, also after a forget moved
-    stubs up. False when the publish failed (in `last_error`; the state still holds it)."""
+    stubs up. While a round runs, the version goes above the one that round publishes: its
+    selection was read before this publish and may hold a fragment forgotten since, so Redis
+    must refuse it (the loop publishes the round's selection, cleaned, when it completes).
+    False when the publish failed (in `last_error`; the state still holds it)."""
     if run.state.context is None:
         return False
+    if run.round_base is not None and run.state.context.version < run.round_base + 2:
+        run.state.context = run.state.context.model_copy(update={"version": run.round_base + 2})
     try:
         out = await publish_context(
             run.state.context,
@@ -235,23 +254,26 @@ async def publish_held(run: UserRun) -> bool:
     return True
 
 
-async def drop_forgotten(run: UserRun) -> None:
+async def drop_forgotten(run: UserRun) -> bool:
     """A fragment forgotten while a round or an induction ran may be in what it published:
-    take it out again and republish (best effort: the state holds the clean context)."""
+    take it out again and republish (best effort: the state holds the clean context). True
+    when it published."""
     s = run.state
     if s.context is None or not s.forgotten_fragments:
-        return
+        return False
     cleaned = state_ops.without_forgotten(s.context, s.forgotten_fragments, s.profile)
     if cleaned is s.context:
-        return
+        return False
     s.context = cleaned
     await publish_held(run)
+    return True
 
 
-async def _keep_remembered(run: UserRun, floor: int) -> None:
-    """Re-publish facts remembered while the round ran: its selection could not see them."""
+async def _keep_remembered(run: UserRun, floor: int) -> bool:
+    """Re-publish facts remembered while the round ran: its selection could not see them.
+    True when it published."""
     if not run.remembered_during_round:
-        return
+        return False
     # What was forgotten while the round ran never goes out with it (drop_forgotten then finds
     # nothing left to take out: this publish is the clean one). Histories from before published
     # it and then published again without it.
@@ -270,6 +292,7 @@ async def _keep_remembered(run: UserRun, floor: int) -> None:
     run.remembered_during_round.clear()
     run.state.context = context.model_copy(update={"version": max(context.version, floor + 1)})
     await publish_held(run)
+    return True
 
 
 async def _start_round(

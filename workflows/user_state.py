@@ -57,6 +57,9 @@ class UserRun:
     forget_request: ForgetRequest | None = None
     forget_receipt: ForgetReceipt | None = None
     round_task: asyncio.Task | None = None
+    # The context version a running round was given: it publishes the next one, so a publish
+    # of this workflow meanwhile goes above that (user_rounds.publish_held).
+    round_base: int | None = None
     rounds_cancelled: int = 0
 
     @classmethod

@@ -22,7 +22,7 @@ from mnemoflow.models.errors import InvalidInputError
 from mnemoflow.models.ids import fragment_id
 from mnemoflow.models.turns import ChatTurn
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
-from tests.support.drive import conversation, submit, wait_status
+from tests.support.drive import conversation, eventually, submit, wait_status
 from tests.support.memory_worker import MemoryWorker, memory_worker
 
 HOUR = 3600.0
@@ -172,3 +172,74 @@ async def test_a_failed_forget_during_its_round_leaves_the_fragment_kept(
             held = {f.id: f.content for f in own.fragments}
             assert all(fid in held for fid in top), (m, top, list(held))
         assert came_back, "the fragment never came back to the top: nothing tested"
+
+
+async def test_a_round_that_read_a_fragment_before_its_forget_never_publishes_it(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """A round's store step read its candidates, then the user forgot one of them: once the
+    forget returned, Redis never shows that fragment again (the round's own publish is refused,
+    its selection goes out cleaned when it completes)."""
+    client = dev_env.client
+
+    class S(Store):
+        pass
+
+    async with memory_worker(
+        client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels(),
+        store_cls=S,
+    ) as mw:  # fmt: skip
+        user = f"race-{uuid.uuid4().hex[:8]}"
+        t0 = time.time() - 20 * 60  # said recently: no induction runs meanwhile
+        handle = None
+        for n in range(6):
+            handle = await say(mw, user, exchange(n, t0 + n * 30))
+        assert handle is not None
+        said = exchange(2, t0)[0].content
+        [victim] = [f for f in await mw.store.all_for_user(user) if said in f.content]
+        # Round 7 comes back to the victim's subject; its store step waits after reading.
+        S.gate, S.entered = asyncio.Event(), asyncio.Event()
+        again = f"Back to errand 002: the {THINGS[2]} of {NAMES[2]} needs fixing by day 5. "
+        await submit(
+            client, mw.task_queue, user, exchange(6, t0 + 180, lead=again), urgent=True,
+            config=CONFIG,
+        )  # fmt: skip
+        seen: list[int] = []
+
+        async def watch() -> None:
+            while True:
+                ctx = await mw.read_model.get(user)
+                if ctx is not None and any(said in f.content for f in ctx.fragments):
+                    seen.append(ctx.version)
+                await asyncio.sleep(0.002)
+
+        try:
+            await asyncio.wait_for(S.entered.wait(), timeout=60)
+            out = await handle.execute_update(
+                UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=victim.id)
+            )
+            assert out.deleted == 1 and out.republished, out
+            watcher = asyncio.create_task(watch())
+        finally:
+            S.gate.set()
+            S.gate = None
+        try:
+            done = await wait_status(handle, lambda s: s.watermarks["t"].indexed >= 14)
+
+            # The round's selection is what Redis ends with, cleaned, above the forget's.
+            async def settled() -> bool:
+                ctx = await mw.read_model.get(user)
+                own = await handle.query(UserMemoryWorkflow.context)
+                return (
+                    ctx is not None
+                    and [f.id for f in ctx.fragments] == [f.id for f in own.fragments]
+                    and ctx.version == own.version
+                )
+
+            await eventually(settled, what="the round's selection published")
+        finally:
+            watcher.cancel()
+        assert done.rounds[-1].status == "completed"
+        assert not seen, f"Redis showed the forgotten fragment again: versions {seen}"
+        own = await handle.query(UserMemoryWorkflow.context)
+        assert victim.id not in {f.id for f in own.fragments}
