@@ -19,6 +19,7 @@ import re
 import struct
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
+from functools import lru_cache
 from typing import Protocol
 
 from pydantic import BaseModel, Field
@@ -66,6 +67,7 @@ class Themed(Protocol):
 SHORT_ID_MARK = "~"
 
 
+@lru_cache(maxsize=1024)
 def _id_head(user_id: str) -> str:
     return f"{fragment_id(user_id, 0, 0).rsplit('-r0-f0', 1)[0]}-"
 
@@ -278,29 +280,6 @@ class StoreRoundOutput(BaseModel):
     published_bytes: int = 0
 
 
-__all__ = [
-    "MAX_TUNES_PER_ROUND",
-    "SLICE_AND_TUNE",
-    "STORE_ROUND",
-    "THEME_DIGEST_BYTES",
-    "TUNE_SAMPLE_CHARS",
-    "SliceTuneInput",
-    "SliceTuneOutput",
-    "StoreRoundInput",
-    "StoreRoundOutput",
-    "cached_params",
-    "full_id",
-    "ordered_themes",
-    "pack_params",
-    "pack_theme_cache",
-    "short_id",
-    "theme_ref",
-    "tune_requests",
-    "unpack_params",
-    "unpack_theme_cache",
-]
-
-
 class StoredFloorInput(BaseModel):
     """Whose stores to read."""
 
@@ -314,3 +293,31 @@ class StoredFloorOutput(BaseModel):
 
     round_no: int = 0
     context_version: int = 0
+
+
+__all__ = [
+    "MAX_TUNES_PER_ROUND",
+    "SLICE_AND_TUNE",
+    "STORED_FLOOR",
+    "STORE_ROUND",
+    "THEME_DIGEST_BYTES",
+    "TUNE_SAMPLE_CHARS",
+    "SliceTuneInput",
+    "SliceTuneOutput",
+    "StoreRoundInput",
+    "StoreRoundOutput",
+    "StoredFloorInput",
+    "StoredFloorOutput",
+    "cached_params",
+    "full_id",
+    "held_by_round",
+    "ordered_themes",
+    "pack_params",
+    "pack_theme_cache",
+    "round_of",
+    "short_id",
+    "theme_ref",
+    "tune_requests",
+    "unpack_params",
+    "unpack_theme_cache",
+]

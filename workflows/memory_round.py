@@ -391,14 +391,22 @@ async def store_round(inp: StoreRoundInput, summary: str) -> StoreRoundOutput:
     it has not succeeded within LOCAL_STORE_BOUND, the same idempotent step as an ordinary
     activity, which heartbeats and retries for the store bound, visible in the Temporal UI with
     its attempts and last failure while a store is down."""
-    out, _ = await try_local(STORE_ROUND, inp, StoreRoundOutput, store_local_activity(summary))
+    return await local_store_step(
+        STORE_ROUND, inp, StoreRoundOutput, summary, heartbeat=STORE_HEARTBEAT
+    )
+
+
+async def local_store_step(
+    name: str, arg: Any, result_type: type[T], summary: str, heartbeat: timedelta | None = None
+) -> T:
+    """An idempotent step on the stores: a local activity first, then (its local attempts
+    failed or ran past LOCAL_STORE_BOUND) the same step as an ordinary activity retried for the
+    store bound, with its attempts visible in the Temporal UI."""
+    out, _ = await try_local(name, arg, result_type, store_local_activity(summary))
     if out is not None:
         return out
     return await workflow.execute_activity(
-        STORE_ROUND,
-        inp,
-        result_type=StoreRoundOutput,
-        **store_activity(summary, heartbeat=STORE_HEARTBEAT),
+        name, arg, result_type=result_type, **store_activity(summary, heartbeat=heartbeat)
     )
 
 

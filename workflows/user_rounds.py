@@ -46,13 +46,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from mnemoflow.models.turns import ChatTurn
     from mnemoflow.workflows import state_ops
-    from mnemoflow.workflows.memory_round import MemoryRoundWorkflow, publish_context, try_local
+    from mnemoflow.workflows.memory_round import (
+        MemoryRoundWorkflow,
+        local_store_step,
+        publish_context,
+    )
     from mnemoflow.workflows.options import (
         ROUND_TASK_TIMEOUT,
         failure_text,
         round_search_attributes,
-        store_activity,
-        store_local_activity,
     )
     from mnemoflow.workflows.remembered import REMEMBER_PUBLISH_BOUND, with_remembered
     from mnemoflow.workflows.user_state import UserRun
@@ -92,16 +94,7 @@ async def number_above_stored(run: UserRun) -> None:
     s = run.state
     inp = StoredFloorInput(user_id=run.inp.user_id)
     try:
-        out, _ = await try_local(
-            STORED_FLOOR, inp, StoredFloorOutput, store_local_activity("what is stored already")
-        )
-        if out is None:
-            out = await workflow.execute_activity(
-                STORED_FLOOR,
-                inp,
-                result_type=StoredFloorOutput,
-                **store_activity("what is stored already"),
-            )
+        out = await local_store_step(STORED_FLOOR, inp, StoredFloorOutput, "what is stored already")
     except FailureError as err:
         if isinstance(err, CancelledError):
             raise
