@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import NamedTuple
 
@@ -339,15 +339,41 @@ def new_information(fragments: list[Fragment], earlier: list[Fragment]) -> list[
     return [f for f in fragments if not adds_nothing(f, peers.get(f.user_id, []))]
 
 
-async def only_new(store: FragmentStore, fragments: list[Fragment]) -> list[Fragment]:
+async def only_new(
+    store: FragmentStore,
+    fragments: list[Fragment],
+    stored: Mapping[str, list[Fragment]] | None = None,
+) -> list[Fragment]:
     """The fragments that add something to their users' stored memory (`new_information`
-    against the newest MAX_REPEAT_PEERS stored fragments); what a round's store step upserts."""
+    against the newest MAX_REPEAT_PEERS stored fragments); what a round's store step upserts.
+    `stored`: a user's fragments already read (oldest first), by user id."""
     if not fragments:
         return []
     earlier: list[Fragment] = []
     for user in sorted({f.user_id for f in fragments}):
-        earlier.extend((await store.all_for_user(user))[-MAX_REPEAT_PEERS:])
+        rows = stored[user] if stored is not None and user in stored else None
+        if rows is None:
+            rows = await store.all_for_user(user)
+        earlier.extend(rows[-MAX_REPEAT_PEERS:])
     return new_information(fragments, earlier)
+
+
+async def sweep_failed_rounds(
+    store: FragmentStore, corpus: SearchCorpus | None, user_id: str, rounds: Sequence[int]
+) -> tuple[list[Fragment], int]:
+    """Delete the rows that the user's failed `rounds` stored before they failed (no completed
+    round owns them, docs/ARCHITECTURE.md "The round"); returns the user's remaining fragments,
+    oldest first, and how many rows were deleted. Explicit fragments are never touched."""
+    every = await store.all_for_user(user_id)
+    failed = {int(n) for n in rounds if int(n) > 0}
+    doomed = [f.id for f in every if not f.explicit and f.round_no in failed]
+    if not doomed:
+        return every, 0
+    deleted = await store.delete(user_id, doomed)
+    if corpus is not None:
+        await corpus.remove(user_id, doomed)
+    gone = set(doomed)
+    return [f for f in every if f.id not in gone], deleted
 
 
 def bounded_log(log: SelectionLog, limit: int = MAX_LOG_CANDIDATES) -> SelectionLog:

@@ -15,7 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from mnemoflow.activities.fragment_store import FragmentStore
-from mnemoflow.activities.fragments import only_new
+from mnemoflow.activities.fragments import only_new, sweep_failed_rounds
 from mnemoflow.activities.heartbeat import heartbeating
 from mnemoflow.activities.read_model import ReadModel
 from mnemoflow.activities.search_corpus import SearchCorpus
@@ -84,7 +84,13 @@ class RoundStoreActivities:
                 await self.themes.put(
                     sel.user_id, {k: unpack_params(v) for k, v in inp.new_weights.items()}
                 )
-            fresh = await only_new(self.store, list(inp.fragments))  # repeats add nothing
+            stored, swept = None, 0
+            if inp.sweep_rounds:  # rows of failed rounds go first: they are no one's repeats
+                left, swept = await sweep_failed_rounds(
+                    self.store, self.corpus, sel.user_id, inp.sweep_rounds
+                )
+                stored = {sel.user_id: left}
+            fresh = await only_new(self.store, list(inp.fragments), stored)  # repeats add nothing
             # The selection query rides in the fragments' forward pass (FragmentStore).
             written = await self.store.upsert_vectors(fresh, query=sel.query) if fresh else []
             if self.corpus is not None and written:
@@ -135,4 +141,6 @@ class RoundStoreActivities:
             if known is None
             else {c.fragment_id: [round(x, 3) for x in (c.cos, c.R, c.T, c.F)] for c in picked},
             published_bytes=published.bytes,
+            swept_rounds=list(inp.sweep_rounds),
+            swept=swept,
         )

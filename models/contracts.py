@@ -164,6 +164,12 @@ class ThreadState(BaseModel):
     horizon: float = Field(
         0.0, description="messages said at or before this time left `seen`: refused (0: none)"
     )
+    failed_rounds: list[int] = Field(
+        default_factory=list,
+        description="numbers of this thread's rounds that failed after they started: rows they "
+        "may have stored before failing are replaced by the round that re-slices their turns "
+        "(RoundInput.sweep_rounds)",
+    )
 
 
 class RoundRecord(BaseModel):
@@ -347,6 +353,13 @@ class RoundInput(BaseModel):
         "made by a round numbered this or later (UserMemoryState.recent), so they do not come "
         "back in the result either (0: none held so)",
     )
+    sweep_rounds: list[int] = Field(
+        default_factory=list,
+        description="rounds of this thread that failed after they started (ThreadState."
+        "failed_rounds): the store step deletes the rows they stored before it compares the "
+        "round's fragments with what is stored, so they are not skipped as repeats of rows no "
+        "completed round owns",
+    )
 
 
 class RankedRef(BaseModel):
@@ -384,6 +397,11 @@ class RoundResult(BaseModel):
         description="the contents of the fragments this round stored that are not in "
         "`context.fragments` (unpublished ones), so that the user workflow holds every fragment "
         "the round made (UserMemoryState.recent); None from rounds before this field",
+    )
+    swept_rounds: list[int] = Field(
+        default_factory=list,
+        description="the input's `sweep_rounds` whose rows the store step deleted (empty from "
+        "a store step before them: the user workflow keeps them for the next round)",
     )
 
 

@@ -254,6 +254,11 @@ class StoreRoundInput(BaseModel):
         description="the round already holds the contents of every fragment made by a round "
         "numbered this or later (RoundInput.held_from_round; 0: none)",
     )
+    sweep_rounds: list[int] = Field(
+        default_factory=list,
+        description="failed rounds of the user whose stored rows are deleted first "
+        "(RoundInput.sweep_rounds)",
+    )
 
 
 class StoreRoundOutput(BaseModel):
@@ -278,6 +283,10 @@ class StoreRoundOutput(BaseModel):
         "places (their scores are in `ranked`)",
     )
     published_bytes: int = 0
+    swept_rounds: list[int] = Field(
+        default_factory=list, description="the input's `sweep_rounds`, once their rows are gone"
+    )
+    swept: int = Field(0, description="rows of those rounds deleted")
 
 
 class StoredFloorInput(BaseModel):

@@ -208,6 +208,7 @@ class MemoryRoundWorkflow:
                 known=known,
                 contents_top=inp.config.top_k if by_ref else None,
                 known_from_round=inp.held_from_round if by_ref else 0,
+                sweep_rounds=inp.sweep_rounds,
                 new_weights={k: pack_params(p) for k, p in tuned_new.items()}
                 if self._lookup_user
                 else {},
@@ -246,6 +247,7 @@ class MemoryRoundWorkflow:
             ranked=ranked,
             by_reference=by_ref,
             made=made,
+            swept_rounds=stored.swept_rounds,
         )
 
     # --- the classic shape (shape 1: rounds recorded before the lean one) ----------------

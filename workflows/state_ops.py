@@ -41,6 +41,8 @@ MAX_FORGET_RECEIPTS = 20
 MAX_SEEN_MESSAGES = 4096
 MAX_FACT_SOURCES = 32
 MAX_FORGOTTEN_FRAGMENTS = 512
+#: Failed rounds of one thread whose rows its next round deletes (older ones stay stored).
+MAX_FAILED_ROUNDS = 32
 MAX_RETIRED_THREADS = 1000
 #: The contents of the fragments the latest rounds made that the user workflow keeps
 #: (`recent`, docs/ARCHITECTURE.md "The round"): at most this many fragments and this many
@@ -333,6 +335,9 @@ def round_completed(
     for operation, usage in result.usage.items():
         s.ledger.add(operation, usage, prices)
     s.rounds_completed += 1
+    if result.swept_rounds:
+        swept = set(result.swept_rounds)
+        ts.failed_rounds = [n for n in ts.failed_rounds if n not in swept]
     _finish(record, "completed", now, fragments=len(result.fragments))
 
 
@@ -379,15 +384,25 @@ def drop_recent(s: UserMemoryState) -> None:
 
 
 def round_failed(
-    s: UserMemoryState, record: RoundRecord, error: str, now: float, cfg: MemoryConfig
+    s: UserMemoryState,
+    record: RoundRecord,
+    error: str,
+    now: float,
+    cfg: MemoryConfig,
+    started: bool = True,
 ) -> None:
     """Keep the turns pending and back off, so a later round or an operator picks them up.
-    What the round stored before it failed is not known here: no round is vouched for."""
+    What the round stored before it failed is not known here: no round is vouched for, and
+    the thread's next round deletes the rows of this one (`started`: it ran under its number)
+    before it stores the same turns again."""
     drop_recent(s)
     s.rounds_failed += 1
     s.last_error = f"round {record.round_no} failed: {error}"
     ts = s.threads[record.thread_id]
     ts.not_before = now + cfg.failed_round_backoff_s
+    if started and record.round_no > 0 and record.round_no not in ts.failed_rounds:
+        ts.failed_rounds.append(record.round_no)
+        del ts.failed_rounds[:-MAX_FAILED_ROUNDS]
     _finish(record, "failed", now, error=error)
 
 
@@ -597,6 +612,7 @@ def forget_all(s: UserMemoryState, clear_backoff: bool = False) -> int:
         ts.accepted -= len(ts.pending)  # accepted == indexed + pending: these were dropped
         ts.pending = []
         ts.urgent = False
+        ts.failed_rounds = []  # their rows went with the user's
         if clear_backoff:
             ts.not_before = 0.0
     s.pending_reinforce = []

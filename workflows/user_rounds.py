@@ -135,16 +135,18 @@ async def maybe_round(run: UserRun) -> bool:
         run.round_task = handle
         result = await handle
     except (ChildWorkflowError, ApplicationError) as err:
+        started = run.round_task is not None  # not when no round number was free
         if run.forget_request is not None:  # the forget cancelled it: count it in the receipt
-            state_ops.round_failed(s, record, "cancelled by forget", now, cfg)
+            state_ops.round_failed(s, record, "cancelled by forget", now, cfg, started)
             run.rounds_cancelled += 1
             return True
-        state_ops.round_failed(s, record, failure_text(err), now, cfg)
+        state_ops.round_failed(s, record, failure_text(err), now, cfg, started)
         return True
     except asyncio.CancelledError:
         if run.forget_request is None:
             raise  # the user workflow itself is being cancelled
-        state_ops.round_failed(s, record, "cancelled by forget", now, cfg)
+        started = run.round_task is not None
+        state_ops.round_failed(s, record, "cancelled by forget", now, cfg, started)
         run.rounds_cancelled += 1
         return True
     finally:
@@ -366,6 +368,7 @@ def _round_input(
         if slim
         else [],
         held_from_round=held if compact_refs else 0,
+        sweep_rounds=list(s.threads[record.thread_id].failed_rounds),
     )
 
 

@@ -106,6 +106,42 @@ def test_completed_round_advances_indexed_and_failed_round_backs_off() -> None:
     assert s.ledger.by_operation["slice"].calls == 1 and s.ledger.cost > 0
 
 
+def _record(round_no: int, thread: str = "a") -> RoundRecord:
+    return RoundRecord(
+        round_no=round_no,
+        workflow_id=f"w/round-{round_no}",
+        event_id="x",
+        thread_id=thread,
+        start=0,
+        end=4,
+        trigger="handover",
+    )
+
+
+def test_failed_rounds_are_swept_by_their_threads_next_round_only() -> None:
+    s = UserMemoryState()
+    submit(s, "e1", turns("a", 0, 4))
+    submit(s, "e2", turns("b", 0, 2))
+    state_ops.round_failed(s, _record(3), "boom", T0, CFG)
+    state_ops.round_failed(s, _record(3), "boom again", T0, CFG)  # counted once
+    state_ops.round_failed(s, _record(4), "never started", T0, CFG, started=False)
+    state_ops.round_failed(s, _record(5, "b"), "boom", T0, CFG)
+    assert s.threads["a"].failed_rounds == [3] and s.threads["b"].failed_rounds == [5]
+    # A result that swept nothing (a store step from before sweeping) keeps them for later.
+    state_ops.round_completed(s, _record(6), _result([]), turns("a", 0, 4), T0, PriceTable())
+    assert s.threads["a"].failed_rounds == [3]
+    swept = _result([]).model_copy(update={"swept_rounds": [3]})
+    submit(s, "e3", turns("a", 4, 6))
+    state_ops.round_completed(s, _record(7), swept, turns("a", 4, 6), T0, PriceTable())
+    assert s.threads["a"].failed_rounds == [] and s.threads["b"].failed_rounds == [5]
+    for n in range(100, 100 + state_ops.MAX_FAILED_ROUNDS + 5):
+        state_ops.round_failed(s, _record(n, "b"), "boom", T0, CFG)
+    kept, bound = s.threads["b"].failed_rounds, state_ops.MAX_FAILED_ROUNDS
+    assert len(kept) == bound and kept[-1] == 104 + bound
+    state_ops.forget_all(s)
+    assert s.threads["b"].failed_rounds == []
+
+
 def test_induction_cursor_moves_only_forward_and_only_when_stored() -> None:
     s = UserMemoryState(
         uninducted=[

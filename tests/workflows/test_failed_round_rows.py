@@ -1,0 +1,107 @@
+"""A round that stored its fragments and then failed for good leaves rows no completed round
+owns (docs/ARCHITECTURE.md, "The round"). Its turns stay pending, and the round that re-slices
+them replaces those rows: without that, its fragments were skipped as repeats of the failed
+round's rows, which the user workflow never learned of (never inducted, never counted)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from typing import Any, ClassVar
+
+from temporalio.testing import WorkflowEnvironment
+
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.activities.search_corpus import SearchCorpus
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import UserStatus
+from mnemoflow.models.errors import InvalidInputError
+from tests.support.drive import conversation, submit, wait_status
+from tests.support.invariants import indexed_once
+from tests.support.memory_worker import memory_worker
+
+CONFIG = MemoryConfig.from_vocation("customer service").model_copy(
+    update={"failed_round_backoff_s": 0.0}
+)
+HOUR = 3600.0
+
+
+class FailsAfterWrite(FragmentStore):
+    """The production store whose store step fails for good after its upsert: the read of the
+    candidates that follows the write refuses, `failures[user]` more times."""
+
+    failures: ClassVar[dict[str, int]] = {}
+
+    async def candidates(self, user_id: str, query: str, limit: int | None) -> Any:
+        left = type(self).failures.get(user_id, 0)
+        if left > 0:
+            type(self).failures[user_id] = left - 1
+            raise InvalidInputError("the store step fails for good after its write (test)")
+        return await super().candidates(user_id, query, limit)
+
+
+def lines_of(thread: str, n: int) -> list[str]:
+    """Distinct lines: each names its thread, its place and a number of its own."""
+    return [
+        f"In {thread} note {i}: parcel {4000 + 37 * i} goes to dock {i % 5} on day {i + 2}."
+        if i % 2 == 0
+        else f"Understood about parcel {4000 + 37 * (i - 1)} in {thread}."
+        for i in range(n)
+    ]
+
+
+async def test_a_round_that_failed_after_its_write_leaves_no_rows_behind(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    class Store(FailsAfterWrite):
+        failures: ClassVar[dict[str, int]] = {}
+
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url,
+        models=HeuristicMemoryModels(), store_cls=Store,
+    ) as mw:  # fmt: skip
+        user = f"failrows-{uuid.uuid4().hex[:8]}"
+        t0 = time.time() - 2 * HOUR
+        said = {"a": lines_of("thread a", 6), "b": lines_of("thread b", 4)}
+        # Two rounds of thread a fail after writing; then its third attempt completes.
+        Store.failures[user] = 2
+        handle = await submit(
+            mw.client, mw.task_queue, user, conversation("a", said["a"], t0), urgent=True,
+            config=CONFIG,
+        )  # fmt: skip
+
+        def settled(s: UserStatus) -> bool:
+            return s.watermarks.get("a") is not None and s.watermarks["a"].indexed >= 6
+
+        status = await wait_status(handle, settled, deadline_s=90, what="thread a indexed")
+        assert status.rounds_failed == 2, status.last_error
+        # Another thread's round afterwards: it must not touch what thread a's round stored.
+        await submit(
+            mw.client, mw.task_queue, user, conversation("b", said["b"], t0 + 600), urgent=True,
+            config=CONFIG,
+        )  # fmt: skip
+        status = await wait_status(
+            handle,
+            lambda s: s.watermarks.get("b") is not None and s.watermarks["b"].indexed >= 4,
+            deadline_s=90,
+            what="thread b indexed",
+        )
+        outcome = await indexed_once(mw.store, user, status, {"a": 6, "b": 4})
+        assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
+        stored = await mw.store.all_for_user(user)
+        completed = {r.round_no: r.fragments for r in status.rounds if r.status == "completed"}
+        # Every row belongs to a completed round, which counted it (so induction reads it).
+        assert Counter(f.round_no for f in stored) == Counter(
+            {no: n for no, n in completed.items() if n}
+        )
+        # The hot path's search corpus holds the same rows, the failed rounds' ones gone.
+        corpus = SearchCorpus(mw.read_model.redis, mw.read_model.prefix)
+        assert await corpus.ids(user) == {f.id for f in stored}
+        # Each line said is stored exactly once.
+        for lines in said.values():
+            for line in lines:
+                held = sum(f.content.count(line) for f in stored)
+                assert held == 1, (line, held)
+        await wait_status(handle, lambda s: s.uninducted == 0, deadline_s=90, what="inducted")
