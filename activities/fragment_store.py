@@ -67,6 +67,7 @@ from mnemoflow.activities.fragment_rows import (
     to_row,
     user_filter,
 )
+from mnemoflow.activities.lite_writes import lite_write
 from mnemoflow.models.fragments import Candidate, Fragment
 
 DEFAULT_COLLECTION = "mnemoflow_fragments"
@@ -75,6 +76,8 @@ FLUSH_ROWS = 64
 # Milvus Lite's partition-key buckets (milvus_lite.constants DEFAULT_NUM_PARTITIONS and
 # PARTITION_KEY_BUCKET_PREFIX; a bucket is md5(key) mod 16). ensure() checks they exist.
 LITE_BUCKETS = 16
+#: A delete is read back, and done again while its rows are still there, this many times at most.
+DELETE_ATTEMPTS = 3
 LITE_BUCKET_PREFIX = "_pk_"
 T = TypeVar("T")
 Rows = list[dict[str, Any]]
@@ -133,6 +136,7 @@ class FragmentStore:
         self._client: MilvusClient | None = None
         self._connect_lock = threading.Lock()
         self._lite_buckets = False  # set by ensure() when the server is Milvus Lite
+        self._lite: bool | None = None  # Milvus Lite? asked once, before the first write
 
     def __repr__(self) -> str:  # no token in logs
         return f"FragmentStore(uri={self.uri!r}, collection={self.collection!r}, dim={self.dim})"
@@ -172,6 +176,25 @@ class FragmentStore:
             # activity fails with the last error alone, and is retried as before.
             raise MilvusException(code=exc.code, message=exc.message) from None
 
+    async def _run_write(self, fn: Callable[[MilvusClient], T]) -> T:
+        """`_run` for a write: on Milvus Lite, one writer at a time (activities/lite_writes.py)."""
+        try:
+            return await asyncio.to_thread(self._call_write, fn)
+        except MilvusException as exc:
+            raise MilvusException(code=exc.code, message=exc.message) from None
+
+    def _call_write(self, fn: Callable[[MilvusClient], T]) -> T:
+        if self._lite is None:
+            try:
+                version = self._connected().get_server_version(**self._opts())
+            except MilvusException:
+                return self._call(fn)  # the write fails too (and is retried), or it succeeds
+            self._lite = str(version).startswith("milvus_lite")
+        if not self._lite:
+            return self._call(fn)
+        with lite_write(self.uri):
+            return self._call(fn)
+
     def _call(self, fn: Callable[[MilvusClient], T]) -> T:
         client = self._connected()
         try:
@@ -209,7 +232,7 @@ class FragmentStore:
 
     async def drop(self) -> None:
         """Drop the whole collection (tests and benchmarks; forgetting uses delete_user)."""
-        await self._run(lambda c: c.drop_collection(self.collection, **self._opts()))
+        await self._run_write(lambda c: c.drop_collection(self.collection, **self._opts()))
 
     async def ensure(self) -> None:
         """Create the collection and its COSINE index if missing, then load it."""
@@ -220,7 +243,7 @@ class FragmentStore:
             client.load_collection(self.collection, **opts)
             self._lite_buckets = _has_lite_buckets(client, self.collection, opts)
 
-        await self._run(work)
+        await self._run_write(work)
 
     async def upsert(self, fragments: list[Fragment]) -> list[str]:
         """Embed and upsert fragments (same ids -> same rows); returns the ids written."""
@@ -247,7 +270,7 @@ class FragmentStore:
         # The last of a repeated id wins, within a batch as across batches.
         written = {f.id: (f, v) for f, v in zip(fragments, vectors, strict=True)}
         rows = [to_row(f, v) for f, v in written.values()]
-        await self._run(lambda c: self._write(c, rows))
+        await self._run_write(lambda c: self._write(c, rows))
         return list(written.values())
 
     async def _rows(self, key: str, ids: list[str], fields: list[str]) -> Rows:
@@ -341,7 +364,7 @@ class FragmentStore:
             )
             updated.append(to_row(fragment, list(row["vector"]), last_call_id=call_id))
         if updated:
-            await self._run(lambda c: self._write(c, updated))
+            await self._run_write(lambda c: self._write(c, updated))
         return len(updated)
 
     async def count(self, user_id: str) -> int:
@@ -362,8 +385,11 @@ class FragmentStore:
             client.delete(self.collection, filter=expr, **opts)
             self._flush(client)
 
-        await self._run(work)
-        return before
+        for _ in range(DELETE_ATTEMPTS):
+            await self._run_write(work)
+            if not await self.count(user_id):
+                return before
+        raise LostDeleteError(f"{DELETE_ATTEMPTS} deletes of a user's fragments left some stored")
 
     async def delete(self, user_id: str, ids: list[str]) -> int:
         """Delete the user's fragments among `ids` (others' ids delete nothing)."""
@@ -371,14 +397,24 @@ class FragmentStore:
         present = [row["pk"] for row in await self._rows(key, wanted, ["pk"])]
         if not present:
             return 0
-        expr, opts = ids_filter(key, present), self._opts()
+        left, opts = present, self._opts()
+        for _ in range(DELETE_ATTEMPTS):
+            expr = ids_filter(key, left)
 
-        def work(client: MilvusClient) -> None:
-            client.delete(self.collection, filter=expr, **opts)
-            self._flush(client)
+            def work(client: MilvusClient, expr: str = expr) -> None:
+                client.delete(self.collection, filter=expr, **opts)
+                self._flush(client)
 
-        await self._run(work)
-        return len(present)
+            await self._run_write(work)
+            # Read back: a delete that reported success yet left its row is done again.
+            left = [row["pk"] for row in await self._rows(key, left, ["pk"])]
+            if not left:
+                return len(present)
+        raise LostDeleteError(f"{DELETE_ATTEMPTS} deletes left {len(left)} fragment(s) stored")
+
+
+class LostDeleteError(RuntimeError):
+    """A delete reported success and its rows were still stored (retryable)."""
 
 
 def _has_lite_buckets(client: MilvusClient, collection: str, opts: dict[str, Any]) -> bool:
