@@ -177,22 +177,34 @@ class FragmentStore:
             raise MilvusException(code=exc.code, message=exc.message) from None
 
     async def _run_write(self, fn: Callable[[MilvusClient], T]) -> T:
-        """`_run` for a write: on Milvus Lite, one writer at a time (activities/lite_writes.py)."""
+        """`_run` for a write: on Milvus Lite, one writer at a time (activities/lite_writes.py).
+        A write whose caller was cancelled before the write began (an activity's timeout, while
+        it queued for the lock) never begins: its thread cannot be stopped, and a write landing
+        after its caller gave up could put back what a forget deleted meanwhile."""
+        called_off = threading.Event()
         try:
-            return await asyncio.to_thread(self._call_write, fn)
+            return await asyncio.to_thread(self._call_write, fn, called_off)
+        except asyncio.CancelledError:
+            called_off.set()
+            raise
         except MilvusException as exc:
             raise MilvusException(code=exc.code, message=exc.message) from None
 
-    def _call_write(self, fn: Callable[[MilvusClient], T]) -> T:
+    def _call_write(
+        self, fn: Callable[[MilvusClient], T], called_off: threading.Event | None = None
+    ) -> T:
         if self._lite is None:
             try:
                 version = self._connected().get_server_version(**self._opts())
             except MilvusException:
-                return self._call(fn)  # the write fails too (and is retried), or it succeeds
-            self._lite = str(version).startswith("milvus_lite")
+                version = None  # the write fails too (and is retried), or it succeeds
+            if version is not None:
+                self._lite = str(version).startswith("milvus_lite")
         if not self._lite:
+            _go_on(called_off)
             return self._call(fn)
         with lite_write(self.uri):
+            _go_on(called_off)
             return self._call(fn)
 
     def _call(self, fn: Callable[[MilvusClient], T]) -> T:
@@ -411,6 +423,15 @@ class FragmentStore:
             if not left:
                 return len(present)
         raise LostDeleteError(f"{DELETE_ATTEMPTS} deletes left {len(left)} fragment(s) stored")
+
+
+class WriteCalledOffError(RuntimeError):
+    """The write's caller was cancelled before the write began; nothing was written."""
+
+
+def _go_on(called_off: threading.Event | None) -> None:
+    if called_off is not None and called_off.is_set():
+        raise WriteCalledOffError("the caller gave up before the write began: not written")
 
 
 class LostDeleteError(RuntimeError):

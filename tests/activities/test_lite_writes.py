@@ -11,7 +11,9 @@ import asyncio
 import fcntl
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -160,3 +162,50 @@ def test_the_write_lock_holds_across_processes(unique_name: str) -> None:
             proc.wait(timeout=30)
         for name in (uri, other):
             lock_path(name).unlink(missing_ok=True)
+
+
+async def test_a_write_called_off_while_it_queued_for_the_lock_never_lands(
+    stores: list[FragmentStore], milvus_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local activity that timed out while its write queued for the lock: the activity's task
+    is cancelled, but its thread goes on. Written late, the row could undo a forget that ran
+    meanwhile (a probe found a whole forgotten round back in Milvus so)."""
+    from mnemoflow.activities import fragment_store
+
+    store = stores[0]
+    await store.upsert([fragment(1, 0)])  # connected, and known to be Lite
+    queued, finished = threading.Event(), threading.Event()
+    real = fragment_store.lite_write
+
+    @contextmanager
+    def watched(uri: str) -> Iterator[None]:
+        queued.set()
+        try:
+            with real(uri):
+                yield
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(fragment_store, "lite_write", watched)
+    release = threading.Event()
+    holding = threading.Event()
+
+    def hold() -> None:
+        with real(milvus_uri):
+            holding.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert await asyncio.to_thread(holding.wait, 30)
+        late = asyncio.create_task(store.upsert([fragment(2, 0)]))
+        assert await asyncio.to_thread(queued.wait, 30)  # its thread waits for the lock
+        late.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await late
+    finally:
+        release.set()
+        await asyncio.to_thread(holder.join, 30)
+    assert await asyncio.to_thread(finished.wait, 30)  # the thread got the lock, and left
+    assert [f.id for f in await store.all_for_user(USER)] == [fragment(1, 0).id]
