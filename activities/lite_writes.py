@@ -13,6 +13,7 @@ the worker processes of the dev stack.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 import threading
@@ -25,6 +26,7 @@ try:
 except ImportError:  # pragma: no cover - not on Linux: the thread lock alone
     fcntl = None  # type: ignore[assignment]
 
+log = logging.getLogger(__name__)
 _guard = threading.Lock()
 #: (process id, server) -> the thread lock and the open lock file. By process id: a forked child
 #: opens its own file, since a lock taken on an inherited descriptor would be shared with the
@@ -49,7 +51,10 @@ def _lock_of(uri: str) -> tuple[threading.Lock, int | None]:
         if found is None:
             fd = None
             if fcntl is not None:
-                fd = os.open(lock_path(uri), os.O_RDWR | os.O_CREAT, 0o666)
+                try:
+                    fd = os.open(lock_path(uri), os.O_RDWR | os.O_CREAT, 0o666)
+                except OSError as exc:  # a read-only temp dir: this process's writers only
+                    log.warning("no file lock for Milvus Lite writes (%s): thread lock only", exc)
             found = _locks[key] = (threading.Lock(), fd)
         return found
 

@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -209,3 +210,17 @@ async def test_a_write_called_off_while_it_queued_for_the_lock_never_lands(
         await asyncio.to_thread(holder.join, 30)
     assert await asyncio.to_thread(finished.wait, 30)  # the thread got the lock, and left
     assert [f.id for f in await store.all_for_user(USER)] == [fragment(1, 0).id]
+
+
+def test_without_a_writable_temp_dir_the_thread_lock_still_serialises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read-only root filesystem (the chart sets one): no file lock, writes still go on."""
+    from mnemoflow.activities import lite_writes
+
+    monkeypatch.setattr(lite_writes, "lock_path", lambda uri: tmp_path / "missing" / "x.lock")
+    uri = f"http://127.0.0.1:3/{tmp_path.name}"
+    with lite_write(uri):
+        local, fd = lite_writes._lock_of(uri)
+        assert fd is None and local.locked()
+    assert "thread lock only" in caplog.text
