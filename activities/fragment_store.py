@@ -76,9 +76,9 @@ FLUSH_ROWS = 64
 # Milvus Lite's partition-key buckets (milvus_lite.constants DEFAULT_NUM_PARTITIONS and
 # PARTITION_KEY_BUCKET_PREFIX; a bucket is md5(key) mod 16). ensure() checks they exist.
 LITE_BUCKETS = 16
+LITE_BUCKET_PREFIX = "_pk_"
 #: A delete is read back, and done again while its rows are still there, this many times at most.
 DELETE_ATTEMPTS = 3
-LITE_BUCKET_PREFIX = "_pk_"
 T = TypeVar("T")
 Rows = list[dict[str, Any]]
 
