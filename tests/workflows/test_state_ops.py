@@ -142,27 +142,6 @@ def test_failed_rounds_are_swept_by_their_threads_next_round_only() -> None:
     assert s.threads["b"].failed_rounds == []
 
 
-def test_a_failed_rounds_turns_are_consumed_only_while_they_lead_the_pending_list() -> None:
-    s = UserMemoryState()
-    submit(s, "e1", turns("a", 0, 6))
-    failed = _record(3)
-    s.rounds.append(failed)
-    state_ops.round_failed(s, failed, "boom", T0, CFG)
-    assert state_ops.failed_round_consumable(s, None) is None
-    assert state_ops.failed_round_consumable(s, 9) is None  # not a failed round
-    running = _record(4)
-    s.rounds.append(running)  # a round of the thread runs again: it has the turns
-    assert state_ops.failed_round_consumable(s, 3) is None
-    running.status = "completed"
-    assert state_ops.failed_round_consumable(s, 3) == "a"
-    assert state_ops.consume_failed_round(s, "a", 3) == 4  # the record's batch: 0-4
-    ts = s.threads["a"]
-    assert [t.position for t in ts.pending] == [4, 5] and ts.indexed == 4
-    assert ts.failed_rounds == [] and ts.not_before == 0.0
-    assert ts.accepted == ts.indexed + len(ts.pending)
-    assert state_ops.failed_round_consumable(s, 3) is None  # once
-
-
 def test_induction_cursor_moves_only_forward_and_only_when_stored() -> None:
     s = UserMemoryState(
         uninducted=[
