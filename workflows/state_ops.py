@@ -406,47 +406,6 @@ def round_failed(
     _finish(record, "failed", now, error=error)
 
 
-def failed_round_consumable(s: UserMemoryState, round_no: int | None) -> str | None:
-    """The thread whose pending turns start with the batch of `round_no`, a round that failed
-    after it started and whose rows are still to be swept (None when there is none, or when a
-    round of that thread is running: it has the turns already)."""
-    if round_no is None:
-        return None
-    for thread_id, ts in s.threads.items():
-        if round_no not in ts.failed_rounds:
-            continue
-        record = next((r for r in reversed(s.rounds) if r.round_no == round_no), None)
-        running = any(r.status == "running" and r.thread_id == thread_id for r in s.rounds)
-        if (
-            record is None
-            or record.status != "failed"
-            or record.thread_id != thread_id
-            or ts.indexed != record.start
-            or running
-        ):
-            return None
-        return thread_id
-    return None
-
-
-def consume_failed_round(s: UserMemoryState, thread_id: str, round_no: int) -> int:
-    """A fragment of the failed round `round_no` was forgotten. Its turns, still pending, would
-    be sliced again and the forgotten content stored again: they count as handled instead. The
-    round's other rows stay stored and searchable (not inducted: the workflow never learned
-    their ids), so they are no longer swept. Returns the turns taken off the pending list."""
-    ts = s.threads[thread_id]
-    record = next(r for r in reversed(s.rounds) if r.round_no == round_no)
-    taken = max(0, min(record.end - record.start, len(ts.pending)))
-    ts.pending = ts.pending[taken:]
-    ts.indexed += taken
-    ts.urgent = ts.urgent and bool(ts.pending)
-    ts.trigger = ts.trigger if ts.pending else "handover"
-    ts.not_before = 0.0  # the back-off was for those turns
-    ts.failed_rounds = [n for n in ts.failed_rounds if n != round_no]
-    record.error = f"{record.error or 'failed'}; its turns were taken as handled after a forget"
-    return taken
-
-
 def _finish(record: RoundRecord, status: str, now: float, **extra: object) -> None:
     record.status = status  # type: ignore[assignment]
     record.finished_at = now

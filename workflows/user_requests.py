@@ -39,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.fragments import Fragment
     from mnemoflow.models.ids import explicit_fragment_id
     from mnemoflow.models.params import TunedParams
-    from mnemoflow.models.round_store import round_of
     from mnemoflow.models.turns import identity_digest, turn_identity
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.options import store_activity
@@ -52,9 +51,6 @@ with workflow.unsafe.imports_passed_through():
 
 #: Patch id of forget_fragment's republish (histories before it only deleted the row).
 FORGET_FRAGMENT_REPUBLISHES = "forget-fragment-republishes"
-#: forget_fragment of a row of a failed round takes that round's pending turns as handled, so
-#: slicing them again does not store the forgotten content again.
-FORGET_CONSUMES_FAILED_ROUND = "forget-consumes-failed-round"
 #: forget_fragment waits for a reinforce in flight before it deletes.
 FORGET_FRAGMENT_WAITS_REINFORCE = "forget-fragment-waits-reinforce"
 
@@ -181,15 +177,6 @@ async def _forgotten_everywhere(
     """After the delete: the induction batch, the profile facts and the read model."""
     run.dropped_ids.append(req.fragment_id)
     deleted = out.deleted
-    made_in = round_of(run.inp.user_id, req.fragment_id)
-    thread_id = state_ops.failed_round_consumable(run.state, made_in)
-    if (
-        deleted
-        and made_in is not None
-        and thread_id is not None
-        and workflow.patched(FORGET_CONSUMES_FAILED_ROUND)
-    ):
-        state_ops.consume_failed_round(run.state, thread_id, made_in)
     if (
         not deleted
         and state_ops.mentions(run.state, req.fragment_id)

@@ -16,9 +16,8 @@ from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.contracts import ForgetFragmentRequest, RetryRoundRequest, UserStatus
+from mnemoflow.models.contracts import UserStatus
 from mnemoflow.models.errors import InvalidInputError
-from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import conversation, submit, wait_status
 from tests.support.invariants import indexed_once
 from tests.support.memory_worker import memory_worker
@@ -106,68 +105,3 @@ async def test_a_round_that_failed_after_its_write_leaves_no_rows_behind(
                 held = sum(f.content.count(line) for f in stored)
                 assert held == 1, (line, held)
         await wait_status(handle, lambda s: s.uninducted == 0, deadline_s=90, what="inducted")
-
-
-async def test_a_forgotten_row_of_a_failed_round_is_not_stored_again(
-    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
-) -> None:
-    """The round failed after its write; a row of it (seen in Redis) is forgotten; the operator
-    retries the round, then more is said. The forgotten lines never come back; the round's
-    other rows stay; what is said later is stored once."""
-
-    class Store(FailsAfterWrite):
-        failures: ClassVar[dict[str, int]] = {}
-
-    config = CONFIG.model_copy(update={"failed_round_backoff_s": 3600.0})
-    async with memory_worker(
-        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url,
-        models=HeuristicMemoryModels(), store_cls=Store,
-    ) as mw:  # fmt: skip
-        user = f"failforget-{uuid.uuid4().hex[:8]}"
-        t0 = time.time() - 2 * HOUR
-        said = lines_of("thread f", 8)
-        Store.failures[user] = 1
-        handle = await submit(
-            mw.client, mw.task_queue, user, conversation("f", said, t0), urgent=True,
-            config=config,
-        )  # fmt: skip
-        status = await wait_status(
-            handle, lambda s: s.rounds_failed >= 1, deadline_s=90, what="the round failed"
-        )
-        rows = await mw.store.all_for_user(user)
-        assert rows, "the failed round stored nothing: nothing tested"
-        victim, others = rows[0], rows[1:]
-        gone = [line for line in said if line in victim.content]
-        assert gone
-        out = await handle.execute_update(
-            UserMemoryWorkflow.forget_fragment, ForgetFragmentRequest(fragment_id=victim.id)
-        )
-        assert out.deleted == 1
-        failed = next(r for r in status.rounds if r.status == "failed")
-        await handle.execute_update(
-            UserMemoryWorkflow.retry_round, RetryRoundRequest(event_id=failed.event_id)
-        )
-        later = lines_of("thread f later", 4)
-        await submit(
-            mw.client, mw.task_queue, user,
-            [t.model_copy(update={"position": 8 + t.position})
-             for t in conversation("f", later, t0 + 3600)],
-            urgent=True, config=config,
-        )  # fmt: skip
-        status = await wait_status(
-            handle,
-            lambda s: s.watermarks.get("f") is not None and s.watermarks["f"].indexed >= 12,
-            deadline_s=90,
-            what="the later lines indexed",
-        )
-        stored = await mw.store.all_for_user(user)
-        texts = [f.content for f in stored]
-        for line in gone:
-            assert not any(line in t for t in texts), f"forgotten line stored again: {line}"
-        for line in [x for x in said if x not in gone]:
-            assert sum(t.count(line) for t in texts) == 1, line  # the round's other rows stay
-        for line in later:
-            assert sum(t.count(line) for t in texts) == 1, line
-        assert {f.id for f in others} <= {f.id for f in stored}
-        corpus = SearchCorpus(mw.read_model.redis, mw.read_model.prefix)
-        assert await corpus.ids(user) == {f.id for f in stored}
