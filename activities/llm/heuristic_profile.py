@@ -169,7 +169,11 @@ _INTEREST = (
     re.compile(r"对((?:(?![不没])[\u4e00-\u9fff\w]){1,12}?)(?:很|非常|比较|特别)?感兴趣"),
     # Likes that are not activities (those are hobbies): "I love spicy food", "我喜欢猫".
     re.compile(
-        r"\bI (?:really |also |just )?(?:like|love|prefer|adore) (?!to\b|it\b|that\b|this\b)"
+        # Not what points at something said or shown ("I love your turtles", "I love how you
+        # did it", "I like the idea"): that is a reply, not a taste of the user's.
+        r"\bI (?:really |also |just )?(?:like|love|prefer|adore) "
+        r"(?!(?:to|it|that|this|these|those|them|your|you|how|when|what|where|the (?:idea|"
+        r"thought|way|colou?rs?|pics?|pictures?|photos?|look|vibes?|feeling|sound))\b)"
         r"((?!\w+ing\b)[\w '-]{2,40}?)" + _END,
         _I,
     ),
@@ -180,8 +184,29 @@ _INTEREST = (
         + _ZH_END
     ),
 )
+#: What follows "busy" when it limits the user at a time (`_CONSTRAINT`).
+_BUSY_WHEN_EN = (
+    r"(?:on|every|all|most|until|till|through|during|in the|this|next|tomorrow|today|tonight|"
+    r"weekdays|weekends|mornings|afternoons|evenings|nights|"
+    r"(?:mon|tues|wednes|thurs|fri|satur|sun)days?)"
+)
+#: A time before "忙" (within a few characters) that makes being busy a constraint: "我周三很忙",
+#: not "最近很忙" or "忙着搬家".
+_BUSY_WHEN_ZH = (
+    r"周[一二三四五六日天末]|星期[一二三四五六日天]|礼拜[一二三四五六日天]|每天|每周|每晚|"
+    r"早上|上午|中午|下午|晚上|明天|今天|今晚|后天|工作日|这周|下周|这个月|下个月"
+)
+#: What follows "can't" when it is a feeling, not something the user cannot do.
+_NOT_A_LIMIT_EN = (
+    r"wait|believe|thank|imagine|stop|help|express|describe|tell you|say enough|get enough|"
+    r"resist|agree|be (?:happier|prouder|more)|even|complain|forget|get over|beat|let go"
+)
 _CONSTRAINT = re.compile(
-    r"\b(?:busy|not available|not free|unavailable|can't|cannot|can not|allergic|allergy|allergies|"
+    # Busy at a time is a constraint ("busy on Wednesdays", "busy every morning"); a busy week,
+    # being busy with work or "can't wait" is news or a feeling, not a limit on the user.
+    rf"\b(?:busy (?:{_BUSY_WHEN_EN})\b|not available|not free|unavailable|"
+    rf"(?:can't|can['’]t|cannot|can not)(?! (?:{_NOT_A_LIMIT_EN})\b)|"
+    r"allergic|allergy|allergies|"
     r"intolerant|only (?:on|after|before)|don't call|do not call|never on|budget|hated?|hates|"
     r"dislike[sd]?|"
     # A diet one keeps ("I'm a vegetarian", "Sam is vegan"), not a dish ("vegan ice cream").
@@ -193,7 +218,7 @@ _CONSTRAINT = re.compile(
     r"(?:don't|do not|didn't|did not|never|no longer) (?:really |much |particularly )?"
     r"(?:like[sd]?|love[sd]?|enjoy(?:s|ed)?|care for|eat|drink)|"
     r"(?:not|never been) (?:a (?:big |huge )?fan of|into|interested in)|avoid)\b|"
-    r"忙|没空|不方便|过敏|不能|只能|预算|别打电话|讨厌|忌口|吃素|素食者|素食主义|不感兴趣|没兴趣|没有兴趣|"
+    rf"(?:{_BUSY_WHEN_ZH})[^，。,.!?！？]{{0,4}}忙|没空|不方便|过敏|不能|只能|预算|别打电话|讨厌|忌口|吃素|素食者|素食主义|不感兴趣|没兴趣|没有兴趣|"
     r"(?:不|没有?)(?:太|是很|是特别|怎么|那么|再|大|很|是那么)?(?:喜欢|爱)|不吃|不喝",
     _I,
 )

@@ -250,6 +250,55 @@ def test_a_diet_is_a_constraint() -> None:
     assert _profile("我可能对猫过敏").constraints == ["可能对猫过敏"]
 
 
+# News, feelings and replies that read like a limit or a taste; none is about what the user
+# cannot do, when they are unavailable, or what they like. Found on long chat logs (a busy week,
+# "can't wait"); the rest are held out: other words, both languages.
+NOT_A_LIMIT_OR_TASTE = [
+    "Been a busy week since we talked!",
+    "I've been busy with work and family.",
+    "It helps us remember the small joys, especially when life gets busy.",
+    "Can't wait to see your pottery project!",
+    "I can't believe how fast the kids grow.",
+    "Really can't beat a quiet morning with coffee.",
+    "I guess I can't let go of my dream of a bakery.",
+    "I can’t thank you enough for the advice.",
+    "I love your turtles!",
+    "I love how you framed that photo.",
+    "I like the idea, let's do it.",
+    "I love it, that's why I keep going back.",
+    "I love when you send me recipes.",
+    "最近一直很忙。",
+    "我这几天忙着搬家。",
+    "公司最近忙得不得了。",
+]
+
+
+@pytest.mark.parametrize("sentence", NOT_A_LIMIT_OR_TASTE)
+def test_news_feelings_and_replies_are_no_constraint_or_interest(sentence: str) -> None:
+    profile = _profile(sentence)
+    assert profile.constraints == [] and profile.interests == [], profile
+
+
+@pytest.mark.parametrize(
+    ("sentence", "constraint"),
+    [
+        ("I'm busy on Wednesdays.", "busy on Wednesdays"),
+        ("I'm busy every morning until ten.", "busy every morning until ten"),
+        ("I am busy this weekend", "busy this weekend"),
+        ("I can't eat gluten.", "can't eat gluten"),
+        ("I can't make it on Fridays.", "can't make it on Fridays"),
+        ("I cannot drive at night.", "cannot drive at night"),
+        ("我周三很忙", "周三很忙"),
+        ("我每天早上都忙", "每天早上都忙"),
+        ("下周特别忙", "下周特别忙"),
+    ],
+)
+def test_being_busy_at_a_time_and_what_one_cannot_do_stay_constraints(
+    sentence: str, constraint: str
+) -> None:
+    assert _profile(sentence).constraints == [constraint]
+
+
 @pytest.mark.parametrize(
     ("sentence", "field", "value"),
     [
