@@ -240,6 +240,15 @@ _GOAL = (
         r"(?:我的目标是|目标是|我希望|我打算|我计划|我想要)([\u4e00-\u9fff\w]{2,30}?)" + _ZH_END
     ),
 )
+#: A "goal" that only points at the conversation ("I want to tell you", "I hope to help make
+#: that happen", "I'd like to see it"): a reply, not a plan of the user's.
+_REPLY_GOAL = re.compile(
+    r"^(?:tell|ask|show|let|thank|say)\b"
+    r"|^(?:see|hear) (?:it|that|this|them|you|your|more|what|how)\b"
+    r"|^(?:\S+ ){0,3}(?:you|it|that|this|them|there|that happen|it happen)$"
+    r"|^(?:告诉|跟你|和你|问你|给你|谢谢|让你)|(?:你|它|这个|那个|这样)$",
+    _I,
+)
 _PET_EN = r"dog|cat|puppy|kitten|parrot|hamster|rabbit|bunny|turtle|goldfish|horse|pet"
 _KIN_EN = (
     r"wife|husband|partner|fianc[ée]e?|son|daughter|kid|child|baby|mother|mom|mum|father|dad|"
@@ -670,7 +679,8 @@ def extract_profile(contents: Iterable[str]) -> UserProfile:
         interest = _first(_INTEREST, sentence, affirmed=True)
         if interest != hobby:
             _add(update.interests, interest)
-        _add(update.goals, _first(_GOAL, sentence))
+        goal = _first(_GOAL, sentence)
+        _add(update.goals, None if goal is None or _REPLY_GOAL.search(goal) else goal)
         for clause in _CLAUSE.split(sentence):
             constraint = _CONSTRAINT.search(clause)
             if constraint:

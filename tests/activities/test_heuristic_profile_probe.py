@@ -64,6 +64,27 @@ def test_a_negated_like_is_never_a_hobby_interest_or_favourite(sentence: str) ->
 
 
 @pytest.mark.parametrize(
+    ("sentence", "goals"),
+    [
+        ("I want to tell you something.", []),
+        ("I hope to help make that happen.", []),
+        ("I'd like to see it.", []),
+        ("I want to show you how I paint.", []),
+        ("I want to see your garden", []),
+        ("我想要告诉你一件事", []),
+        ("我希望这样", []),
+        ("I want to see the Northern Lights.", ["see the Northern Lights"]),
+        ("I plan to run a marathon in May.", ["run a marathon in May"]),
+        ("我打算明年去日本", ["明年去日本"]),
+    ],
+)
+def test_a_goal_is_the_users_plan_never_a_reply_pointing_at_the_chat(
+    sentence: str, goals: list[str]
+) -> None:
+    assert _profile(sentence).goals == goals
+
+
+@pytest.mark.parametrize(
     ("sentence", "constraint"),
     [
         ("我不太喜欢猫", "不太喜欢猫"),
