@@ -78,6 +78,17 @@ NOTES = [
     "(0.718-0.721), neighbour scores decaying with distance (0.657-0.721), 2 neighbours for the "
     "3 best lines and none for the rest (0.729), a 1,380-token budget (0.729 at a median of "
     "1,291 tokens) | | replica |",
+    "| + the offline profile keeps no news, feelings or replies as constraints, interests or "
+    "goals ('Been a busy week', \"Can't wait to see\", 'I love your turtles', 'tell you'); "
+    "they took up to a fifth of the budget on every call (commits a33b967, 478f602) | 0.728 "
+    "(replica); this benchmark 0.72 (any 0.85), median 1,159 tokens (table above) | replica, "
+    "this benchmark |",
+    "| tried and left out (replica): a soft term match of question words to line words by USE "
+    "word vectors (0.718-0.724, from 0.721); from 0.728, windows of 1 before and 2 after "
+    "(0.724), 2 before and 1 after (0.717), 1 and 3 (0.718), 3 and 1 (0.708); tags without "
+    "theme and types (+0.005) and speakers without their role (+0.009), not worth what the "
+    "model loses "
+    "| | replica |",
 ]
 
 
