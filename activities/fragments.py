@@ -451,7 +451,23 @@ class FragmentActivities:
                 if self.corpus is not None:
                     await self.corpus.delete_user(inp.user_id)
             else:
-                deleted = await self.store.delete(inp.user_id, inp.ids)
-                if self.corpus is not None:
-                    await self.corpus.remove(inp.user_id, inp.ids)
+                rows = await self.store.get(inp.user_id, inp.ids) if inp.return_rows else []
+                within = await self._within(inp) if inp.within is not None else []
+                ids = [*inp.ids, *(i for i in within if i not in inp.ids)]
+                deleted = await self.store.delete(inp.user_id, ids) if ids else 0
+                if self.corpus is not None and ids:
+                    await self.corpus.remove(inp.user_id, ids)
+                return DeleteFragmentsOutput(deleted=deleted, rows=rows, deleted_ids=within)
         return DeleteFragmentsOutput(deleted=deleted)
+
+    async def _within(self, inp: DeleteFragmentsInput) -> list[str]:
+        """Ids of the rows `inp.within` names (one round's, for a span of its thread)."""
+        span = inp.within
+        assert span is not None
+        return [
+            f.id
+            for f in await self.store.all_for_user(inp.user_id)
+            if f.round_no == span.round_no
+            and span.start_pos <= f.start_pos
+            and f.end_pos <= span.end_pos
+        ]

@@ -678,17 +678,35 @@ class ForgetReceipt(BaseModel):
     )
 
 
+class DeleteWithin(BaseModel):
+    """The rows one round stored for a span of its thread: those of `round_no` whose source
+    positions lie within [start_pos, end_pos)."""
+
+    round_no: int
+    start_pos: int
+    end_pos: int
+
+
 class DeleteFragmentsInput(BaseModel):
-    """Activity: delete some (ids) or all (ids None) of a user's fragments."""
+    """Activity: delete some (ids) or all (ids None) of a user's fragments.
+
+    `within` also deletes the rows it names; send it with `ids=[]`, never None, so that a
+    worker from before the field reads it as "delete nothing" rather than "delete all".
+    `return_rows`: the output carries the rows of `ids` as they were before the delete."""
 
     user_id: str
     ids: list[str] | None = None
+    within: DeleteWithin | None = None
+    return_rows: bool = False
 
 
 class DeleteFragmentsOutput(BaseModel):
-    """Rows deleted."""
+    """Rows deleted; with `return_rows` the rows of the ids that existed, and with `within`
+    the ids of the rows it deleted."""
 
     deleted: int
+    rows: list[Fragment] = Field(default_factory=list)
+    deleted_ids: list[str] = Field(default_factory=list)
 
 
 class DeleteReadModelInput(BaseModel):

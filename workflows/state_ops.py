@@ -7,6 +7,9 @@ in (the workflow gives `workflow.now()`), nothing here reads a clock or does I/O
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
+from mnemoflow.memory.text import normalise
 from mnemoflow.memory.triggers import induction_due_at, slice_due_at
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
@@ -26,6 +29,7 @@ from mnemoflow.models.contracts import (
     fill_stubs,
     is_stub,
 )
+from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.profile import UserProfile, profile_facts, without_facts
 from mnemoflow.models.round_store import MAX_TUNED_THEMES, round_of
 from mnemoflow.models.turns import ChatTurn, identity_digest, turn_identity
@@ -268,10 +272,15 @@ def thread_due_at(ts: ThreadState, cfg: MemoryConfig, now: float) -> float | Non
     return max(due, ts.not_before)
 
 
-def due_thread(s: UserMemoryState, cfg: MemoryConfig, now: float) -> str | None:
-    """The thread whose round is due first (ties by thread id), if any is due now."""
+def due_thread(
+    s: UserMemoryState, cfg: MemoryConfig, now: float, held: Collection[str] = ()
+) -> str | None:
+    """The thread whose round is due first (ties by thread id), if any is due now; `held`
+    threads wait (a forget is taking turns out of their pending list)."""
     best: tuple[float, str] | None = None
     for thread_id, ts in s.threads.items():
+        if thread_id in held:
+            continue
         due = thread_due_at(ts, cfg, now)
         if due is not None and due <= now and (best is None or (due, thread_id) < best):
             best = (due, thread_id)
@@ -286,11 +295,12 @@ def mature_for_induction(s: UserMemoryState, cfg: MemoryConfig, now: float) -> l
     return sorted(ready, key=lambda r: r.seq)
 
 
-def next_due(s: UserMemoryState, cfg: MemoryConfig) -> float | None:
-    """The earliest future deadline (a round or an induction), for the durable timer."""
+def next_due(s: UserMemoryState, cfg: MemoryConfig, held: Collection[str] = ()) -> float | None:
+    """The earliest future deadline (a round or an induction), for the durable timer; `held`
+    threads have none (their forget wakes the loop when it lets go of them)."""
     dues: list[float] = []
-    for ts in s.threads.values():
-        if ts.pending:
+    for thread_id, ts in s.threads.items():
+        if ts.pending and thread_id not in held:
             due = thread_due_at(ts, cfg, ts.last_seen)
             if due is not None:
                 dues.append(due)
@@ -404,6 +414,46 @@ def round_failed(
         ts.failed_rounds.append(record.round_no)
         del ts.failed_rounds[:-MAX_FAILED_ROUNDS]
     _finish(record, "failed", now, error=error)
+
+
+def failed_round_thread(s: UserMemoryState, round_no: int | None) -> str | None:
+    """The thread whose round `round_no` failed after it started and whose rows are still
+    to be swept (ThreadState.failed_rounds), if any."""
+    if round_no is None:
+        return None
+    return next((k for k, ts in s.threads.items() if round_no in ts.failed_rounds), None)
+
+
+def covered_turns(ts: ThreadState, fragment: Fragment) -> list[ChatTurn]:
+    """The thread's pending turns a fragment of a failed round was made from: said at a
+    position in its span, with their whole text in its content (the slicers keep every turn
+    verbatim, `activities.llm.base.with_every_turn`; whole words, so "message 1" is not in
+    "message 10"). Matched by identity, never by place in
+    the pending list: turns delivered late sort before those a round took."""
+    content = f" {normalise(fragment.content)} "
+    span = range(fragment.start_pos, fragment.end_pos)
+    return [
+        t
+        for t in ts.pending
+        if t.position in span and (text := normalise(t.content)) and f" {text} " in content
+    ]
+
+
+def forget_turns(s: UserMemoryState, thread_id: str, turns: list[ChatTurn]) -> int:
+    """Drop these pending turns of a thread: a forget covered them before any round stored
+    them for good. They stay accepted identities (a re-send is still a no-op) but leave the
+    counts, as a whole-user forget's pending turns do. Returns how many were dropped."""
+    ts = s.threads.get(thread_id)
+    if ts is None or not turns:
+        return 0
+    gone = {turn_identity(t) for t in turns}
+    before = len(ts.pending)
+    ts.pending = [t for t in ts.pending if turn_identity(t) not in gone]
+    dropped = before - len(ts.pending)
+    ts.accepted -= dropped  # accepted == indexed + pending
+    ts.urgent = ts.urgent and bool(ts.pending)
+    ts.trigger = ts.trigger if ts.pending else "handover"
+    return dropped
 
 
 def _finish(record: RoundRecord, status: str, now: float, **extra: object) -> None:

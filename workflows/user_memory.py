@@ -290,7 +290,7 @@ def timer_length(due: float, now: float) -> timedelta:
 async def _sleep_until_due(run: UserRun) -> None:
     """Wait for input, or until the next maturity deadline under the current config."""
     now = workflow.now().timestamp()
-    due = state_ops.next_due(run.state, run.config)
+    due = state_ops.next_due(run.state, run.config, run.held_threads)
     if due is None:
         await workflow.wait_condition(run.has_input)
         return

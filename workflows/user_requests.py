@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         ContextFragment,
         DeleteFragmentsInput,
         DeleteFragmentsOutput,
+        DeleteWithin,
         ForgetFragmentRequest,
         ForgetFragmentResult,
         FragmentRef,
@@ -33,12 +34,14 @@ with workflow.unsafe.imports_passed_through():
         RememberResult,
         RetryRoundRequest,
         RetryRoundResult,
+        RoundRecord,
         SelectInput,
         SelectOutput,
     )
     from mnemoflow.models.fragments import Fragment
     from mnemoflow.models.ids import explicit_fragment_id
     from mnemoflow.models.params import TunedParams
+    from mnemoflow.models.round_store import round_of
     from mnemoflow.models.turns import identity_digest, turn_identity
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.options import store_activity
@@ -51,6 +54,9 @@ with workflow.unsafe.imports_passed_through():
 
 #: Patch id of forget_fragment's republish (histories before it only deleted the row).
 FORGET_FRAGMENT_REPUBLISHES = "forget-fragment-republishes"
+#: forget_fragment of a row of a round that failed after its write drops the pending turns the
+#: row covered (and the rows a round already running stores for them again).
+FORGET_FAILED_ROUND_TURNS = "forget-failed-round-turns"
 #: forget_fragment waits for a reinforce in flight before it deletes.
 FORGET_FRAGMENT_WAITS_REINFORCE = "forget-fragment-waits-reinforce"
 
@@ -151,6 +157,15 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
     once. A reinforce in flight is waited for first: it could write the row back after the
     delete."""
     run.forgetting.add(req.fragment_id)
+    # A row of a round that failed after its write: its turns are still pending, and slicing
+    # them again would store what is forgotten here once more. The thread's rounds wait while
+    # the forget takes those turns out (docs/ARCHITECTURE.md, "The round").
+    made_in = round_of(run.inp.user_id, req.fragment_id)
+    thread_id = state_ops.failed_round_thread(run.state, made_in)
+    if thread_id is not None and not workflow.patched(FORGET_FAILED_ROUND_TURNS):
+        thread_id = None
+    if thread_id is not None:
+        run.held_threads[thread_id] = run.held_threads.get(thread_id, 0) + 1
     try:
         if workflow.patched(FORGET_FRAGMENT_WAITS_REINFORCE):
             await workflow.wait_condition(lambda: not run.reinforcing)
@@ -158,17 +173,71 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
         try:
             out = await workflow.execute_activity(
                 ActivityName.DELETE_FRAGMENTS,
-                DeleteFragmentsInput(user_id=run.inp.user_id, ids=[req.fragment_id]),
+                DeleteFragmentsInput(
+                    user_id=run.inp.user_id,
+                    ids=[req.fragment_id],
+                    return_rows=thread_id is not None,
+                ),
                 result_type=DeleteFragmentsOutput,
                 **store_activity("forget one fragment"),
             )
         finally:
             run.writes_in_flight -= 1
+        if thread_id is not None:
+            await _forget_failed_round_turns(run, thread_id, out)
         return await _forgotten_everywhere(run, req, out)
     finally:
         # From here the state's forgotten ids keep a reinforce away from it; a forget that
         # failed leaves the fragment stored, and it is reinforced and kept as before.
         run.forgetting.discard(req.fragment_id)
+        if thread_id is not None:
+            run.held_threads[thread_id] -= 1
+            if not run.held_threads[thread_id]:
+                del run.held_threads[thread_id]
+                run.dropped_ids.append(req.fragment_id)  # wake the loop: the thread may be due
+
+
+async def _round_over(run: UserRun, record: RoundRecord) -> None:
+    """Until the loop has put this round's outcome in the state."""
+    await workflow.wait_condition(lambda: run.round_record is not record)
+
+
+async def _forget_failed_round_turns(
+    run: UserRun, thread_id: str, out: DeleteFragmentsOutput
+) -> None:
+    """The forgotten row was made by a failed round of `thread_id`: drop the pending turns it
+    covered, so no round slices them again. A round of the thread that was already running
+    may have taken them: once it is over, its rows for the same span are forgotten too."""
+    for row in out.rows:
+        ts = run.state.threads.get(thread_id)
+        if ts is not None:
+            state_ops.forget_turns(run.state, thread_id, state_ops.covered_turns(ts, row))
+        running = run.round_record
+        if running is None or running.thread_id != thread_id:
+            continue
+        await _round_over(run, running)
+        if running.round_no <= 0 or run.forget_request is not None:
+            continue  # it never ran, or the whole user is being forgotten
+        run.writes_in_flight += 1
+        try:
+            again = await workflow.execute_activity(
+                ActivityName.DELETE_FRAGMENTS,
+                DeleteFragmentsInput(
+                    user_id=run.inp.user_id,
+                    ids=[],
+                    within=DeleteWithin(
+                        round_no=running.round_no, start_pos=row.start_pos, end_pos=row.end_pos
+                    ),
+                ),
+                result_type=DeleteFragmentsOutput,
+                **store_activity("forget a failed round's span stored again"),
+            )
+        finally:
+            run.writes_in_flight -= 1
+        by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
+        for fid in again.deleted_ids:
+            state_ops.forget_fragment_facts(run.state, fid, by_statement=by_statement)
+            run.dropped_ids.append(fid)
 
 
 async def _forgotten_everywhere(

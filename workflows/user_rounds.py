@@ -108,7 +108,7 @@ async def maybe_round(run: UserRun) -> bool:
     """Run the round of the thread that is due first, if any; True when something ran."""
     s, cfg = run.state, run.config
     now = workflow.now().timestamp()
-    thread_id = state_ops.due_thread(s, cfg, now)
+    thread_id = state_ops.due_thread(s, cfg, now, run.held_threads)
     if thread_id is None:
         return False
     ts = s.threads[thread_id]
@@ -130,12 +130,14 @@ async def maybe_round(run: UserRun) -> bool:
     # Contents a round does not resend: its selection's and those of the latest rounds' fragments.
     held = {f.id: f for f in [*s.recent, *run.context().fragments]}
     base = run.round_base = run.context().version
+    run.round_record = record
     try:
         handle = await _start_round(run, record, batch, after)
         run.round_task = handle
         result = await handle
     except (ChildWorkflowError, ApplicationError) as err:
         started = run.round_task is not None  # not when no round number was free
+        run.round_record = None
         if run.forget_request is not None:  # the forget cancelled it: count it in the receipt
             state_ops.round_failed(s, record, "cancelled by forget", now, cfg, started)
             run.rounds_cancelled += 1
@@ -143,6 +145,7 @@ async def maybe_round(run: UserRun) -> bool:
         state_ops.round_failed(s, record, failure_text(err), now, cfg, started)
         return True
     except asyncio.CancelledError:
+        run.round_record = None
         if run.forget_request is None:
             raise  # the user workflow itself is being cancelled
         started = run.round_task is not None
@@ -174,6 +177,7 @@ async def maybe_round(run: UserRun) -> bool:
         update["version"] = max(result.context.version, floor + 1)
     result.context = result.context.model_copy(update=update)
     state_ops.round_completed(s, record, result, batch, workflow.now().timestamp(), run.inp.prices)
+    run.round_record = None
     published = await _keep_remembered(run, floor)
     published = await drop_forgotten(run) or published
     if newer_meanwhile and not published and workflow.patched(ROUND_REPUBLISHED):

@@ -20,6 +20,7 @@ from mnemoflow.models.contracts import (
     FragmentRef,
     InjectedContext,
     ReinforceEvent,
+    RoundRecord,
     SubmitEvent,
     UserMemoryInput,
     UserMemoryState,
@@ -57,6 +58,10 @@ class UserRun:
     forget_request: ForgetRequest | None = None
     forget_receipt: ForgetReceipt | None = None
     round_task: asyncio.Task | None = None
+    # The round the loop is running (from its start until its outcome is in the state), and
+    # the threads whose rounds wait while a forget takes turns out of their pending lists.
+    round_record: RoundRecord | None = None
+    held_threads: dict[str, int] = field(default_factory=dict)
     # The context version a running round was given: it publishes the next one, so a publish
     # of this workflow meanwhile goes above that (user_rounds.publish_held).
     round_base: int | None = None

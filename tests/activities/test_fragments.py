@@ -16,6 +16,7 @@ from mnemoflow.activities.fragments import FragmentActivities, bounded_log
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
     DeleteFragmentsInput,
+    DeleteWithin,
     IndexInput,
     ReinforceInput,
     SelectInput,
@@ -100,6 +101,36 @@ async def test_index_select_reinforce(acts: FragmentActivities) -> None:
     reinforce = ReinforceInput(user_id=USER, call_id="call-1", fragment_ids=picked, now=NOW)
     assert (await env.run(acts.reinforce, reinforce)).updated == 3
     assert (await env.run(acts.reinforce, reinforce)).updated == 0
+
+
+async def test_delete_returns_the_rows_it_deleted_and_deletes_one_rounds_span(
+    acts: FragmentActivities,
+) -> None:
+    """`return_rows` hands back the rows of the ids as they were; `within` deletes one round's
+    rows for a span of its thread and names them; `ids=[]` alone deletes nothing (what a worker
+    from before `within` does with such a request)."""
+    env = ActivityEnvironment()
+    first = [f.model_copy(update={"round_no": 5}) for f in fragments(USER)]
+    again = [
+        f.model_copy(update={"id": fragment_id(USER, 6, n), "round_no": 6})
+        for n, f in enumerate(fragments(USER))
+    ]
+    await env.run(acts.index, IndexInput(fragments=[*first, *again]))
+    out = await env.run(
+        acts.delete_fragments,
+        DeleteFragmentsInput(user_id=USER, ids=[first[0].id, "never-stored"], return_rows=True),
+    )
+    assert out.deleted == 1 and [r.content for r in out.rows] == [first[0].content]
+    assert out.rows[0].round_no == 5 and (out.rows[0].start_pos, out.rows[0].end_pos) == (0, 1)
+    nothing = await env.run(acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=[]))
+    assert nothing.deleted == 0 and await acts.store.count(USER) == 11
+    span = DeleteWithin(round_no=6, start_pos=1, end_pos=4)
+    out = await env.run(
+        acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=[], within=span)
+    )
+    assert out.deleted == 3 and sorted(out.deleted_ids) == sorted(f.id for f in again[1:4])
+    left = {f.id for f in await acts.store.all_for_user(USER)}
+    assert left == {f.id for f in [*first[1:], again[0], *again[4:]]}
 
 
 async def test_permanent_problems_are_non_retryable(acts: FragmentActivities) -> None:

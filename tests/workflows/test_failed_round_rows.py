@@ -5,19 +5,23 @@ round's rows, which the user workflow never learned of (never inducted, never co
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import Counter
 from typing import Any, ClassVar
 
+from temporalio.client import WorkflowUpdateStage
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.contracts import UserStatus
+from mnemoflow.models.contracts import ForgetFragmentRequest, RetryRoundRequest, UserStatus
 from mnemoflow.models.errors import InvalidInputError
+from mnemoflow.models.fragments import Fragment
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import conversation, submit, wait_status
 from tests.support.invariants import indexed_once
 from tests.support.memory_worker import memory_worker
@@ -105,3 +109,130 @@ async def test_a_round_that_failed_after_its_write_leaves_no_rows_behind(
                 held = sum(f.content.count(line) for f in stored)
                 assert held == 1, (line, held)
         await wait_status(handle, lambda s: s.uninducted == 0, deadline_s=90, what="inducted")
+
+
+class HeldSweep(FailsAfterWrite):
+    """FailsAfterWrite whose next read of all of a user's rows (the sweep that opens a round's
+    store step) waits for the test once `hold` is armed."""
+
+    failures: ClassVar[dict[str, int]] = {}
+    hold: ClassVar[asyncio.Event | None] = None
+    reached: ClassVar[asyncio.Event | None] = None
+
+    async def all_for_user(self, user_id: str) -> list[Fragment]:
+        hold, reached = type(self).hold, type(self).reached
+        if hold is not None and reached is not None and not reached.is_set():
+            reached.set()
+            await hold.wait()
+        return await super().all_for_user(user_id)
+
+
+async def _forget_a_row_of_a_failed_round(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    *,
+    while_its_thread_runs: bool,
+) -> None:
+    """The round fails after its write; a row of it (searchable) is forgotten; the operator
+    retries the round (with `while_its_thread_runs`, the retry is already inside its store step
+    when the forget comes); then more is said. The forgotten lines never come back; every
+    other line is stored once; the counts say what happened."""
+
+    class Store(HeldSweep):
+        failures: ClassVar[dict[str, int]] = {}
+        hold = None
+        reached = None
+
+    config = CONFIG.model_copy(update={"failed_round_backoff_s": 3600.0})
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url,
+        models=HeuristicMemoryModels(), store_cls=Store,
+    ) as mw:  # fmt: skip
+        user = f"failforget-{uuid.uuid4().hex[:8]}"
+        t0 = time.time() - 2 * HOUR
+        said = lines_of("thread f", 12)
+        Store.failures[user] = 1
+        handle = await submit(
+            mw.client, mw.task_queue, user, conversation("f", said, t0), urgent=True,
+            config=config,
+        )  # fmt: skip
+        status = await wait_status(
+            handle, lambda s: s.rounds_failed >= 1, deadline_s=90, what="the round failed"
+        )
+        rows = await mw.store.all_for_user(user)
+        assert len(rows) >= 2, f"the failed round stored {len(rows)} rows: nothing to keep"
+        victim = rows[0]
+        gone = [line for line in said if line in victim.content]
+        kept = [line for line in said if line not in gone]
+        assert gone and kept
+        failed = next(r for r in status.rounds if r.status == "failed")
+        forget = ForgetFragmentRequest(fragment_id=victim.id)
+        if while_its_thread_runs:
+            Store.hold, Store.reached = asyncio.Event(), asyncio.Event()
+            await handle.execute_update(
+                UserMemoryWorkflow.retry_round, RetryRoundRequest(event_id=failed.event_id)
+            )
+            await asyncio.wait_for(Store.reached.wait(), 60)  # the retry is in its store step
+            pending = await handle.start_update(
+                UserMemoryWorkflow.forget_fragment,
+                forget,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            )
+            deadline = time.monotonic() + 60
+            while await mw.store.get(user, [victim.id]):
+                assert time.monotonic() < deadline, "the forget never deleted the row"
+                await asyncio.sleep(0.05)
+            Store.hold.set()  # the retry now stores the batch it took, forgotten turns included
+            out = await pending.result()
+        else:
+            out = await handle.execute_update(UserMemoryWorkflow.forget_fragment, forget)
+            await handle.execute_update(
+                UserMemoryWorkflow.retry_round, RetryRoundRequest(event_id=failed.event_id)
+            )
+        assert out.deleted == 1
+        later = lines_of("thread f later", 4)
+        await submit(
+            mw.client, mw.task_queue, user,
+            [t.model_copy(update={"position": 12 + t.position})
+             for t in conversation("f", later, t0 + 3600)],
+            urgent=True, config=config,
+        )  # fmt: skip
+        expected = len(kept) + len(later)
+
+        def settled(s: UserStatus) -> bool:
+            mark = s.watermarks.get("f")
+            return mark is not None and mark.pending_since is None and mark.indexed >= expected
+
+        status = await wait_status(handle, settled, deadline_s=90, what="the rest indexed")
+        stored = await mw.store.all_for_user(user)
+        texts = [f.content for f in stored]
+        for line in gone:
+            assert not any(line in t for t in texts), f"forgotten line stored again: {line}"
+        for line in [*kept, *later]:
+            assert sum(t.count(line) for t in texts) == 1, line
+        # The forgotten turns left the counts; the rest were indexed once each.
+        mark = status.watermarks["f"]
+        assert (mark.accepted, mark.indexed) == (expected, expected), mark
+        corpus = SearchCorpus(mw.read_model.redis, mw.read_model.prefix)
+        assert await corpus.ids(user) == {f.id for f in stored}
+        published = await mw.read_model.get(user)
+        assert published is not None
+        for line in gone:
+            assert not any(line in f.content for f in published.fragments), line
+
+
+async def test_a_forgotten_row_of_a_failed_round_is_not_stored_again(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    await _forget_a_row_of_a_failed_round(
+        dev_env, milvus_uri, redis_url, while_its_thread_runs=False
+    )
+
+
+async def test_a_forgotten_row_of_a_failed_round_stays_forgotten_when_its_retry_is_running(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    await _forget_a_row_of_a_failed_round(
+        dev_env, milvus_uri, redis_url, while_its_thread_runs=True
+    )

@@ -18,6 +18,7 @@ from mnemoflow.models.contracts import (
     UserMemoryState,
     Watermark,
 )
+from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn
 from mnemoflow.models.usage import LLMUsage, PriceTable
@@ -140,6 +141,50 @@ def test_failed_rounds_are_swept_by_their_threads_next_round_only() -> None:
     assert len(kept) == bound and kept[-1] == 104 + bound
     state_ops.forget_all(s)
     assert s.threads["b"].failed_rounds == []
+
+
+def _row(start: int, end: int, lines: list[str]) -> Fragment:
+    content = "\n".join(f"User: {line}" for line in lines)
+    return Fragment(
+        id="u-r3-f0", user_id="u", theme="t", types=["chat"], content=content, created_at=T0,
+        reinforced_at=T0, round_no=3, thread_id="a", start_pos=start, end_pos=end,
+    )  # fmt: skip
+
+
+def test_a_forgotten_row_of_a_failed_round_drops_the_pending_turns_it_was_made_from() -> None:
+    """By identity (position in the row's span and the whole text in its content), never by
+    place in the pending list: turns delivered late, with older times, sort before them."""
+    s = UserMemoryState()
+    submit(s, "e1", turns("a", 10, 16))
+    late = turns("a", 0, 3, t=T0 - 100)  # said earlier, delivered after
+    submit(s, "e2", late)
+    state_ops.round_failed(s, _record(3), "boom", T0, CFG)
+    assert (
+        state_ops.failed_round_thread(s, 3) == "a" and state_ops.failed_round_thread(s, 9) is None
+    )
+    ts = s.threads["a"]
+    # "message 1" (position 1) is not "message 10", and a turn outside the span stays.
+    row = _row(10, 13, ["message 10", "message 11", "message 12", "message 1"])
+    covered = state_ops.covered_turns(ts, row)
+    assert [t.position for t in covered] == [10, 11, 12]
+    assert state_ops.forget_turns(s, "a", covered) == 3
+    assert sorted(t.position for t in ts.pending) == [0, 1, 2, 13, 14, 15]
+    assert (ts.accepted, ts.indexed) == (6, 0)  # accepted == indexed + pending
+    # They stay accepted identities: a re-send of the forgotten turns is a no-op.
+    submit(s, "e3", turns("a", 10, 13))
+    assert len(ts.pending) == 6 and ts.accepted == 6
+    # A paraphrased row (its text not the turns') drops nothing.
+    assert state_ops.covered_turns(ts, _row(13, 16, ["they talked about it"])) == []
+
+
+def test_a_held_thread_has_no_round_due_until_it_is_let_go() -> None:
+    s = UserMemoryState()
+    submit(s, "e1", turns("a", 0, 4), urgent=True)
+    now = T0 + 10
+    assert state_ops.due_thread(s, CFG, now) == "a"
+    assert state_ops.due_thread(s, CFG, now, {"a"}) is None
+    assert state_ops.next_due(s, CFG, {"a"}) is None
+    assert state_ops.next_due(s, CFG) is not None
 
 
 def test_induction_cursor_moves_only_forward_and_only_when_stored() -> None:
