@@ -33,7 +33,7 @@ from mnemoflow.activities.heartbeat import heartbeating
 from mnemoflow.activities.llm.heuristic_rules import is_question, split_sentences
 from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.memory.selection import select as select_fragments
-from mnemoflow.memory.text import NEGATIONS, fact_tokens, restates, word_shingles
+from mnemoflow.memory.text import NEGATIONS, fact_tokens, normalise, restates, word_shingles
 from mnemoflow.models.contracts import (
     ActivityName,
     DeleteFragmentsInput,
@@ -376,6 +376,15 @@ async def sweep_failed_rounds(
     return [f for f in every if f.id not in gone], deleted
 
 
+def said_within(content: str, other: str) -> bool:
+    """Whether every line of `content` (its speaker label aside) is said in `other`, in whole
+    words: a row stored again from the turns of a forgotten row, not one that also holds
+    other turns."""
+    within = f" {normalise(other)} "
+    bodies = [normalise(_ANY_SPEAKER.sub("", line, count=1)) for line in content.splitlines()]
+    return any(bodies) and all(f" {b} " in within for b in bodies if b)
+
+
 def bounded_log(log: SelectionLog, limit: int = MAX_LOG_CANDIDATES) -> SelectionLog:
     """The log with at most `limit` best lines plus every picked line, in score order."""
     if len(log.candidates) <= limit:
@@ -470,4 +479,5 @@ class FragmentActivities:
             if f.round_no == span.round_no
             and span.start_pos <= f.start_pos
             and f.end_pos <= span.end_pos
+            and said_within(f.content, span.content)
         ]

@@ -679,12 +679,14 @@ class ForgetReceipt(BaseModel):
 
 
 class DeleteWithin(BaseModel):
-    """The rows one round stored for a span of its thread: those of `round_no` whose source
-    positions lie within [start_pos, end_pos)."""
+    """The rows one round stored again for a forgotten row: those of `round_no` whose source
+    positions lie within [start_pos, end_pos) and whose every line the forgotten row's
+    `content` holds (positions come from the writers, which may number alike)."""
 
     round_no: int
     start_pos: int
     end_pos: int
+    content: str = ""
 
 
 class DeleteFragmentsInput(BaseModel):

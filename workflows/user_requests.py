@@ -226,7 +226,10 @@ async def _forget_failed_round_turns(
                     user_id=run.inp.user_id,
                     ids=[],
                     within=DeleteWithin(
-                        round_no=running.round_no, start_pos=row.start_pos, end_pos=row.end_pos
+                        round_no=running.round_no,
+                        start_pos=row.start_pos,
+                        end_pos=row.end_pos,
+                        content=row.content,
                     ),
                 ),
                 result_type=DeleteFragmentsOutput,

@@ -107,8 +107,8 @@ async def test_delete_returns_the_rows_it_deleted_and_deletes_one_rounds_span(
     acts: FragmentActivities,
 ) -> None:
     """`return_rows` hands back the rows of the ids as they were; `within` deletes one round's
-    rows for a span of its thread and names them; `ids=[]` alone deletes nothing (what a worker
-    from before `within` does with such a request)."""
+    rows for a span of its thread that the forgotten row said (every line) and names them;
+    `ids=[]` alone deletes nothing (what a worker from before `within` does with it)."""
     env = ActivityEnvironment()
     first = [f.model_copy(update={"round_no": 5}) for f in fragments(USER)]
     again = [
@@ -124,13 +124,16 @@ async def test_delete_returns_the_rows_it_deleted_and_deletes_one_rounds_span(
     assert out.rows[0].round_no == 5 and (out.rows[0].start_pos, out.rows[0].end_pos) == (0, 1)
     nothing = await env.run(acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=[]))
     assert nothing.deleted == 0 and await acts.store.count(USER) == 11
-    span = DeleteWithin(round_no=6, start_pos=1, end_pos=4)
+    # The forgotten row said the lines of positions 1 and 2: round 6's row at position 3,
+    # inside the span, says what the forgotten row never said, so it stays.
+    forgotten = "\n".join([f"User: {again[1].content}", f"Assistant: {again[2].content}"])
+    span = DeleteWithin(round_no=6, start_pos=1, end_pos=4, content=forgotten)
     out = await env.run(
         acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=[], within=span)
     )
-    assert out.deleted == 3 and sorted(out.deleted_ids) == sorted(f.id for f in again[1:4])
+    assert out.deleted == 2 and sorted(out.deleted_ids) == sorted(f.id for f in again[1:3])
     left = {f.id for f in await acts.store.all_for_user(USER)}
-    assert left == {f.id for f in [*first[1:], again[0], *again[4:]]}
+    assert left == {f.id for f in [*first[1:], again[0], *again[3:]]}
 
 
 async def test_permanent_problems_are_non_retryable(acts: FragmentActivities) -> None:
