@@ -169,20 +169,13 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
     try:
         if workflow.patched(FORGET_FRAGMENT_WAITS_REINFORCE):
             await workflow.wait_condition(lambda: not run.reinforcing)
-        run.writes_in_flight += 1
-        try:
-            out = await workflow.execute_activity(
-                ActivityName.DELETE_FRAGMENTS,
-                DeleteFragmentsInput(
-                    user_id=run.inp.user_id,
-                    ids=[req.fragment_id],
-                    return_rows=thread_id is not None,
-                ),
-                result_type=DeleteFragmentsOutput,
-                **store_activity("forget one fragment"),
-            )
-        finally:
-            run.writes_in_flight -= 1
+        out = await _delete(
+            run,
+            DeleteFragmentsInput(
+                user_id=run.inp.user_id, ids=[req.fragment_id], return_rows=thread_id is not None
+            ),
+            "forget one fragment",
+        )
         if thread_id is not None:
             await _forget_failed_round_turns(run, thread_id, out)
         return await _forgotten_everywhere(run, req, out)
@@ -195,6 +188,20 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
             if not run.held_threads[thread_id]:
                 del run.held_threads[thread_id]
                 run.dropped_ids.append(req.fragment_id)  # wake the loop: the thread may be due
+
+
+async def _delete(run: UserRun, inp: DeleteFragmentsInput, summary: str) -> DeleteFragmentsOutput:
+    """The delete activity, counted as a write in flight (the forget saga waits for those)."""
+    run.writes_in_flight += 1
+    try:
+        return await workflow.execute_activity(
+            ActivityName.DELETE_FRAGMENTS,
+            inp,
+            result_type=DeleteFragmentsOutput,
+            **store_activity(summary),
+        )
+    finally:
+        run.writes_in_flight -= 1
 
 
 async def _round_over(run: UserRun, record: RoundRecord) -> None:
@@ -218,25 +225,17 @@ async def _forget_failed_round_turns(
         await _round_over(run, running)
         if running.round_no <= 0 or run.forget_request is not None:
             continue  # it never ran, or the whole user is being forgotten
-        run.writes_in_flight += 1
-        try:
-            again = await workflow.execute_activity(
-                ActivityName.DELETE_FRAGMENTS,
-                DeleteFragmentsInput(
-                    user_id=run.inp.user_id,
-                    ids=[],
-                    within=DeleteWithin(
-                        round_no=running.round_no,
-                        start_pos=row.start_pos,
-                        end_pos=row.end_pos,
-                        content=row.content,
-                    ),
-                ),
-                result_type=DeleteFragmentsOutput,
-                **store_activity("forget a failed round's span stored again"),
-            )
-        finally:
-            run.writes_in_flight -= 1
+        span = DeleteWithin(
+            round_no=running.round_no,
+            start_pos=row.start_pos,
+            end_pos=row.end_pos,
+            content=row.content,
+        )
+        again = await _delete(
+            run,
+            DeleteFragmentsInput(user_id=run.inp.user_id, ids=[], within=span),
+            "forget a failed round's span stored again",
+        )
         by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
         for fid in again.deleted_ids:
             state_ops.forget_fragment_facts(run.state, fid, by_statement=by_statement)
