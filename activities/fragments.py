@@ -33,11 +33,12 @@ from mnemoflow.activities.heartbeat import heartbeating
 from mnemoflow.activities.llm.heuristic_rules import is_question, split_sentences
 from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.memory.selection import select as select_fragments
-from mnemoflow.memory.text import NEGATIONS, fact_tokens, normalise, restates, word_shingles
+from mnemoflow.memory.text import NEGATIONS, fact_tokens, restates, word_shingles
 from mnemoflow.models.contracts import (
     ActivityName,
     DeleteFragmentsInput,
     DeleteFragmentsOutput,
+    ForgetLines,
     IndexInput,
     IndexOutput,
     ReinforceInput,
@@ -46,7 +47,7 @@ from mnemoflow.models.contracts import (
     SelectOutput,
 )
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
-from mnemoflow.models.fragments import Fragment, SelectionLog
+from mnemoflow.models.fragments import Fragment, SelectionLog, spoken_lines
 
 # Scoring-log lines returned per selection. With retrieve_k=None every fragment of the user is a
 # candidate, and thousands of lines would approach Temporal's 2 MB payload limit; the best lines
@@ -376,15 +377,6 @@ async def sweep_failed_rounds(
     return [f for f in every if f.id not in gone], deleted
 
 
-def said_within(content: str, other: str) -> bool:
-    """Whether every line of `content` (its speaker label aside) is said in `other`, in whole
-    words: a row stored again from the turns of a forgotten row, not one that also holds
-    other turns."""
-    within = f" {normalise(other)} "
-    bodies = [normalise(_ANY_SPEAKER.sub("", line, count=1)) for line in content.splitlines()]
-    return any(bodies) and all(f" {b} " in within for b in bodies if b)
-
-
 def bounded_log(log: SelectionLog, limit: int = MAX_LOG_CANDIDATES) -> SelectionLog:
     """The log with at most `limit` best lines plus every picked line, in score order."""
     if len(log.candidates) <= limit:
@@ -460,24 +452,50 @@ class FragmentActivities:
                 if self.corpus is not None:
                     await self.corpus.delete_user(inp.user_id)
             else:
-                rows = await self.store.get(inp.user_id, inp.ids) if inp.return_rows else []
-                within = await self._within(inp) if inp.within is not None else []
-                ids = [*inp.ids, *(i for i in within if i not in inp.ids)]
-                deleted = await self.store.delete(inp.user_id, ids) if ids else 0
-                if self.corpus is not None and ids:
-                    await self.corpus.remove(inp.user_id, ids)
-                return DeleteFragmentsOutput(deleted=deleted, rows=rows, deleted_ids=within)
+                rows = await self.store.get(inp.user_id, inp.read) if inp.read else []
+                deleted = await self.store.delete(inp.user_id, inp.ids) if inp.ids else 0
+                if self.corpus is not None and inp.ids:
+                    await self.corpus.remove(inp.user_id, inp.ids)
+                gone: list[str] = []
+                rewritten: list[Fragment] = []
+                if inp.forget_lines is not None:
+                    gone, rewritten = await self._forget_lines(inp.user_id, inp.forget_lines)
+                    deleted += len(gone)
+                return DeleteFragmentsOutput(
+                    deleted=deleted, rows=rows, deleted_ids=gone, rewritten=rewritten
+                )
         return DeleteFragmentsOutput(deleted=deleted)
 
-    async def _within(self, inp: DeleteFragmentsInput) -> list[str]:
-        """Ids of the rows `inp.within` names (one round's, for a span of its thread)."""
-        span = inp.within
-        assert span is not None
-        return [
-            f.id
-            for f in await self.store.all_for_user(inp.user_id)
-            if f.round_no == span.round_no
-            and span.start_pos <= f.start_pos
-            and f.end_pos <= span.end_pos
-            and said_within(f.content, span.content)
-        ]
+    async def _forget_lines(
+        self, user_id: str, spec: ForgetLines
+    ) -> tuple[list[str], list[Fragment]]:
+        """Take the forgotten row's lines out of the rows `spec` names: delete those left with
+        none, store the others again without them. Returns (deleted ids, rows rewritten)."""
+        forgotten = {(ln.role, ln.text) for ln in spoken_lines(spec.content) if ln.role}
+        gone: list[str] = []
+        kept: list[Fragment] = []
+        for row in await self.store.all_for_user(user_id):
+            if (
+                row.round_no != spec.round_no
+                or row.explicit
+                or row.end_pos <= spec.start_pos
+                or row.start_pos >= spec.end_pos
+            ):
+                continue
+            lines = spoken_lines(row.content)
+            left = [ln for ln in lines if (ln.role, ln.text) not in forgotten]
+            if len(left) == len(lines):
+                continue
+            if any(ln.role for ln in left):
+                kept.append(row.model_copy(update={"content": "\n".join(ln.raw for ln in left)}))
+            else:
+                gone.append(row.id)
+        if gone:
+            await self.store.delete(user_id, gone)
+            if self.corpus is not None:
+                await self.corpus.remove(user_id, gone)
+        if kept:
+            written = await self.store.upsert_vectors(kept)
+            if self.corpus is not None:
+                await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
+        return gone, kept

@@ -170,6 +170,11 @@ class ThreadState(BaseModel):
         "may have stored before failing are replaced by the round that re-slices their turns "
         "(RoundInput.sweep_rounds)",
     )
+    failed_batches: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="failed round number -> digests of the turns it took (for failed_rounds "
+        "only): a forget of one of its rows drops those turns by identity",
+    )
 
 
 class RoundRecord(BaseModel):
@@ -678,37 +683,39 @@ class ForgetReceipt(BaseModel):
     )
 
 
-class DeleteWithin(BaseModel):
-    """The rows one round stored again for a forgotten row: those of `round_no` whose source
-    positions lie within [start_pos, end_pos) and whose every line the forgotten row's
-    `content` holds (positions come from the writers, which may number alike)."""
+class ForgetLines(BaseModel):
+    """The lines of a forgotten row (`content`) taken out of the rows one round stored again
+    from the same turns: rows of `round_no` whose source positions overlap [start_pos,
+    end_pos). A row left with no line is deleted; the others are stored again without those
+    lines (same id, new vector)."""
 
     round_no: int
     start_pos: int
     end_pos: int
-    content: str = ""
+    content: str
 
 
 class DeleteFragmentsInput(BaseModel):
     """Activity: delete some (ids) or all (ids None) of a user's fragments.
 
-    `within` also deletes the rows it names; send it with `ids=[]`, never None, so that a
-    worker from before the field reads it as "delete nothing" rather than "delete all".
-    `return_rows`: the output carries the rows of `ids` as they were before the delete."""
+    `read`: the output carries these rows as stored, read before anything is deleted.
+    `forget_lines` also takes lines out of rows. Send both with `ids=[]`, never None: a worker
+    from before the fields reads that as "delete nothing" rather than "delete all"."""
 
     user_id: str
     ids: list[str] | None = None
-    within: DeleteWithin | None = None
-    return_rows: bool = False
+    read: list[str] = Field(default_factory=list)
+    forget_lines: ForgetLines | None = None
 
 
 class DeleteFragmentsOutput(BaseModel):
-    """Rows deleted; with `return_rows` the rows of the ids that existed, and with `within`
-    the ids of the rows it deleted."""
+    """Rows deleted; the rows `read` named that exist; the rows `forget_lines` deleted (ids)
+    and stored again without the lines (as now stored)."""
 
     deleted: int
     rows: list[Fragment] = Field(default_factory=list)
     deleted_ids: list[str] = Field(default_factory=list)
+    rewritten: list[Fragment] = Field(default_factory=list)
 
 
 class DeleteReadModelInput(BaseModel):

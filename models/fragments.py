@@ -2,9 +2,37 @@
 
 from __future__ import annotations
 
+import re
+from typing import NamedTuple
+
 from pydantic import BaseModel, Field
 
 MAX_THEME_KEY_CHARS = 200
+_SPEAKER = re.compile(r"^(User|Assistant)(?: \([^)\n]*\))?: ?")
+
+
+class SpokenLine(NamedTuple):
+    """One turn (or one piece of a long turn) in a fragment's content."""
+
+    role: str  # "human" (`User...:`), "ai" (`Assistant...:`), "" before any speaker
+    text: str  # verbatim, continuation lines included
+    raw: str  # as the content holds it, speaker label included
+
+
+def spoken_lines(content: str) -> list[SpokenLine]:
+    """A fragment's content as the turns it quotes: each `User (Ada): ...` or `Assistant: ...`
+    line starts one, and a line without a speaker continues the one before it (the slicers
+    write turns verbatim, `activities.llm.base.speaker_label`)."""
+    out: list[SpokenLine] = []
+    for line in content.split("\n"):
+        found = _SPEAKER.match(line)
+        if found is None and out:
+            last = out[-1]
+            out[-1] = SpokenLine(last.role, f"{last.text}\n{line}", f"{last.raw}\n{line}")
+            continue
+        role = "" if found is None else ("human" if found.group(1) == "User" else "ai")
+        out.append(SpokenLine(role, line[found.end() :] if found else line, line))
+    return [s._replace(text=s.text.strip(), raw=s.raw.rstrip()) for s in out if s.raw.strip()]
 
 
 def theme_key(theme: str) -> str:

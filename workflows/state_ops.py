@@ -29,7 +29,7 @@ from mnemoflow.models.contracts import (
     fill_stubs,
     is_stub,
 )
-from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.fragments import Fragment, spoken_lines
 from mnemoflow.models.profile import UserProfile, profile_facts, without_facts
 from mnemoflow.models.round_store import MAX_TUNED_THEMES, round_of
 from mnemoflow.models.turns import ChatTurn, identity_digest, turn_identity
@@ -348,6 +348,7 @@ def round_completed(
     if result.swept_rounds:
         swept = set(result.swept_rounds)
         ts.failed_rounds = [n for n in ts.failed_rounds if n not in swept]
+        _keep_failed_batches(ts)
     _finish(record, "completed", now, fragments=len(result.fragments))
 
 
@@ -400,11 +401,12 @@ def round_failed(
     now: float,
     cfg: MemoryConfig,
     started: bool = True,
+    batch: list[ChatTurn] | None = None,
 ) -> None:
     """Keep the turns pending and back off, so a later round or an operator picks them up.
     What the round stored before it failed is not known here: no round is vouched for, and
     the thread's next round deletes the rows of this one (`started`: it ran under its number)
-    before it stores the same turns again."""
+    before it stores the same turns again. Which turns it took (`batch`) is kept meanwhile."""
     drop_recent(s)
     s.rounds_failed += 1
     s.last_error = f"round {record.round_no} failed: {error}"
@@ -413,6 +415,11 @@ def round_failed(
     if started and record.round_no > 0 and record.round_no not in ts.failed_rounds:
         ts.failed_rounds.append(record.round_no)
         del ts.failed_rounds[:-MAX_FAILED_ROUNDS]
+        if batch is not None:
+            ts.failed_batches[str(record.round_no)] = [
+                identity_digest(turn_identity(t)) for t in batch
+            ]
+        _keep_failed_batches(ts)
     _finish(record, "failed", now, error=error)
 
 
@@ -424,36 +431,119 @@ def failed_round_thread(s: UserMemoryState, round_no: int | None) -> str | None:
     return next((k for k, ts in s.threads.items() if round_no in ts.failed_rounds), None)
 
 
-def covered_turns(ts: ThreadState, fragment: Fragment) -> list[ChatTurn]:
-    """The thread's pending turns a fragment of a failed round was made from: said at a
-    position in its span, with their whole text in its content (the slicers keep every turn
-    verbatim, `activities.llm.base.with_every_turn`; whole words, so "message 1" is not in
-    "message 10"). Matched by identity, never by place in
-    the pending list: turns delivered late sort before those a round took."""
-    content = f" {normalise(fragment.content)} "
+def forgotten_parts(
+    ts: ThreadState, round_no: int, fragment: Fragment
+) -> list[tuple[ChatTurn, str | None]]:
+    """What a forgotten row of the thread's failed round `round_no` takes out of its pending
+    turns: (turn, None) for a turn the row quotes whole, (turn, what is left) for a long turn
+    the slicer cut into pieces across rows, of which this row quotes some.
+
+    Matched by identity, never by place in the pending list (turns delivered late but said
+    earlier sort before those a round took): only turns that round took (when it recorded
+    them, `ThreadState.failed_batches`), said at a position in the row's span, by the same
+    speaker, with the row's line equal to the whole turn, else found verbatim inside it."""
+    took = ts.failed_batches.get(str(round_no))
     span = range(fragment.start_pos, fragment.end_pos)
-    return [
+    turns = [
         t
         for t in ts.pending
-        if t.position in span and (text := normalise(t.content)) and f" {text} " in content
+        if t.position in span
+        and (took is None or identity_digest(turn_identity(t)) in took)
+        and t.content.strip()
     ]
+    lines = [line for line in spoken_lines(fragment.content) if line.role and line.text]
+    out: dict[int, str | None] = {}
+    for n, turn in enumerate(turns):
+        whole = next(
+            (
+                k
+                for k, ln in enumerate(lines)
+                if ln.role == turn.role and ln.text == turn.content.strip()
+            ),
+            None,
+        )
+        if whole is not None:
+            out[n] = None
+            del lines[whole]
+    for n, turn in enumerate(turns):
+        if n in out:
+            continue
+        rest = turn.content
+        for line in [ln for ln in lines if ln.role == turn.role]:
+            at = _piece_at(rest, line.text)
+            if at >= 0:
+                rest = f"{rest[:at]} {rest[at + len(line.text) :]}"
+                lines.remove(line)
+        if rest != turn.content:
+            out[n] = rest.strip() if normalise(rest) else None
+    return [(turns[n], left) for n, left in sorted(out.items())]
 
 
-def forget_turns(s: UserMemoryState, thread_id: str, turns: list[ChatTurn]) -> int:
-    """Drop these pending turns of a thread: a forget covered them before any round stored
-    them for good. They stay accepted identities (a re-send is still a no-op) but leave the
-    counts, as a whole-user forget's pending turns do. Returns how many were dropped."""
+def _piece_at(text: str, piece: str) -> int:
+    """Where `piece` stands in `text` between whitespace (or an end): a piece the slicer cut a
+    long turn into, not the start of a longer word ("message 1" is not in "message 12")."""
+    at = text.find(piece)
+    while at >= 0:
+        end = at + len(piece)
+        if (at == 0 or text[at - 1].isspace()) and (end == len(text) or text[end].isspace()):
+            return at
+        at = text.find(piece, at + 1)
+    return -1
+
+
+def forget_turns(
+    s: UserMemoryState, thread_id: str, parts: list[tuple[ChatTurn, str | None]]
+) -> int:
+    """Take what a forget covered out of a thread's pending turns (`forgotten_parts`) before
+    any round stored it for good: a turn quoted whole leaves, a long turn keeps what other
+    rows quote. Dropped turns stay accepted identities (a re-send is still a no-op) but leave
+    the counts, as a whole-user forget's pending turns do. Returns how many turns changed."""
     ts = s.threads.get(thread_id)
-    if ts is None or not turns:
+    if ts is None or not parts:
         return 0
-    gone = {turn_identity(t) for t in turns}
-    before = len(ts.pending)
-    ts.pending = [t for t in ts.pending if turn_identity(t) not in gone]
-    dropped = before - len(ts.pending)
-    ts.accepted -= dropped  # accepted == indexed + pending
+    changed = {turn_identity(t): left for t, left in parts}
+    kept: list[ChatTurn] = []
+    for t in ts.pending:
+        key = turn_identity(t)
+        if key not in changed:
+            kept.append(t)
+        elif changed[key] is not None:
+            kept.append(t.model_copy(update={"content": changed[key]}))
+    ts.accepted -= len(ts.pending) - len(kept)  # accepted == indexed + pending
+    ts.pending = kept
     ts.urgent = ts.urgent and bool(ts.pending)
     ts.trigger = ts.trigger if ts.pending else "handover"
-    return dropped
+    return len(parts)
+
+
+def rewritten(s: UserMemoryState, fragments: list[Fragment], by_statement: bool = False) -> None:
+    """Rows stored again with other contents (lines a forget took out): the published
+    context shows the new contents, no round is vouched for (their held contents are old),
+    and the profile facts they were credited with are inducted again from what they say now
+    (a fact only a removed line stated goes)."""
+    if not fragments:
+        return
+    drop_recent(s)
+    for f in fragments:
+        _drop_facts_of(s, f.id, by_statement, [f.id])
+    new = {f.id: f.content for f in fragments}
+    if s.context is not None and any(f.id in new for f in s.context.fragments):
+        s.context = s.context.model_copy(
+            update={
+                "fragments": [
+                    f.model_copy(update={"content": new[f.id]}) if f.id in new else f
+                    for f in s.context.fragments
+                ],
+                "version": s.context.version + 1,
+            }
+        )
+
+
+def _keep_failed_batches(ts: ThreadState) -> None:
+    """Batches of the failed rounds still listed only (bounded with them)."""
+    listed = {str(n) for n in ts.failed_rounds}
+    for key in [k for k in ts.failed_batches if k not in listed]:
+        del ts.failed_batches[key]
 
 
 def _finish(record: RoundRecord, status: str, now: float, **extra: object) -> None:
@@ -593,9 +683,21 @@ def forget_fragment_facts(s: UserMemoryState, fragment_id: str, by_statement: bo
     whole batch) is removed, and the batch's other fragments are inducted again, so the facts
     they do state come back. Before that, a fact stayed while any other source remained."""
     _remember(s.forgotten_fragments, fragment_id, MAX_FORGOTTEN_FRAGMENTS)
+    gone = _drop_facts_of(s, fragment_id, by_statement, [])
+    if s.context is not None:
+        s.context = without_forgotten(s.context, s.forgotten_fragments, s.profile)
+    s.recent = [f for f in s.recent if f.id != fragment_id]
+    return gone
+
+
+def _drop_facts_of(
+    s: UserMemoryState, fragment_id: str, by_statement: bool, again: list[str]
+) -> int:
+    """Profile facts credited to the fragment leave it (`forget_fragment_facts`); those no
+    other kept fragment states are removed, and their other sources, plus `again`, are
+    inducted again. Returns how many facts were removed."""
     forgotten = set(s.forgotten_fragments)
     gone: set[str] = set()
-    again: list[str] = []
     for key, ids in list(s.profile_sources.items()):
         if fragment_id not in ids:
             continue
@@ -617,9 +719,6 @@ def forget_fragment_facts(s: UserMemoryState, fragment_id: str, by_statement: bo
         s.uninducted.extend(
             FragmentRef(id=i, created_at=0.0, seq=0) for i in again if i not in queued
         )
-    if s.context is not None:
-        s.context = without_forgotten(s.context, s.forgotten_fragments, s.profile)
-    s.recent = [f for f in s.recent if f.id != fragment_id]
     return len(gone)
 
 
@@ -663,6 +762,7 @@ def forget_all(s: UserMemoryState, clear_backoff: bool = False) -> int:
         ts.pending = []
         ts.urgent = False
         ts.failed_rounds = []  # their rows went with the user's
+        ts.failed_batches = {}
         if clear_backoff:
             ts.not_before = 0.0
     s.pending_reinforce = []

@@ -22,9 +22,9 @@ with workflow.unsafe.imports_passed_through():
         ContextFragment,
         DeleteFragmentsInput,
         DeleteFragmentsOutput,
-        DeleteWithin,
         ForgetFragmentRequest,
         ForgetFragmentResult,
+        ForgetLines,
         FragmentRef,
         IndexInput,
         IndexOutput,
@@ -169,15 +169,18 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
     try:
         if workflow.patched(FORGET_FRAGMENT_WAITS_REINFORCE):
             await workflow.wait_condition(lambda: not run.reinforcing)
+        user = run.inp.user_id
+        rows: list[Fragment] = []
+        if thread_id is not None:  # read first: a retried delete could not read it back
+            read = DeleteFragmentsInput(user_id=user, ids=[], read=[req.fragment_id])
+            rows = (await _delete(run, read, "read a failed round's row")).rows
         out = await _delete(
-            run,
-            DeleteFragmentsInput(
-                user_id=run.inp.user_id, ids=[req.fragment_id], return_rows=thread_id is not None
-            ),
-            "forget one fragment",
+            run, DeleteFragmentsInput(user_id=user, ids=[req.fragment_id]), "forget one fragment"
         )
-        if thread_id is not None:
-            await _forget_failed_round_turns(run, thread_id, out)
+        if rows and not out.deleted:  # there when read: an earlier attempt's reply was lost
+            out = out.model_copy(update={"deleted": len(rows)})
+        if thread_id is not None and made_in is not None:
+            await _forget_failed_round_turns(run, thread_id, made_in, rows)
         return await _forgotten_everywhere(run, req, out)
     finally:
         # From here the state's forgotten ids keep a reinforce away from it; a forget that
@@ -210,22 +213,24 @@ async def _round_over(run: UserRun, record: RoundRecord) -> None:
 
 
 async def _forget_failed_round_turns(
-    run: UserRun, thread_id: str, out: DeleteFragmentsOutput
+    run: UserRun, thread_id: str, round_no: int, rows: list[Fragment]
 ) -> None:
-    """The forgotten row was made by a failed round of `thread_id`: drop the pending turns it
-    covered, so no round slices them again. A round of the thread that was already running
-    may have taken them: once it is over, its rows for the same span are forgotten too."""
-    for row in out.rows:
+    """The forgotten row was made by the failed round `round_no` of `thread_id`: take what it
+    quoted out of the pending turns, so no round slices it again. A round of the thread that
+    was already running may have taken those turns: once it is over, the row's lines are
+    taken out of what it stored for the same span."""
+    for row in rows:
         ts = run.state.threads.get(thread_id)
         if ts is not None:
-            state_ops.forget_turns(run.state, thread_id, state_ops.covered_turns(ts, row))
+            parts = state_ops.forgotten_parts(ts, round_no, row)
+            state_ops.forget_turns(run.state, thread_id, parts)
         running = run.round_record
         if running is None or running.thread_id != thread_id:
             continue
         await _round_over(run, running)
         if running.round_no <= 0 or run.forget_request is not None:
             continue  # it never ran, or the whole user is being forgotten
-        span = DeleteWithin(
+        lines = ForgetLines(
             round_no=running.round_no,
             start_pos=row.start_pos,
             end_pos=row.end_pos,
@@ -233,13 +238,17 @@ async def _forget_failed_round_turns(
         )
         again = await _delete(
             run,
-            DeleteFragmentsInput(user_id=run.inp.user_id, ids=[], within=span),
-            "forget a failed round's span stored again",
+            DeleteFragmentsInput(user_id=run.inp.user_id, ids=[], forget_lines=lines),
+            "forget a failed round's lines stored again",
         )
+        # A publish of the loop (an induction) may have read the context before: its result
+        # would put the old contents back.
+        await workflow.wait_condition(lambda: not run.publishing)
         by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
         for fid in again.deleted_ids:
             state_ops.forget_fragment_facts(run.state, fid, by_statement=by_statement)
             run.dropped_ids.append(fid)
+        state_ops.rewritten(run.state, again.rewritten, by_statement=by_statement)
 
 
 async def _forgotten_everywhere(

@@ -139,17 +139,17 @@ async def maybe_round(run: UserRun) -> bool:
         started = run.round_task is not None  # not when no round number was free
         run.round_record = None
         if run.forget_request is not None:  # the forget cancelled it: count it in the receipt
-            state_ops.round_failed(s, record, "cancelled by forget", now, cfg, started)
+            state_ops.round_failed(s, record, "cancelled by forget", now, cfg, started, batch)
             run.rounds_cancelled += 1
             return True
-        state_ops.round_failed(s, record, failure_text(err), now, cfg, started)
+        state_ops.round_failed(s, record, failure_text(err), now, cfg, started, batch)
         return True
     except asyncio.CancelledError:
         run.round_record = None
         if run.forget_request is None:
             raise  # the user workflow itself is being cancelled
         started = run.round_task is not None
-        state_ops.round_failed(s, record, "cancelled by forget", now, cfg, started)
+        state_ops.round_failed(s, record, "cancelled by forget", now, cfg, started, batch)
         run.rounds_cancelled += 1
         return True
     finally:

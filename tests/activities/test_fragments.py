@@ -16,7 +16,7 @@ from mnemoflow.activities.fragments import FragmentActivities, bounded_log
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
     DeleteFragmentsInput,
-    DeleteWithin,
+    ForgetLines,
     IndexInput,
     ReinforceInput,
     SelectInput,
@@ -103,37 +103,62 @@ async def test_index_select_reinforce(acts: FragmentActivities) -> None:
     assert (await env.run(acts.reinforce, reinforce)).updated == 0
 
 
-async def test_delete_returns_the_rows_it_deleted_and_deletes_one_rounds_span(
+async def test_delete_reads_rows_first_and_takes_forgotten_lines_out_of_a_rounds_rows(
     acts: FragmentActivities,
 ) -> None:
-    """`return_rows` hands back the rows of the ids as they were; `within` deletes one round's
-    rows for a span of its thread that the forgotten row said (every line) and names them;
-    `ids=[]` alone deletes nothing (what a worker from before `within` does with it)."""
+    """`read` hands back rows as stored before anything is deleted; `forget_lines` takes a
+    forgotten row's lines out of one round's rows that overlap its span: a row left with none
+    is deleted, the others are stored again without them (same id); other rounds' rows, rows
+    outside the span and other speakers' equal words stay. `ids=[]` alone deletes nothing
+    (what a worker from before these fields does with such a request)."""
     env = ActivityEnvironment()
-    first = [f.model_copy(update={"round_no": 5}) for f in fragments(USER)]
-    again = [
-        f.model_copy(update={"id": fragment_id(USER, 6, n), "round_no": 6})
-        for n, f in enumerate(fragments(USER))
+
+    def row(n: int, round_no: int, start: int, lines: list[str]) -> Fragment:
+        return fragments(USER)[0].model_copy(
+            update={
+                "id": fragment_id(USER, round_no, n),
+                "round_no": round_no,
+                "content": "\n".join(lines),
+                "start_pos": start,
+                "end_pos": start + len(lines),
+            }
+        )
+
+    forgotten = row(0, 5, 10, ["User (Ann): Dock 4 at noon.", "Assistant: Noted, dock 4."])
+    retry = [
+        row(0, 6, 9, ["User (Ann): Parcel 12 is late.", "Assistant: Noted, dock 4."]),
+        row(1, 6, 11, ["User (Ann): Dock 4 at noon.", "User (Ann): Parcel 12 is late."]),
+        row(2, 6, 13, ["User (Ann): Dock 4 at noon."]),  # outside the span: stays
+        row(3, 6, 10, ["User (Ann): Dock 4 at noon."]),  # quoted whole: deleted
+        row(4, 6, 10, ["Assistant: Dock 4 at noon."]),  # another speaker: stays
     ]
-    await env.run(acts.index, IndexInput(fragments=[*first, *again]))
-    out = await env.run(
+    other = row(0, 7, 10, ["User (Ann): Dock 4 at noon."])  # another round: stays
+    await env.run(acts.index, IndexInput(fragments=[forgotten, *retry, other]))
+    read = await env.run(
         acts.delete_fragments,
-        DeleteFragmentsInput(user_id=USER, ids=[first[0].id, "never-stored"], return_rows=True),
+        DeleteFragmentsInput(user_id=USER, ids=[], read=[forgotten.id, "never-stored"]),
     )
-    assert out.deleted == 1 and [r.content for r in out.rows] == [first[0].content]
-    assert out.rows[0].round_no == 5 and (out.rows[0].start_pos, out.rows[0].end_pos) == (0, 1)
-    nothing = await env.run(acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=[]))
-    assert nothing.deleted == 0 and await acts.store.count(USER) == 11
-    # The forgotten row said the lines of positions 1 and 2: round 6's row at position 3,
-    # inside the span, says what the forgotten row never said, so it stays.
-    forgotten = "\n".join([f"User: {again[1].content}", f"Assistant: {again[2].content}"])
-    span = DeleteWithin(round_no=6, start_pos=1, end_pos=4, content=forgotten)
+    assert read.deleted == 0 and [r.content for r in read.rows] == [forgotten.content]
+    assert (read.rows[0].round_no, read.rows[0].start_pos, read.rows[0].end_pos) == (5, 10, 12)
+    assert await acts.store.count(USER) == 7
+    spec = ForgetLines(round_no=6, start_pos=10, end_pos=12, content=forgotten.content)
     out = await env.run(
-        acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=[], within=span)
+        acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=[], forget_lines=spec)
     )
-    assert out.deleted == 2 and sorted(out.deleted_ids) == sorted(f.id for f in again[1:3])
-    left = {f.id for f in await acts.store.all_for_user(USER)}
-    assert left == {f.id for f in [*first[1:], again[0], *again[3:]]}
+    assert out.deleted_ids == [retry[3].id] and out.deleted == 1
+    assert {f.id: f.content for f in out.rewritten} == {
+        retry[0].id: "User (Ann): Parcel 12 is late.",
+        retry[1].id: "User (Ann): Parcel 12 is late.",
+    }
+    stored = {f.id: f.content for f in await acts.store.all_for_user(USER)}
+    assert stored == {
+        forgotten.id: forgotten.content,
+        retry[0].id: "User (Ann): Parcel 12 is late.",
+        retry[1].id: "User (Ann): Parcel 12 is late.",
+        retry[2].id: retry[2].content,
+        retry[4].id: retry[4].content,
+        other.id: other.content,
+    }
 
 
 async def test_permanent_problems_are_non_retryable(acts: FragmentActivities) -> None:

@@ -144,37 +144,75 @@ def test_failed_rounds_are_swept_by_their_threads_next_round_only() -> None:
 
 
 def _row(start: int, end: int, lines: list[str]) -> Fragment:
-    content = "\n".join(f"User: {line}" for line in lines)
+    content = "\n".join(lines)
     return Fragment(
         id="u-r3-f0", user_id="u", theme="t", types=["chat"], content=content, created_at=T0,
         reinforced_at=T0, round_no=3, thread_id="a", start_pos=start, end_pos=end,
     )  # fmt: skip
 
 
-def test_a_forgotten_row_of_a_failed_round_drops_the_pending_turns_it_was_made_from() -> None:
-    """By identity (position in the row's span and the whole text in its content), never by
-    place in the pending list: turns delivered late, with older times, sort before them."""
+def _said(ts: object, positions: list[int]) -> list[str]:
+    pending = ts.pending  # type: ignore[attr-defined]
+    return [next(t.content for t in pending if t.position == p) for p in positions]
+
+
+def test_a_forgotten_row_of_a_failed_round_takes_out_what_it_quoted_by_identity() -> None:
+    """Only turns the failed round took, at positions in the row's span, by the same speaker;
+    never by place in the pending list (turns delivered late, said earlier, sort first)."""
     s = UserMemoryState()
     submit(s, "e1", turns("a", 10, 16))
-    late = turns("a", 0, 3, t=T0 - 100)  # said earlier, delivered after
-    submit(s, "e2", late)
-    state_ops.round_failed(s, _record(3), "boom", T0, CFG)
+    late = turns("a", 12, 13, t=T0 - 100)[0].model_copy(
+        update={"position": 12, "content": "message 1", "time": T0 - 100}
+    )
+    state_ops.round_failed(s, _record(3), "boom", T0, CFG, batch=s.threads["a"].pending[:4])
+    submit(s, "e2", [late])  # said earlier, at a position inside the span, after the round
     assert (
         state_ops.failed_round_thread(s, 3) == "a" and state_ops.failed_round_thread(s, 9) is None
     )
     ts = s.threads["a"]
-    # "message 1" (position 1) is not "message 10", and a turn outside the span stays.
-    row = _row(10, 13, ["message 10", "message 11", "message 12", "message 1"])
-    covered = state_ops.covered_turns(ts, row)
-    assert [t.position for t in covered] == [10, 11, 12]
-    assert state_ops.forget_turns(s, "a", covered) == 3
-    assert sorted(t.position for t in ts.pending) == [0, 1, 2, 13, 14, 15]
-    assert (ts.accepted, ts.indexed) == (6, 0)  # accepted == indexed + pending
+    row = _row(
+        10,
+        14,
+        [
+            "User: message 10",
+            "Assistant: message 11",
+            "User: message 1",  # the late turn's words: it was not in the round
+            "User: message 13",  # said by the assistant: another speaker's line
+        ],
+    )
+    parts = state_ops.forgotten_parts(ts, 3, row)
+    assert [(t.position, left) for t, left in parts] == [(10, None), (11, None)]
+    assert state_ops.forget_turns(s, "a", parts) == 2
+    assert sorted(t.position for t in ts.pending) == [12, 12, 13, 14, 15]
+    assert (ts.accepted, ts.indexed) == (5, 0)  # accepted == indexed + pending
     # They stay accepted identities: a re-send of the forgotten turns is a no-op.
-    submit(s, "e3", turns("a", 10, 13))
-    assert len(ts.pending) == 6 and ts.accepted == 6
-    # A paraphrased row (its text not the turns') drops nothing.
-    assert state_ops.covered_turns(ts, _row(13, 16, ["they talked about it"])) == []
+    submit(s, "e3", turns("a", 10, 12))
+    assert len(ts.pending) == 5 and ts.accepted == 5
+    # A paraphrased row (its text not the turns') takes nothing out.
+    assert state_ops.forgotten_parts(ts, 3, _row(13, 16, ["User: they talked"])) == []
+
+
+def test_a_forgotten_piece_of_a_long_turn_leaves_the_rest_of_it_pending() -> None:
+    s = UserMemoryState()
+    long = "First part of it. Second part, longer. Third and last part."
+    said = turns("a", 0, 2)
+    said[0] = said[0].model_copy(update={"content": long})
+    submit(s, "e1", said)
+    state_ops.round_failed(s, _record(3), "boom", T0, CFG, batch=list(said))
+    ts = s.threads["a"]
+    row = _row(0, 1, ["User: First part of it.", "User: Third and last part."])
+    parts = state_ops.forgotten_parts(ts, 3, row)
+    assert [(t.position, left) for t, left in parts] == [(0, "Second part, longer.")]
+    state_ops.forget_turns(s, "a", parts)
+    assert _said(ts, [0, 1]) == ["Second part, longer.", "message 1"]
+    assert ts.accepted == 2
+    # A round that completes with the trimmed turn leaves nothing pending.
+    state_ops.round_completed(s, _record(4), _result([]), list(ts.pending), T0, PriceTable())
+    assert ts.pending == [] and (ts.accepted, ts.indexed) == (2, 2)
+    assert ts.failed_batches == {"3": ts.failed_batches["3"]}  # kept until the round is swept
+    swept = _result([]).model_copy(update={"swept_rounds": [3]})
+    state_ops.round_completed(s, _record(5), swept, [], T0, PriceTable())
+    assert ts.failed_batches == {} and ts.failed_rounds == []
 
 
 def test_a_held_thread_has_no_round_due_until_it_is_let_go() -> None:
@@ -410,6 +448,28 @@ def test_facts_leave_with_the_fragment_that_states_them_whatever_the_batch() -> 
     assert state_ops.forget_fragment_facts(s, "f2", by_statement=True) == 0
     assert state_ops.forget_fragment_facts(s, "f4", by_statement=True) == 1
     assert s.profile == UserProfile() and not s.profile_sources and not s.profile_stated
+
+
+def test_a_row_rewritten_without_a_forgotten_line_is_inducted_again() -> None:
+    """Its facts leave it (a fact it alone stated goes, as when a fragment is forgotten), it is
+    queued for induction again so what it still says comes back, the published context shows
+    its new content, and no round is vouched for any more."""
+    s = UserMemoryState()
+    ada = UserProfile(name="Ada", hobbies=["chess"])
+    stated = {"name\x1fAda": ["f1"], "hobbies\x1fchess": ["f1", "f2"]}
+    out = InductOutput(profile=ada, inducted=["f1", "f2"], fact_sources=stated)
+    state_ops.induction_stored(s, _refs("f1", "f2"), out, PriceTable(), by_statement=True)
+    old = ContextFragment(id="f1", theme="t", types=[], content="User: I'm Ada.\nUser: Chess!")
+    s.context = InjectedContext(user_id="u", version=3, fragments=[old])
+    s.recent, s.recent_from = [old], 1
+    now = old.model_copy(update={"content": "User: Chess!"})
+    state_ops.rewritten(s, [Fragment(**{**now.model_dump(), "user_id": "u", "created_at": T0,
+                                        "reinforced_at": T0})], by_statement=True)  # fmt: skip
+    assert s.profile == UserProfile(hobbies=["chess"])  # f2 still states it
+    assert [r.id for r in s.uninducted] == ["f1"]
+    assert s.context.fragments[0].content == "User: Chess!" and s.context.version == 4
+    assert (s.recent, s.recent_from) == ([], 0)
+    assert "f1" not in s.forgotten_fragments
 
 
 def test_an_induction_that_ran_across_a_forget_keeps_it_forgotten() -> None:
