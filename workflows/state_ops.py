@@ -472,7 +472,9 @@ def forgotten_parts(
         for line in [ln for ln in lines if ln.role == turn.role]:
             at = _piece_at(rest, line.text)
             if at >= 0:
-                rest = f"{rest[:at]} {rest[at + len(line.text) :]}"
+                left, right = rest[:at], rest[at + len(line.text) :]
+                apart = left[-1:].isalnum() and right[:1].isalnum()  # keep words apart
+                rest = f"{left}{' ' if apart else ''}{right}"
                 lines.remove(line)
         if rest != turn.content:
             out[n] = rest.strip() if normalise(rest) else None
@@ -480,12 +482,15 @@ def forgotten_parts(
 
 
 def _piece_at(text: str, piece: str) -> int:
-    """Where `piece` stands in `text` between whitespace (or an end): a piece the slicer cut a
-    long turn into, not the start of a longer word ("message 1" is not in "message 12")."""
+    """Where `piece` stands whole in `text`: a piece the slicer cut a long turn into, never
+    part of a longer word ("message 1" is not in "message 12"). Its edges may meet spaces,
+    punctuation or an end of the text (Chinese sentences meet at "。", with no space)."""
     at = text.find(piece)
     while at >= 0:
         end = at + len(piece)
-        if (at == 0 or text[at - 1].isspace()) and (end == len(text) or text[end].isspace()):
+        opens = at == 0 or not (text[at - 1].isalnum() and piece[0].isalnum())
+        closes = end == len(text) or not (text[end].isalnum() and piece[-1].isalnum())
+        if opens and closes:
             return at
         at = text.find(piece, at + 1)
     return -1

@@ -20,7 +20,7 @@ from mnemoflow.models.contracts import (
 )
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.profile import UserProfile
-from mnemoflow.models.turns import ChatTurn
+from mnemoflow.models.turns import ChatTurn, identity_digest, turn_identity
 from mnemoflow.models.usage import LLMUsage, PriceTable
 from mnemoflow.workflows import state_ops
 
@@ -206,6 +206,19 @@ def test_a_forgotten_piece_of_a_long_turn_leaves_the_rest_of_it_pending() -> Non
     state_ops.forget_turns(s, "a", parts)
     assert _said(ts, [0, 1]) == ["Second part, longer.", "message 1"]
     assert ts.accepted == 2
+    # Chinese pieces meet at "。" with no space between them; a piece inside a longer word
+    # is not one.
+    cjk = ChatTurn(
+        thread_id="a", position=5, role="human", time=T0 + 5,
+        content="我周三要去仓库。订单4471明天到。请把发票寄到公司。",
+    )  # fmt: skip
+    s.threads["a"].failed_batches["3"].append(identity_digest(turn_identity(cjk)))
+    ts.pending.append(cjk)
+    piece = _row(5, 6, ["User: 订单4471明天到。", "User: 仓库"])
+    assert [left for _, left in state_ops.forgotten_parts(ts, 3, piece)] == [
+        "我周三要去仓库。请把发票寄到公司。"
+    ]
+    ts.pending.remove(cjk)
     # A round that completes with the trimmed turn leaves nothing pending.
     state_ops.round_completed(s, _record(4), _result([]), list(ts.pending), T0, PriceTable())
     assert ts.pending == [] and (ts.accepted, ts.indexed) == (2, 2)
