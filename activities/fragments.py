@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import re
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import NamedTuple
@@ -471,19 +472,30 @@ class FragmentActivities:
     ) -> tuple[list[str], list[Fragment]]:
         """Take the forgotten row's lines out of the rows `spec` names: delete those left with
         none, store the others again without them. Returns (deleted ids, rows rewritten)."""
-        forgotten = {(ln.role, ln.text) for ln in spoken_lines(spec.content) if ln.role}
+        # Each line once: a line said again elsewhere (a canned reply) is another turn.
+        forgotten = Counter((ln.role, ln.text) for ln in spoken_lines(spec.content) if ln.role)
         gone: list[str] = []
         kept: list[Fragment] = []
-        for row in await self.store.all_for_user(user_id):
-            if (
-                row.round_no != spec.round_no
-                or row.explicit
-                or row.end_pos <= spec.start_pos
-                or row.start_pos >= spec.end_pos
-            ):
-                continue
+        skip = set(spec.skip_ids)
+        rows = [
+            row
+            for row in await self.store.all_for_user(user_id)
+            if row.round_no == spec.round_no
+            and not row.explicit
+            and row.id not in skip
+            and row.end_pos > spec.start_pos
+            and row.start_pos < spec.end_pos
+        ]
+        # The rows most inside the span first: that is where the forgotten turns went.
+        inside = min(spec.end_pos, max(spec.start_pos, 0))
+        for row in sorted(rows, key=lambda r: (abs(r.start_pos - inside), r.id)):
             lines = spoken_lines(row.content)
-            left = [ln for ln in lines if (ln.role, ln.text) not in forgotten]
+            left = []
+            for ln in lines:
+                if forgotten[(ln.role, ln.text)] > 0:
+                    forgotten[(ln.role, ln.text)] -= 1
+                else:
+                    left.append(ln)
             if len(left) == len(lines):
                 continue
             if any(ln.role for ln in left):

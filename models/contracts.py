@@ -693,6 +693,7 @@ class ForgetLines(BaseModel):
     start_pos: int
     end_pos: int
     content: str
+    skip_ids: list[str] = Field(default_factory=list, description="rows being forgotten")
 
 
 class DeleteFragmentsInput(BaseModel):

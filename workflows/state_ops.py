@@ -7,6 +7,7 @@ in (the workflow gives `workflow.now()`), nothing here reads a clock or does I/O
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
 from mnemoflow.memory.text import normalise
@@ -29,7 +30,7 @@ from mnemoflow.models.contracts import (
     fill_stubs,
     is_stub,
 )
-from mnemoflow.models.fragments import Fragment, spoken_lines
+from mnemoflow.models.fragments import Fragment, SpokenLine, spoken_lines
 from mnemoflow.models.profile import UserProfile, profile_facts, without_facts
 from mnemoflow.models.round_store import MAX_TUNED_THEMES, round_of
 from mnemoflow.models.turns import ChatTurn, identity_digest, turn_identity
@@ -454,25 +455,18 @@ def forgotten_parts(
     lines = [line for line in spoken_lines(fragment.content) if line.role and line.text]
     out: dict[int, str | None] = {}
     for n, turn in enumerate(turns):
-        whole = next(
-            (
-                k
-                for k, ln in enumerate(lines)
-                if ln.role == turn.role and ln.text == turn.content.strip()
-            ),
-            None,
-        )
+        whole = _whole_turn(lines, turn)
         if whole is not None:
             out[n] = None
-            del lines[whole]
+            del lines[whole[0] : whole[1]]
     for n, turn in enumerate(turns):
         if n in out:
             continue
         rest = turn.content
         for line in [ln for ln in lines if ln.role == turn.role]:
-            at = _piece_at(rest, line.text)
-            if at >= 0:
-                left, right = rest[:at], rest[at + len(line.text) :]
+            found = _piece_at(rest, line.text)
+            if found is not None:
+                left, right = rest[: found[0]], rest[found[1] :]
                 apart = left[-1:].isalnum() and right[:1].isalnum()  # keep words apart
                 rest = f"{left}{' ' if apart else ''}{right}"
                 lines.remove(line)
@@ -481,19 +475,38 @@ def forgotten_parts(
     return [(turns[n], left) for n, left in sorted(out.items())]
 
 
-def _piece_at(text: str, piece: str) -> int:
+def _whole_turn(lines: list[SpokenLine], turn: ChatTurn) -> tuple[int, int] | None:
+    """The run of lines [i, j) that quotes the turn whole: one line, or several when the
+    turn's own text has lines that look like a speaker's ("User: ..." quoted in a reply)."""
+    target = turn.content.strip()
+    for i, line in enumerate(lines):
+        if line.role != turn.role:
+            continue
+        text = line.text
+        for j in range(i + 1, len(lines) + 1):
+            if text == target:
+                return i, j
+            if j == len(lines) or len(text) >= len(target):
+                break
+            text = f"{text}\n{lines[j].raw}"
+    return None
+
+
+def _piece_at(text: str, piece: str) -> tuple[int, int] | None:
     """Where `piece` stands whole in `text`: a piece the slicer cut a long turn into, never
     part of a longer word ("message 1" is not in "message 12"). Its edges may meet spaces,
-    punctuation or an end of the text (Chinese sentences meet at "。", with no space)."""
-    at = text.find(piece)
-    while at >= 0:
-        end = at + len(piece)
+    punctuation or an end of the text (Chinese sentences meet at "。", with no space). The
+    slicer joins a piece's sentences with its own spacing, so spacing may differ."""
+    spans = [(m.start(), m.end()) for m in re.finditer(re.escape(piece), text)]
+    if not spans:
+        loose = r"\s*".join(re.escape(c) for c in piece if not c.isspace())
+        spans = [(m.start(), m.end()) for m in re.finditer(loose, text)] if loose else []
+    for at, end in spans:
         opens = at == 0 or not (text[at - 1].isalnum() and piece[0].isalnum())
-        closes = end == len(text) or not (text[end].isalnum() and piece[-1].isalnum())
+        closes = end == len(text) or not (text[end - 1].isalnum() and text[end].isalnum())
         if opens and closes:
-            return at
-        at = text.find(piece, at + 1)
-    return -1
+            return at, end
+    return None
 
 
 def forget_turns(

@@ -164,11 +164,13 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
     thread_id = state_ops.failed_round_thread(run.state, made_in)
     if thread_id is not None and not workflow.patched(FORGET_FAILED_ROUND_TURNS):
         thread_id = None
+    # A round of the thread already running may take the row's turns (none starts from here).
+    running = run.round_record
     if thread_id is not None:
         run.held_threads[thread_id] = run.held_threads.get(thread_id, 0) + 1
     try:
         if workflow.patched(FORGET_FRAGMENT_WAITS_REINFORCE):
-            await workflow.wait_condition(lambda: not run.reinforcing)
+            await workflow.wait_condition(lambda: not run.reinforcing and not run.rewriting)
         user = run.inp.user_id
         rows: list[Fragment] = []
         if thread_id is not None:  # read first: a retried delete could not read it back
@@ -180,7 +182,9 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
         if rows and not out.deleted:  # there when read: an earlier attempt's reply was lost
             out = out.model_copy(update={"deleted": len(rows)})
         if thread_id is not None and made_in is not None:
-            await _forget_failed_round_turns(run, thread_id, made_in, rows)
+            if running is not None and running.thread_id != thread_id:
+                running = None
+            await _forget_failed_round_turns(run, thread_id, made_in, rows, running)
         return await _forgotten_everywhere(run, req, out)
     finally:
         # From here the state's forgotten ids keep a reinforce away from it; a forget that
@@ -213,19 +217,22 @@ async def _round_over(run: UserRun, record: RoundRecord) -> None:
 
 
 async def _forget_failed_round_turns(
-    run: UserRun, thread_id: str, round_no: int, rows: list[Fragment]
+    run: UserRun,
+    thread_id: str,
+    round_no: int,
+    rows: list[Fragment],
+    running: RoundRecord | None,
 ) -> None:
     """The forgotten row was made by the failed round `round_no` of `thread_id`: take what it
     quoted out of the pending turns, so no round slices it again. A round of the thread that
-    was already running may have taken those turns: once it is over, the row's lines are
-    taken out of what it stored for the same span."""
+    was already running when the forget came (`running`) may have taken those turns: once it
+    is over, the row's lines are taken out of what it stored for the same span."""
     for row in rows:
         ts = run.state.threads.get(thread_id)
         if ts is not None:
             parts = state_ops.forgotten_parts(ts, round_no, row)
             state_ops.forget_turns(run.state, thread_id, parts)
-        running = run.round_record
-        if running is None or running.thread_id != thread_id:
+        if running is None:
             continue
         await _round_over(run, running)
         if running.round_no <= 0 or run.forget_request is not None:
@@ -236,19 +243,33 @@ async def _forget_failed_round_turns(
             end_pos=row.end_pos,
             content=row.content,
         )
-        again = await _delete(
-            run,
-            DeleteFragmentsInput(user_id=run.inp.user_id, ids=[], forget_lines=lines),
-            "forget a failed round's lines stored again",
-        )
-        # A publish of the loop (an induction) may have read the context before: its result
-        # would put the old contents back.
-        await workflow.wait_condition(lambda: not run.publishing)
-        by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
-        for fid in again.deleted_ids:
-            state_ops.forget_fragment_facts(run.state, fid, by_statement=by_statement)
-            run.dropped_ids.append(fid)
-        state_ops.rewritten(run.state, again.rewritten, by_statement=by_statement)
+
+        # One rewrite at a time, and none while a reinforce or an induction (which read rows
+        # and write them, or facts from them, back) is in flight; they wait for it in turn.
+        def busy() -> bool:
+            return run.rewriting or run.reinforcing or run.inducting or run.publishing
+
+        while busy():  # checked again on waking: others woken with it may have gone first
+            await workflow.wait_condition(lambda: not busy())
+        run.rewriting = True
+        try:
+            # Rows being forgotten meanwhile are left alone: a rewrite would put them back.
+            lines.skip_ids = sorted(run.forgetting | set(run.state.forgotten_fragments))
+            again = await _delete(
+                run,
+                DeleteFragmentsInput(user_id=run.inp.user_id, ids=[], forget_lines=lines),
+                "forget a failed round's lines stored again",
+            )
+            # A publish of the loop may have read the context meanwhile: its result would
+            # put the old contents back.
+            await workflow.wait_condition(lambda: not run.publishing)
+            by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
+            for fid in again.deleted_ids:
+                state_ops.forget_fragment_facts(run.state, fid, by_statement=by_statement)
+                run.dropped_ids.append(fid)
+            state_ops.rewritten(run.state, again.rewritten, by_statement=by_statement)
+        finally:
+            run.rewriting = False
 
 
 async def _forgotten_everywhere(

@@ -54,6 +54,10 @@ class UserRun:
     # delete between the two would be undone. The delete waits for a reinforce in flight, and
     # a reinforce leaves out the ids being forgotten or forgotten.
     reinforcing: bool = False
+    # A forget taking a failed round's lines out of the rows a retry stored: reinforcements,
+    # inductions, plain forgets and other such forgets wait for it, and it for them.
+    rewriting: bool = False
+    inducting: bool = False
     forgetting: set[str] = field(default_factory=set)
     forget_request: ForgetRequest | None = None
     forget_receipt: ForgetReceipt | None = None

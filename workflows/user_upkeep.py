@@ -13,6 +13,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.contracts import (
         ActivityName,
+        FragmentRef,
         InductInput,
         InductOutput,
         ReinforceInput,
@@ -36,6 +37,19 @@ async def maybe_induct(run: UserRun) -> bool:
     batch = state_ops.mature_for_induction(s, cfg, now)[:limit]
     if not batch:
         return False
+    # A forget taking lines out of rows (`rewriting`) goes first: an induction reading a row
+    # before that and storing after would credit the row with a fact it no longer states.
+    while run.rewriting:  # checked again on waking: the rewrite may have started first
+        await workflow.wait_condition(lambda: not run.rewriting)
+    run.inducting = True
+    try:
+        return await _induct(run, batch, now)
+    finally:
+        run.inducting = False
+
+
+async def _induct(run: UserRun, batch: list[FragmentRef], now: float) -> bool:
+    s, cfg = run.state, run.config
     try:
         out = await workflow.execute_activity(
             ActivityName.INDUCT,
@@ -110,6 +124,9 @@ async def maybe_reinforce(run: UserRun) -> bool:
             return True
     else:
         ids = event.fragment_ids
+    # A forget taking lines out of rows goes first: a reinforce writes whole rows back.
+    while run.rewriting:
+        await workflow.wait_condition(lambda: not run.rewriting)
     run.reinforcing = True
     try:
         await workflow.execute_activity(

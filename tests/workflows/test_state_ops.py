@@ -219,6 +219,23 @@ def test_a_forgotten_piece_of_a_long_turn_leaves_the_rest_of_it_pending() -> Non
         "我周三要去仓库。请把发票寄到公司。"
     ]
     ts.pending.remove(cjk)
+    # The slicer joins a piece's sentences with its own spacing; and a reply that quotes a
+    # "User: ..." line is quoted whole over two of the row's lines.
+    spaced = cjk.model_copy(
+        update={"content": "First line here.\n\nSecond line  here.\nThird.", "position": 6}
+    )
+    quoting = cjk.model_copy(
+        update={"content": "You sent:\nUser: ship 7777\nDone.", "position": 7, "role": "ai"}
+    )
+    for extra in (spaced, quoting):
+        s.threads["a"].failed_batches["3"].append(identity_digest(turn_identity(extra)))
+        ts.pending.append(extra)
+    rows = _row(6, 8, ["User: First line here. Second line here.", "Assistant: You sent:",
+                       "User: ship 7777\nDone."])  # fmt: skip
+    parts = state_ops.forgotten_parts(ts, 3, rows)
+    assert [(t.position, left) for t, left in parts] == [(6, "Third."), (7, None)]
+    ts.pending.remove(spaced)
+    ts.pending.remove(quoting)
     # A round that completes with the trimmed turn leaves nothing pending.
     state_ops.round_completed(s, _record(4), _result([]), list(ts.pending), T0, PriceTable())
     assert ts.pending == [] and (ts.accepted, ts.indexed) == (2, 2)
