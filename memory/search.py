@@ -295,24 +295,15 @@ class SearchIndex:
         if profile is not None:
             used = _units(profile_section(fit_profile(profile, profile_share(limit))))
         room = limit * _TENTHS - used - _HEADING_UNITS
-        ranked = self.search(query, query_vector, config, now, exclude)
-        prior = {self._position[f.id]: rank for rank, f in enumerate(ranked, start=1)}
         skip = (
             {d for d, doc in enumerate(self.docs) if exclude(doc.fragment)}
             if exclude is not None
             else set()
         )
-        fused: dict[int, float] = {}
-        line_scores = self.line_bm25.scores(self._terms(query))
-        for rank, ref in enumerate(_top(line_scores, LINE_DEPTH, self._line_said), 1):
-            fused[ref] = 1.0 / (RRF_K + rank)
-        for ref, (doc, _) in enumerate(self.line_refs):
-            if doc in prior:
-                fused[ref] = fused.get(ref, 0.0) + FRAGMENT_PRIOR / (RRF_K + prior[doc])
         chosen: dict[int, set[int]] = {}
         body: dict[int, int] = {}  # what each chosen fragment's content costs so far
         spent = 0
-        for ref in sorted(fused, key=lambda ref: (-fused[ref], -self._line_said[ref], ref)):
+        for ref in self.line_ranking(query, query_vector, config, now, exclude):
             if self.line_refs[ref][0] in skip:
                 continue
             new = []
@@ -362,6 +353,28 @@ class SearchIndex:
             )
 
         return Excerpts(out, again)
+
+    def line_ranking(
+        self,
+        query: str,
+        query_vector: Sequence[float] | None,
+        config: MemoryConfig,
+        now: float,
+        exclude: Callable[[ContextFragment], bool] | None = None,
+    ) -> list[int]:
+        """The lines (`line_refs` positions) in the order `excerpts` takes them: BM25 over
+        lines fused (RRF) with their fragment's rank by the memory formula; lines neither
+        ranking reached are left out."""
+        ranked = self.search(query, query_vector, config, now, exclude)
+        prior = {self._position[f.id]: rank for rank, f in enumerate(ranked, start=1)}
+        fused: dict[int, float] = {}
+        line_scores = self.line_bm25.scores(self._terms(query))
+        for rank, ref in enumerate(_top(line_scores, LINE_DEPTH, self._line_said), 1):
+            fused[ref] = 1.0 / (RRF_K + rank)
+        for ref, (doc, _) in enumerate(self.line_refs):
+            if doc in prior:
+                fused[ref] = fused.get(ref, 0.0) + FRAGMENT_PRIOR / (RRF_K + prior[doc])
+        return sorted(fused, key=lambda ref: (-fused[ref], -self._line_said[ref], ref))
 
     def _body_units(self, doc: int, keep: set[int]) -> int:
         """What an excerpt of `keep` lines of `doc` costs as its item's content."""
