@@ -6,7 +6,10 @@ same pure search, packing and prompt rendering the middleware runs. It leaves ou
 real run has (question threads handed over as memory, reinforcement, the induced profile's
 exact timing), so its figures are a guide; the committed figures come from benchmarks/locomo.py.
 
-    python benchmarks/_locomo_offline.py [--conversations N] [--questions N]
+    python benchmarks/_locomo_offline.py [--conversations N] [--questions N] [--ranks]
+
+`--ranks` also prints, per category, how many evidence turns were injected and where the
+search's line ranking (`SearchIndex.line_ranking`) put the ones that were not.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ from _locomo_data import (
     conversations,
     evidence_texts,
     judge,
+    norm,
     session_turns,
 )
 from _locomo_report import token_counter
@@ -102,6 +107,7 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], help="module.NAME=python-literal")
     parser.add_argument("--weights", default="")
     parser.add_argument("--question-threads", action="store_true")
+    parser.add_argument("--ranks", action="store_true", help="where missed evidence ranked")
     args = parser.parse_args()
     import ast
     import importlib
@@ -132,6 +138,7 @@ def main() -> int:
     convs = conversations(Path(args.data), args.conversations)
     totals: dict[str, list[bool]] = {}
     tokens: list[int] = []
+    ranks: dict[str, Counter[str]] = {}
     started = time.perf_counter()
     for conv in convs:
         frags = asyncio.run(fragments_of(conv, "u"))
@@ -144,6 +151,7 @@ def main() -> int:
         questions = conv.questions[: args.questions] if args.questions else conv.questions
         base = Baselines(conv, emb, count, date_label) if args.baselines else None
         qvecs = emb.embed_documents([q["question"] for q in questions])
+        said = [norm(index.lines[d][n]) for d, n in index.line_refs]
         for n, (q, qv) in enumerate(zip(questions, qvecs, strict=True)):
             if args.question_threads and n:
                 # the previous question's thread, handed over as memory like any turn
@@ -165,6 +173,13 @@ def main() -> int:
             totals.setdefault(cat, []).append(hit)
             totals.setdefault(f"conv {conv.name}", []).append(hit)
             totals.setdefault("all", []).append(hit)
+            if args.ranks:
+                order = index.line_ranking(q["question"], qv, config, now)
+                tally = ranks.setdefault(cat, Counter())
+                where = _where(evidence, norm(memory), said, order)
+                tally.update(where)
+                tally["questions missed"] += not hit
+                tally["of them with a turn past 100"] += "missed 101+" in where
             if base is not None:
                 b = judge(base.bm25_text(q["question"], args.budget), evidence, "")["all"]
                 totals.setdefault("bm25", []).append(b)
@@ -173,7 +188,38 @@ def main() -> int:
     out["median_tokens"] = sorted(tokens)[len(tokens) // 2]
     out["s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out))
+    for cat, tally in sorted(ranks.items()):
+        print(cat, json.dumps({k: tally[k] for k in RANK_BUCKETS if tally[k]}))
     return 0
+
+
+#: Where an evidence turn stood: injected, or the bucket of its best line's place in the
+#: search's line ranking (a line the ranking did not reach, or a turn not stored, counts as
+#: 101+).
+RANK_BUCKETS = (
+    "injected",
+    "missed 1-10",
+    "missed 11-35",
+    "missed 36-100",
+    "missed 101+",
+    "questions missed",
+    "of them with a turn past 100",
+)
+
+
+def _where(evidence: list[str], memory: str, said: list[str], order: list[int]) -> list[str]:
+    place = {ref: n for n, ref in enumerate(order, 1)}
+    out = []
+    for text in evidence:
+        if text in memory:
+            out.append("injected")
+            continue
+        best = min(
+            (place.get(ref, 10**6) for ref, line in enumerate(said) if text in line), default=10**6
+        )
+        edges = ((10, "missed 1-10"), (35, "missed 11-35"), (100, "missed 36-100"))
+        out.append(next((name for edge, name in edges if best <= edge), "missed 101+"))
+    return out
 
 
 if __name__ == "__main__":

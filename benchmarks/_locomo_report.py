@@ -222,6 +222,19 @@ def _ceiling_section() -> list[str]:
         "(median 1,280 tokens) needs 6,000 tokens for those questions and 1,350 for the rest, "
         "five times the budget for a quarter of the calls. Not adopted: the median would meet "
         "the target while the prompts did not.",
+        "- More budget for every question buys little (replica, `_locomo_offline.py --budget "
+        "N`): 0.703 at 1,000 tokens (median 961), 0.728 at 1,200 (1,158), 0.737 at 1,380 "
+        "(1,333), 0.793 at 2,400 (2,323). Twice the budget still falls short of 0.80.",
+        "- Where the missed evidence turns stood in the search's own line ranking "
+        "(`_locomo_offline.py --ranks`, at 0.728): of multi-hop's 414 evidence turns, 169 were "
+        "injected, 25 missed though ranked 1-10 (the budget holds about 8 windows), 52 ranked "
+        "11-35, 39 ranked 36-100 and 129 past 100 or never reached; single-hop: 395 of 435 "
+        "injected, 18 of the 40 missed past 100; temporal: 143 of 171, 13 of the 28 past 100; "
+        "open-domain: 33 of 85, 43 of the 52 past 100. A multi-hop question needs 2.9 turns on "
+        "average, all of them; 80 of the 117 multi-hop questions missed have a turn past 100, "
+        "whose words are not the question's ('What outdoor activities has John done with his "
+        "colleagues?' against 'I went mountaineering ...'). 0.80 needs 55 more questions than "
+        "the 553 found; single-hop and temporal together miss only 61.",
     ]
     return out
 
