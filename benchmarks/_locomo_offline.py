@@ -108,6 +108,11 @@ def main() -> int:
     parser.add_argument("--weights", default="")
     parser.add_argument("--question-threads", action="store_true")
     parser.add_argument("--ranks", action="store_true", help="where missed evidence ranked")
+    parser.add_argument(
+        "--window-schedule",
+        default="",
+        help="neighbours by rank instead of LINE_WINDOW, e.g. 3:2,8:1,9999:0 (tried, left out)",
+    )
     args = parser.parse_args()
     import ast
     import importlib
@@ -117,6 +122,8 @@ def main() -> int:
         module, name = target.rsplit(".", 1)
         setattr(importlib.import_module(f"mnemoflow.{module}"), name, ast.literal_eval(value))
 
+    if args.window_schedule:
+        _narrowing_windows(args.window_schedule)
     import numpy as np
 
     from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
@@ -191,6 +198,41 @@ def main() -> int:
     for cat, tally in sorted(ranks.items()):
         print(cat, json.dumps({k: tally[k] for k in RANK_BUCKETS if tally[k]}))
     return 0
+
+
+def _narrowing_windows(schedule: str) -> None:
+    """Make each line's window as wide as `schedule` says for its place in the line ranking:
+    "3:2,8:1,9999:0" is 2 neighbours either side for places 1-3, 1 to place 8, none after."""
+    from mnemoflow.memory.search import SearchIndex
+
+    steps = [tuple(int(x) for x in part.split(":")) for part in schedule.split(",")]
+    ranking = SearchIndex.line_ranking
+    places: dict[int, int] = {}
+
+    def line_ranking(self: Any, *args: Any, **kwargs: Any) -> list[int]:
+        order = ranking(self, *args, **kwargs)
+        places.clear()
+        places.update((ref, n) for n, ref in enumerate(order, 1))
+        return order
+
+    def window(self: Any, ref: int) -> list[int]:
+        width = next((w for upto, w in steps if places.get(ref, 10**6) <= upto), 0)
+        before: list[int] = []
+        after: list[int] = []
+        r: int | None = ref
+        for _ in range(width):
+            r = self._prev[r] if r is not None else None
+            if r is not None:
+                before.insert(0, r)
+        r = ref
+        for _ in range(width):
+            r = self._next[r] if r is not None else None
+            if r is not None:
+                after.append(r)
+        return [*before, ref, *after]
+
+    SearchIndex.line_ranking = line_ranking  # type: ignore[method-assign]
+    SearchIndex._window = window  # type: ignore[method-assign]
 
 
 #: Where an evidence turn stood: injected, or the bucket of its best line's place in the
