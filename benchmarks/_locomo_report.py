@@ -92,8 +92,8 @@ NOTES = [
     "| tried and left out (replica, from 0.728): windows narrowing down the ranking "
     "(`--window-schedule`; ±2 for the 3 best lines, ±1 to the 8th, the line alone after): "
     "0.739 (multi-hop 0.25, single-hop 0.90); other such schedules 0.712-0.736. Chosen on "
-    "conversations 26, 30 and 41, the best ones moved 42 and 43 by -0.011 to +0.020, i.e. "
-    "not a gain that carries over "
+    "conversations 26, 30 and 41 (±2 for the 3 best, then ±1 to the 5th or none: 0.753, "
+    "0.765, 0.743), they moved 42 and 43 by -0.022 to +0.005: not a gain that carries over "
     "| | replica |",
 ]
 
