@@ -207,6 +207,7 @@ def _narrowing_windows(schedule: str) -> None:
 
     steps = [tuple(int(x) for x in part.split(":")) for part in schedule.split(",")]
     ranking = SearchIndex.line_ranking
+    narrow = SearchIndex._window
     places: dict[int, int] = {}
 
     def line_ranking(self: Any, *args: Any, **kwargs: Any) -> list[int]:
@@ -215,21 +216,9 @@ def _narrowing_windows(schedule: str) -> None:
         places.update((ref, n) for n, ref in enumerate(order, 1))
         return order
 
-    def window(self: Any, ref: int) -> list[int]:
+    def window(self: Any, ref: int, width: int | None = None) -> list[int]:
         width = next((w for upto, w in steps if places.get(ref, 10**6) <= upto), 0)
-        before: list[int] = []
-        after: list[int] = []
-        r: int | None = ref
-        for _ in range(width):
-            r = self._prev[r] if r is not None else None
-            if r is not None:
-                before.insert(0, r)
-        r = ref
-        for _ in range(width):
-            r = self._next[r] if r is not None else None
-            if r is not None:
-                after.append(r)
-        return [*before, ref, *after]
+        return narrow(self, ref, width)
 
     SearchIndex.line_ranking = line_ranking  # type: ignore[method-assign]
     SearchIndex._window = window  # type: ignore[method-assign]

@@ -390,18 +390,19 @@ class SearchIndex:
             previous = k
         return units + (entries - 1) * self._continuation_units
 
-    def _window(self, ref: int) -> list[int]:
-        """The line and LINE_WINDOW lines either side, in conversation order: across into the
-        fragment said just before or after it in the same thread."""
+    def _window(self, ref: int, width: int | None = None) -> list[int]:
+        """The line and `width` (default LINE_WINDOW) lines either side, in conversation order:
+        across into the fragment said just before or after it in the same thread."""
+        width = LINE_WINDOW if width is None else width
         before: list[int] = []
         after: list[int] = []
         r: int | None = ref
-        for _ in range(LINE_WINDOW):
+        for _ in range(width):
             r = self._prev[r] if r is not None else None
             if r is not None:
                 before.insert(0, r)
         r = ref
-        for _ in range(LINE_WINDOW):
+        for _ in range(width):
             r = self._next[r] if r is not None else None
             if r is not None:
                 after.append(r)
