@@ -23,24 +23,10 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 
 from mnemoflow.activities.fragment_store import FragmentStore
-from mnemoflow.models.corpus import CorpusEntry, corpus_key, corpus_version_key
+from mnemoflow.models.corpus import BUMP_VERSION, CorpusEntry, corpus_key, corpus_version_key
 from mnemoflow.models.fragments import Fragment
 
 log = logging.getLogger(__name__)
-
-#: Bump the version counter KEYS[1] and return it; a new counter starts at the server's time in
-#: microseconds, never at 1 (a version deleted with its corpus must never come back). Effects
-#: replication (the default from Redis 5, the only mode in 7) lets a write follow TIME.
-BUMP_VERSION = """
-if redis.replicate_commands then redis.replicate_commands() end
-local v = redis.call('INCR', KEYS[1])
-if v == 1 then
-  local t = redis.call('TIME')
-  redis.call('SET', KEYS[1], t[1] .. string.format('%06d', tonumber(t[2])))
-  v = redis.call('INCR', KEYS[1])
-end
-return v
-"""
 
 
 class SearchCorpus:

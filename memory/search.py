@@ -196,10 +196,14 @@ class SearchDoc:
 class SearchIndex:
     """The lexical index and vector matrix of one user's fragments, built once per corpus."""
 
-    def __init__(self, docs: Sequence[SearchDoc], vectors: np.ndarray | None = None) -> None:
-        """`vectors`: one unit vector per fragment (None: the search is lexical only)."""
+    def __init__(
+        self, docs: Sequence[SearchDoc], vectors: np.ndarray | None = None, version: int = 0
+    ) -> None:
+        """`vectors`: one unit vector per fragment (None: the search is lexical only).
+        `version`: the version of the corpus the docs were read at (carried by `excerpts`)."""
         if vectors is not None and len(vectors) != len(docs):
             raise ValueError(f"{len(vectors)} vectors for {len(docs)} documents")
+        self.version = version
         self.docs = list(docs)
         self.bm25 = BM25(
             [token_list(normalise(f"{d.fragment.theme} {d.fragment.content}")) for d in docs]
@@ -352,7 +356,7 @@ class SearchIndex:
                 exclude=changes.get("exclude", exclude),
             )
 
-        return Excerpts(out, again)
+        return Excerpts(out, again, self.version)
 
     def line_ranking(
         self,
@@ -465,13 +469,19 @@ def _excerpt(lines: Sequence[str], keep: set[int]) -> str:
 class Excerpts(list[ContextFragment]):
     """What `SearchIndex.excerpts` found, and how to ask it again: `again(profile=...,
     exclude=..., budget=...)` fills the budget anew once the caller knows the profile and which
-    fragments are still in the model's window (then those do not take the budget's room)."""
+    fragments are still in the model's window (then those do not take the budget's room).
+    `version`: the corpus version the search read (a caller that sees the corpus move since,
+    after a forget in any process, searches again)."""
 
     def __init__(
-        self, fragments: Sequence[ContextFragment], again: Callable[..., Excerpts] | None = None
+        self,
+        fragments: Sequence[ContextFragment],
+        again: Callable[..., Excerpts] | None = None,
+        version: int = 0,
     ) -> None:
         super().__init__(fragments)
         self.again = again
+        self.version = version
 
 
 def fragment_cost(fragment: ContextFragment, number: int = 1) -> int:

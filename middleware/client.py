@@ -404,6 +404,15 @@ class MemoryClient:
             return None
         return await self.reader.context(uid)
 
+    async def context_at(self, user_id: str) -> tuple[InjectedContext | None, int | None]:
+        """`context`, and the user's corpus version read with it (None: not read), to tell a
+        search that read an older corpus (`Excerpts.version`) from a current one."""
+        try:
+            uid = validate_user_id(user_id)
+        except ValueError:
+            return None, None
+        return await self.reader.context_at(uid)
+
     async def search(
         self,
         user_id: str,

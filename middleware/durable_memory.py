@@ -217,7 +217,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         thread = resolve_thread_id(request.runtime)
         history: Sequence[AnyMessage] = state.get("messages", [])
         query = _latest_human_text(history)
-        context = await self.client.context(user_id)
+        context, version = await self.client.context_at(user_id)
         if context is not None:
             self._profiles[user_id] = context.profile
             self._profiles.move_to_end(user_id)
@@ -225,12 +225,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
                 self._profiles.popitem(last=False)
         found = None
         if query.strip():
-            found = await self._searches.result(
-                (user_id, thread),
-                query,
-                self.config.search_deadline_s,
-                self._search_for(user_id, query),
-            )
+            found = await self._search_result(user_id, thread, query, version)
         gone = self._forgotten.get(user_id)
         if gone:  # a tool forgot them earlier in this turn (the stores may lag a moment)
             found = None if found is None else [f for f in found if f.id not in gone]
@@ -505,6 +500,23 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
 
     # --- helpers --------------------------------------------------------------------------
 
+    async def _search_result(
+        self, user_id: str, thread: str, query: str, version: int | None
+    ) -> list[ContextFragment] | None:
+        """The turn's search for `query`, searched again (once) when the corpus version this
+        model call just read is not the one the search read: the corpus moved since, by a
+        round or by a forget in any process, and what a forget took must not be injected
+        once it has returned. The new search reads the corpus after that version."""
+        key = (user_id, thread)
+        deadline = self.config.search_deadline_s
+        found = await self._searches.result(key, query, deadline, self._search_for(user_id, query))
+        if found is not None and version is not None and _version_of(found) not in (None, version):
+            self._searches.forget(key)
+            found = await self._searches.result(
+                key, query, deadline, self._search_for(user_id, query)
+            )
+        return found
+
     def _search_for(
         self, user_id: str, query: str, thread: str = "", since: float | None = None
     ) -> Callable[[], Coroutine[Any, Any, list[ContextFragment] | None]]:
@@ -530,6 +542,12 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         self._window.move_to_end(key)
         while len(self._window) > MAX_TRACKED_THREADS:
             self._window.popitem(last=False)
+
+
+def _version_of(found: Sequence[ContextFragment]) -> int | None:
+    """The corpus version a search read (`memory.search.Excerpts`), if it says."""
+    version = getattr(found, "version", None)
+    return version if isinstance(version, int) else None
 
 
 def _response_text(response: Any) -> str:

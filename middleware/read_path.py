@@ -8,7 +8,10 @@ built without its own retries: the hot path prefers a fast miss to a slow hit.
 After a clean miss the workflow's answer serves later calls, but only while the user's corpus
 version (`models.corpus.corpus_version_key`, read in the same round trip) is the one seen when
 that answer was asked for: a forget in any process deletes it, so no process keeps serving a
-forgotten context (a round moving it only makes the answer be asked again).
+forgotten context (a round moving it only makes the answer be asked again). When the version key
+is absent too (Redis lost the user's keys), the background query starts one first
+(`models.corpus.START_VERSION`), since an answer checked against "absent" would stay valid
+across a forget that finds nothing to delete.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Awaitable, Callable
 import redis.asyncio as aioredis
 
 from mnemoflow.models.contracts import InjectedContext, parse_published
-from mnemoflow.models.corpus import corpus_version_key
+from mnemoflow.models.corpus import START_VERSION, corpus_version, corpus_version_key
 from mnemoflow.models.errors import MemoryUnavailableError
 from mnemoflow.models.ids import context_key
 
@@ -73,18 +76,24 @@ class ContextReader:
         simply has nothing for the user, the query runs in the background and its answer serves
         later calls.
         """
+        return (await self.context_at(uid))[0]
+
+    async def context_at(self, uid: str) -> tuple[InjectedContext | None, int | None]:
+        """`context`, and the user's corpus version read in the same round trip (None when
+        Redis gave no answer): a search that read another version is out of date."""
         reachable, cached, version = await self._state(uid)
+        seen = corpus_version(version) if reachable or cached is not None else None
         if cached is not None:
-            return cached
+            return cached, seen
         if reachable:
             # Redis answered "nothing published yet": the workflow has nothing newer to say
             # unless the read model was lost, so ask it off the turn (measured: the query
             # waits 30-200 ms on a busy worker, every turn until the first round publishes).
-            return self._miss(uid, version)
+            return self._miss(uid, version), seen
         try:
-            return await self._query(uid)
+            return await self._query(uid), seen
         except (MemoryUnavailableError, LookupError):
-            return None
+            return None, seen
 
     async def cached(self, uid: str) -> InjectedContext | None:
         """What Redis holds; None on a miss, a bad value or any Redis error."""
@@ -136,6 +145,14 @@ class ContextReader:
         self._queried.pop(uid, None)
         return False, context, version
 
+    async def _start_version(self, uid: str) -> bytes | str:
+        assert self.redis is not None  # a clean miss came from Redis
+        async with asyncio.timeout(self.timeout_s):
+            started = await self.redis.eval(  # type: ignore[misc]
+                START_VERSION, 1, corpus_version_key(self.key_prefix, uid)
+            )
+        return started if isinstance(started, (bytes, str)) else str(started)
+
     def drop(self, uid: str) -> None:
         """Forget what a background query found for the user (after a forget, it may hold a
         forgotten fragment); the next clean miss asks the workflow again."""
@@ -147,7 +164,7 @@ class ContextReader:
         MISS_REQUERY_S per user. Never waits."""
         now = time.monotonic()
         found_at, found, seen = self._queried.get(uid, (float("-inf"), None, None))
-        if found is not None and seen != version:
+        if found is not None and corpus_version(seen) != corpus_version(version):
             found = None  # forgotten (the version was deleted) or changed since: not served
         if uid not in self._querying and now - found_at >= MISS_REQUERY_S:
             task = asyncio.get_running_loop().create_task(self._query_later(uid, version))
@@ -156,8 +173,15 @@ class ContextReader:
 
     async def _query_later(self, uid: str, version: bytes | str | None) -> None:
         try:
+            if version is None:
+                # No corpus version to check the answer against (Redis lost the user's keys):
+                # start one before asking, so that a forget, which deletes it, shows.
+                version = await self._start_version(uid)
             found = await self._query(uid)
         except (MemoryUnavailableError, LookupError):
+            found = None
+        except Exception as err:  # Redis failed: an answer nothing can check is not kept
+            log.debug("corpus version not started: %r", err)
             found = None
         finally:
             self._querying.pop(uid, None)

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from mnemoflow.memory.search import SearchDoc, SearchIndex
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
-from mnemoflow.models.corpus import CorpusEntry, corpus_key, corpus_version_key
+from mnemoflow.models.corpus import CorpusEntry, corpus_key, corpus_version, corpus_version_key
 from mnemoflow.models.profile import UserProfile
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,9 @@ log = logging.getLogger(__name__)
 MAX_CACHED_USERS = 256
 
 
-def build_index(raw: dict[Any, Any]) -> SearchIndex:
-    """A search index from the corpus hash (unreadable entries are skipped; vectors are used
-    only when every entry has one of the same size)."""
+def build_index(raw: dict[Any, Any], version: int = 0) -> SearchIndex:
+    """A search index from the corpus hash read at `version` (unreadable entries are skipped;
+    vectors are used only when every entry has one of the same size)."""
     entries: list[CorpusEntry] = []
     for value in raw.values():
         try:
@@ -61,7 +61,7 @@ def build_index(raw: dict[Any, Any]) -> SearchIndex:
         matrix = np.frombuffer(b"".join(blobs), dtype="<f2").astype(np.float32)
         matrix = matrix.reshape(len(blobs), -1)
         vectors = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-    return SearchIndex(docs, vectors)
+    return SearchIndex(docs, vectors, version)
 
 
 class FragmentSearch:
@@ -89,14 +89,13 @@ class FragmentSearch:
     async def index(self, user_id: str) -> SearchIndex:
         """The user's index, rebuilt only when the corpus version moved."""
         async with asyncio.timeout(self.timeout_s):
-            raw_version = await self.redis.get(corpus_version_key(self.prefix, user_id))
-            version = int(raw_version or 0)
+            version = corpus_version(await self.redis.get(corpus_version_key(self.prefix, user_id)))
             cached = self._indexes.get(user_id)
             if cached is not None and cached[0] == version:
                 self._indexes.move_to_end(user_id)
                 return cached[1]
             raw = await self.redis.hgetall(corpus_key(self.prefix, user_id))  # type: ignore[misc]
-        index = await asyncio.to_thread(build_index, raw)
+        index = await asyncio.to_thread(build_index, raw, version)
         self._indexes[user_id] = (version, index)
         self._indexes.move_to_end(user_id)
         while len(self._indexes) > MAX_CACHED_USERS:

@@ -54,6 +54,39 @@ def corpus_version_key(prefix: str, user_id: str) -> str:
     return f"{prefix}corpusv:{user_key(user_id)}"
 
 
+#: Bump the version counter KEYS[1] and return it; a new counter starts at the server's time in
+#: microseconds, never at 1 (a version deleted with its corpus must never come back). Effects
+#: replication (the default from Redis 5, the only mode in 7) lets a write follow TIME.
+BUMP_VERSION = """
+if redis.replicate_commands then redis.replicate_commands() end
+local v = redis.call('INCR', KEYS[1])
+if v == 1 then
+  local t = redis.call('TIME')
+  redis.call('SET', KEYS[1], t[1] .. string.format('%06d', tonumber(t[2])))
+  v = redis.call('INCR', KEYS[1])
+end
+return v
+"""
+
+#: The version counter KEYS[1], started as BUMP_VERSION starts it if it is absent; returns it.
+#: A reader's mark: a forget deletes the key, so what was read before it can be told from after.
+START_VERSION = """
+if redis.replicate_commands then redis.replicate_commands() end
+local v = redis.call('GET', KEYS[1])
+if not v then
+  local t = redis.call('TIME')
+  v = t[1] .. string.format('%06d', tonumber(t[2]))
+  redis.call('SET', KEYS[1], v)
+end
+return v
+"""
+
+
+def corpus_version(raw: bytes | str | int | None) -> int:
+    """The corpus version as read from Redis (an absent key, e.g. after a forget, is 0)."""
+    return int(raw or 0)
+
+
 def encode_vector(vector: Sequence[float]) -> str:
     """float16 little-endian, base64 (values beyond float16's range are clamped)."""
     clamped = [min(65504.0, max(-65504.0, float(v))) for v in vector]
