@@ -18,7 +18,9 @@ the per-call search of all of the user's fragments (the question embedded in the
 with USE, the user's search corpus read from Redis, BM25 + cosine fused, excerpts packed to the
 budget). Each agent runs in its own subprocess (clean RSS, and the worker's CPU does not share
 the agent's GIL), the same run for internal LLM latency 0 and 800 ms. Each child records its
-resident memory (psutil, else /proc/self/status) and the machine's load average.
+resident memory (psutil, else /proc/self/status), the machine's load average and its CPU
+seconds (its own, its children's apart); the parent records what the stack's processes (the
+worker in the parent, each service) spent during each child's run.
 
     python benchmarks/hot_path.py [--short] [--reps N]
 """
@@ -69,6 +71,32 @@ def _rss_mb() -> float:
 
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def _own_cpu_s() -> dict[str, float]:
+    """CPU seconds (user + system) of this process, and of its waited-for children apart."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "process": round(own.ru_utime + own.ru_stime, 2),
+        "children": round(kids.ru_utime + kids.ru_stime, 2),
+    }
+
+
+def _stack_cpu_s(service_pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of the stack: this process (its worker) and each service process."""
+    out = {"worker (benchmark process)": _own_cpu_s()["process"]}
+    try:
+        import psutil
+    except ImportError:
+        return out
+    for name, pid in sorted(service_pids.items()):
+        try:
+            times = psutil.Process(pid).cpu_times()
+            out[name] = round(times.user + times.system, 2)
+        except psutil.Error:
+            continue
+    return out
 
 
 @dataclass
@@ -212,6 +240,7 @@ async def child(config: str, latency: float, reps: int) -> dict[str, Any]:
         "rss_end_mb": _rss_mb(),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "load_avg_1_5_15": {"start": load_start, "end": _load()},
+        "cpu_s": _own_cpu_s(),
     }
 
 
@@ -268,6 +297,8 @@ def _figures(runs: dict[str, dict], latency: float) -> dict[str, Any]:
             "rss_end_mb": run["rss_end_mb"],
             "peak_rss_mb": run["peak_rss_mb"],
             "load_avg_1_5_15": run["load_avg_1_5_15"],
+            # the agent's process and its children apart, and what the stack spent meanwhile
+            "cpu_s": {"agent": run["cpu_s"], "stack_during_run": run["stack_cpu_s"]},
         }
     mf = max(out["mnemoflow"]["added"]["p95_ms"], 0.01)
     for config in out:
@@ -299,7 +330,12 @@ async def parent(args: argparse.Namespace) -> int:
             runs = {}
             for config in CONFIGS:
                 print(f"   {config} x {reps} conversations ...", flush=True)
+                before = _stack_cpu_s(info.service_pids)
                 runs[config] = await _run_child(config, latency, reps, env)
+                after = _stack_cpu_s(info.service_pids)
+                runs[config]["stack_cpu_s"] = {
+                    name: round(after[name] - before.get(name, 0.0), 2) for name in after
+                }
         figures = _figures(runs, latency)
         results["by_latency"][f"{int(latency * 1000)}ms"] = figures
         _print(figures, latency)
@@ -335,6 +371,11 @@ def _print(figures: dict[str, Any], latency: float) -> None:
             f"{config:24s} {a['p50_ms']:9.1f} {a['p95_ms']:9.1f} {a['max_ms']:9.1f} "
             f"{f['added_p95_vs_mnemoflow']:16.1f} {f['rss_end_mb']:8.1f}"
         )
+    print("CPU seconds: the agent process (its children apart); the stack during its run")
+    for config, f in figures.items():
+        agent, stack_ = f["cpu_s"]["agent"], f["cpu_s"]["stack_during_run"]
+        spent = ", ".join(f"{name} {sec}" for name, sec in stack_.items())
+        print(f"  {config:24s} {agent['process']} ({agent['children']}); {spent}")
 
 
 def main() -> int:
