@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,102 +126,93 @@ async def remembered(mw: Any, redis_url: str, user: str) -> tuple[MemoryClient, 
     return first, second
 
 
-async def test_a_turn_begun_before_another_clients_forget_does_not_inject_it_after(
-    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
-) -> None:
+@asynccontextmanager
+async def two_clients(
+    env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> AsyncIterator[tuple[Any, str, MemoryClient, MemoryClient]]:
+    """(worker, user, another client, this agent's client), the user's details remembered."""
     async with memory_worker(
-        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+        env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
         user = f"u{uuid.uuid4().hex[:8]}"
         other, client = await remembered(mw, redis_url, user)
         try:
-            rows = [f for f in await mw.store.all_for_user(user) if shows(f.content, user, 2)]
-            assert rows, "detail 2 was not stored: nothing to forget"
-
-            @tool
-            async def check_unit(ref: str) -> str:
-                """Look a unit up (meanwhile another client forgets detail 2)."""
-                for row in rows:
-                    assert (await other.forget_fragment(user, row.id)).deleted == 1
-                return f"unit {ref}: in use"
-
-            agent = Agent(client, [check_unit])
-            agent.calls_tool_first("check_unit")
-            asked = f"What is the gate code of storage unit {user}-2?"
-            prompts = await agent.ask(user, "asks", asked)
-            assert len(prompts) == 2, prompts
-            assert shows(prompts[0], user, 2), "detail 2 not injected before the forget"
-            assert not shows(prompts[1], user, 2), prompts[1]
-            # the search of the same call found what was not forgotten
-            kept = await agent.ask(user, "asks", f"What is the gate code of storage unit {user}-3?")
-            assert shows(kept[0], user, 3), kept[0]
-            assert not any(
-                f for f in await mw.store.all_for_user(user) if shows(f.content, user, 2)
-            )
-            await agent.memory.flush()
+            yield mw, user, other, client
         finally:
             await other.aclose()
             await client.aclose()
+
+
+async def test_a_turn_begun_before_another_clients_forget_does_not_inject_it_after(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    async with two_clients(dev_env, milvus_uri, redis_url) as (mw, user, other, client):
+        rows = [f for f in await mw.store.all_for_user(user) if shows(f.content, user, 2)]
+        assert rows, "detail 2 was not stored: nothing to forget"
+
+        @tool
+        async def check_unit(ref: str) -> str:
+            """Look a unit up (meanwhile another client forgets detail 2)."""
+            for row in rows:
+                assert (await other.forget_fragment(user, row.id)).deleted == 1
+            return f"unit {ref}: in use"
+
+        agent = Agent(client, [check_unit])
+        agent.calls_tool_first("check_unit")
+        asked = f"What is the gate code of storage unit {user}-2?"
+        prompts = await agent.ask(user, "asks", asked)
+        assert len(prompts) == 2, prompts
+        assert shows(prompts[0], user, 2), "detail 2 not injected before the forget"
+        assert not shows(prompts[1], user, 2), prompts[1]
+        # what was not forgotten is still found
+        kept = await agent.ask(user, "asks", f"What is the gate code of storage unit {user}-3?")
+        assert shows(kept[0], user, 3), kept[0]
+        assert not any(f for f in await mw.store.all_for_user(user) if shows(f.content, user, 2))
+        await agent.memory.flush()
 
 
 async def test_a_turn_begun_before_another_clients_whole_forget_injects_nothing_after(
     dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
 ) -> None:
-    async with memory_worker(
-        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
-    ) as mw:
-        user = f"u{uuid.uuid4().hex[:8]}"
-        other, client = await remembered(mw, redis_url, user)
-        try:
+    async with two_clients(dev_env, milvus_uri, redis_url) as (mw, user, other, client):
 
-            @tool
-            async def check_unit(ref: str) -> str:
-                """Look a unit up (meanwhile another client forgets the user)."""
-                await other.forget(user, reason="test")
-                return f"unit {ref}: in use"
+        @tool
+        async def check_unit(ref: str) -> str:
+            """Look a unit up (meanwhile another client forgets the user)."""
+            await other.forget(user, reason="test")
+            return f"unit {ref}: in use"
 
-            agent = Agent(client, [check_unit])
-            agent.calls_tool_first("check_unit")
-            prompts = await agent.ask(user, "asks", f"What is the gate code of unit {user}-1?")
-            assert len(prompts) == 2, prompts
-            assert shows(prompts[0], user, 1), "detail 1 not injected before the forget"
-            assert await mw.store.all_for_user(user) == []
-            left = {n: shows(prompts[1], user, n) for n in (1, 2, 3)}
-            assert not any(left.values()), left
-            await agent.memory.flush()
-        finally:
-            await other.aclose()
-            await client.aclose()
+        agent = Agent(client, [check_unit])
+        agent.calls_tool_first("check_unit")
+        prompts = await agent.ask(user, "asks", f"What is the gate code of unit {user}-1?")
+        assert len(prompts) == 2, prompts
+        assert shows(prompts[0], user, 1), "detail 1 not injected before the forget"
+        assert await mw.store.all_for_user(user) == []
+        left = {n: shows(prompts[1], user, n) for n in (1, 2, 3)}
+        assert not any(left.values()), left
+        await agent.memory.flush()
 
 
 async def test_an_answer_served_while_redis_lost_the_user_is_dropped_by_a_forget(
     dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
 ) -> None:
-    async with memory_worker(
-        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
-    ) as mw:
-        user = f"u{uuid.uuid4().hex[:8]}"
-        other, client = await remembered(mw, redis_url, user)
-        try:
-            prefix, redis = mw.read_model.prefix, mw.read_model.redis
-            keys: Callable[[], list[str]] = lambda: [  # noqa: E731
-                context_key(prefix, user),
-                corpus_key(prefix, user),
-                corpus_version_key(prefix, user),
-            ]
-            await redis.delete(*keys())  # Redis lost the user's keys (a restart, an eviction)
-            agent = Agent(client)
-            asked = f"What is the gate code of storage unit {user}-1?"
-            await agent.ask(user, "before", asked)  # a clean miss: the workflow is asked aside
+    async with two_clients(dev_env, milvus_uri, redis_url) as (mw, user, other, client):
+        prefix, redis = mw.read_model.prefix, mw.read_model.redis
+        keys: Callable[[], list[str]] = lambda: [  # noqa: E731
+            context_key(prefix, user),
+            corpus_key(prefix, user),
+            corpus_version_key(prefix, user),
+        ]
+        await redis.delete(*keys())  # Redis lost the user's keys (a restart, an eviction)
+        agent = Agent(client)
+        asked = f"What is the gate code of storage unit {user}-1?"
+        await agent.ask(user, "before", asked)  # a clean miss: the workflow is asked aside
 
-            async def served() -> bool:
-                return bool(shows((await agent.ask(user, "before", asked))[0], user, 1))
+        async def served() -> bool:
+            return bool(shows((await agent.ask(user, "before", asked))[0], user, 1))
 
-            await eventually(served, deadline_s=30, what="the workflow's answer served")
-            await other.forget(user, reason="test")
-            prompts = await agent.ask(user, "after", asked)
-            assert not any(shows(prompts[0], user, n) for n in (1, 2, 3)), prompts[0]
-            await agent.memory.flush()
-        finally:
-            await other.aclose()
-            await client.aclose()
+        await eventually(served, deadline_s=30, what="the workflow's answer served")
+        await other.forget(user, reason="test")
+        prompts = await agent.ask(user, "after", asked)
+        assert not any(shows(prompts[0], user, n) for n in (1, 2, 3)), prompts[0]
+        await agent.memory.flush()
