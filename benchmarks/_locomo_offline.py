@@ -181,7 +181,8 @@ def main() -> int:
             totals.setdefault(f"conv {conv.name}", []).append(hit)
             totals.setdefault("all", []).append(hit)
             if args.ranks:
-                order = index.line_ranking(q["question"], qv, config, now)
+                ranked = index.search(q["question"], qv, config, now)
+                order = index.line_ranking(q["question"], ranked)
                 tally = ranks.setdefault(cat, Counter())
                 where = _where(evidence, norm(memory), said, order)
                 tally.update(where)

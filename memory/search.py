@@ -307,7 +307,8 @@ class SearchIndex:
         chosen: dict[int, set[int]] = {}
         body: dict[int, int] = {}  # what each chosen fragment's content costs so far
         spent = 0
-        for ref in self.line_ranking(query, query_vector, config, now, exclude):
+        ranked = self.search(query, query_vector, config, now, exclude)
+        for ref in self.line_ranking(query, ranked):
             if self.line_refs[ref][0] in skip:
                 continue
             new = []
@@ -358,18 +359,10 @@ class SearchIndex:
 
         return Excerpts(out, again, self.version)
 
-    def line_ranking(
-        self,
-        query: str,
-        query_vector: Sequence[float] | None,
-        config: MemoryConfig,
-        now: float,
-        exclude: Callable[[ContextFragment], bool] | None = None,
-    ) -> list[int]:
+    def line_ranking(self, query: str, ranked: Sequence[ContextFragment]) -> list[int]:
         """The lines (`line_refs` positions) in the order `excerpts` takes them: BM25 over
-        lines fused (RRF) with their fragment's rank by the memory formula; lines neither
-        ranking reached are left out."""
-        ranked = self.search(query, query_vector, config, now, exclude)
+        lines fused (RRF) with their fragment's place in `ranked` (`search`: the memory
+        formula); lines neither ranking reached are left out."""
         prior = {self._position[f.id]: rank for rank, f in enumerate(ranked, start=1)}
         fused: dict[int, float] = {}
         line_scores = self.line_bm25.scores(self._terms(query))

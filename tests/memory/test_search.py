@@ -246,18 +246,19 @@ def test_excerpts_inject_the_matching_line_with_its_neighbours_across_fragments(
 
 
 def test_line_ranking_is_the_order_excerpts_take_lines_in() -> None:
+    CONFIG = MemoryConfig()
     lines = list(CHAT)
     lines[7] = "User (Ann): the pottery class starts on Monday"
     lines[33] = "User (Ann): my pottery bowl cracked in the kiln at the pottery class"
     docs = [_turns("s", 0, lines[:20], 0), _turns("s", 20, lines[20:], 1)]
     index = SearchIndex(docs)
-    order = index.line_ranking("pottery class", None, MemoryConfig(), NOW)
+    order = index.line_ranking("pottery class", index.search("pottery class", None, CONFIG, NOW))
     said = [index.lines[d][n] for d, n in index.line_refs]
     # both lines that match lead, each once; every line is a position into `line_refs`
     assert {said[r] for r in order[:2]} == {lines[7], lines[33]}
     assert len(order) == len(set(order)) and all(0 <= r < len(said) for r in order)
     # the excerpt of a one-window budget is the best line's window
-    found = index.excerpts("pottery class", None, MemoryConfig(), NOW, budget=120)
+    found = index.excerpts("pottery class", None, CONFIG, NOW, budget=120)
     assert said[order[0]] in "\n".join(f.content for f in found)
     assert said[order[1]] not in "\n".join(f.content for f in found)
 
