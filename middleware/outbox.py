@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -154,6 +155,8 @@ class Outbox:
                 if not hold:
                     entry.held.pop(identity, None)
                 continue
+            if entry is not None:
+                self._drop_superseded(entry, identity)
             size = _size(turn)
             if self._count >= self.max_messages or self._bytes + size > self.max_bytes:
                 self.metrics.refused.inc()
@@ -176,6 +179,19 @@ class Outbox:
         if added and _loop_running():
             self._start()  # delivers, or releases a hold that outlived max_hold_s
         return added
+
+    def _drop_superseded(self, entry: _Entry, identity: str) -> None:
+        """Drop the held versions of the message `identity` names by id (same id, other
+        text): within a turn, a message that another middleware replaced by a new object with
+        the same id (a redaction) no longer exists, since the graph keeps one message per id.
+        Only held ones: a released version may be on its way already."""
+        base = _id_base(identity)
+        if base is None:
+            return
+        for old in [i for i in entry.held if i != identity and _id_base(i) == base]:
+            self._bytes -= _size(entry.turns.pop(old))
+            del entry.held[old]
+            self._count -= 1
 
     def release(
         self,
@@ -340,6 +356,16 @@ class Outbox:
             known.popitem(last=False)
         while len(self._accepted) > MAX_TRACKED_THREADS:
             self._accepted.popitem(last=False)
+
+
+_DIGEST_SUFFIX = re.compile(r"#[0-9a-f]{12}$")
+
+
+def _id_base(identity: str) -> str | None:
+    """The message id part of an identity the middleware stamped (`id#digest of the text`,
+    middleware/window.py `fresh_identity`); None for other identities."""
+    found = _DIGEST_SUFFIX.search(identity)
+    return identity[: found.start()] if found else None
 
 
 def _deliverable(entry: _Entry) -> bool:

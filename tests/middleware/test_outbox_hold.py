@@ -11,13 +11,16 @@ reached memory in 1-3 of 4 back-to-back turns.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import before_model
-from langchain_core.messages import HumanMessage
+from langchain.agents.middleware import after_model, before_model
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
@@ -87,6 +90,40 @@ async def test_a_turn_added_while_an_earlier_delivery_is_in_flight_waits_for_its
     box.release("u", "t")
     assert await box.flush(5) == 0
     assert sent == [(["m0"], ["line 0"], True), (["m1"], ["edited"], False)]
+
+
+def stamped(message_id: str, text: str, position: int = 0) -> ChatTurn:
+    """A turn as the middleware hands it over: identity = its id plus a digest of its text."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return ChatTurn(
+        thread_id="t", position=position, role="human", content=text, time=1.0 + position,
+        message_id=f"{message_id}#{digest}",
+    )  # fmt: skip
+
+
+async def test_a_held_message_replaced_by_a_new_object_of_its_id_is_not_delivered() -> None:
+    send = Recorder()
+    box = Outbox(send, base_backoff_s=0.01, max_backoff_s=0.02)
+    original = stamped("m1", "my pin is 4417")
+    other = stamped("m2", "and my locker is 9")
+    box.add("u", [original, other], hold=True)
+    # another middleware returned a new message with the same id (the graph keeps one per id)
+    redacted = stamped("m1", "my pin is ####")
+    box.add("u", [redacted], hold=True)
+    assert box.pending("u") == 2
+    box.release("u", "t")
+    assert await box.flush(5) == 0
+    assert sorted(send.delivered()) == sorted([other.message_id, redacted.message_id])
+
+    # a version already released (it may be on its way) is not taken back by a later one
+    first = stamped("m3", "first version 1", 3)
+    box.add("u", [first])
+    assert await box.flush(5) == 0
+    second = stamped("m3", "second version 2", 3)
+    box.add("u", [second], hold=True)
+    box.release("u", "t")
+    assert await box.flush(5) == 0
+    assert send.delivered()[-2:] == [first.message_id, second.message_id]
 
 
 # --- the same through an agent, against the real workflow ------------------------------------
@@ -172,3 +209,75 @@ async def test_a_redacted_pin_never_reaches_memory_in_back_to_back_turns(
         assert leaked == [], f"{len(leaked)} of {len(pins)} PINs stored before the redaction"
         assert list(kept.values()) == [1] * len(said), kept
         assert list(replies.values()) == [1] * len(said), replies
+
+
+def echo(text: str) -> str:
+    """The model's reply to the human line `text`: a code of its own, distinct per turn."""
+    label = text.split()[0]
+    return f"Your one-time code for {label} is {8000 + 7 * ord(label[-1])}."
+
+
+class EchoDigitsModel(BaseChatModel):
+    """Replies with `echo` of the latest human line (its label survives the redaction)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "echo-digits"
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        human = next(m for m in reversed(messages) if m.type == "human")
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(echo(str(human.content))))])
+
+
+def _hide_digits(text: str) -> str:
+    return "".join("#" if c.isdigit() else c for c in text)
+
+
+@before_model
+def redact_by_new_message(state: Any, runtime: Any) -> dict[str, Any] | None:
+    """A guardrail that replaces the latest human message by a new object of the same id
+    (not a copy: none of memory's stamps come along), digits hidden."""
+    message = next(m for m in reversed(state["messages"]) if m.type == "human")
+    text = str(message.content)
+    if not any(c.isdigit() for c in text):
+        return None
+    return {"messages": [HumanMessage(content=_hide_digits(text), id=message.id)]}
+
+
+@after_model
+def redact_reply_by_new_message(state: Any, runtime: Any) -> dict[str, Any] | None:
+    """The same for the model's reply, after the model call captured it."""
+    last = state["messages"][-1]
+    if last.type != "ai" or not any(c.isdigit() for c in str(last.content)):
+        return None
+    return {"messages": [AIMessage(content=_hide_digits(str(last.content)), id=last.id)]}
+
+
+@pytest.mark.integration
+async def test_a_redaction_by_a_new_message_object_keeps_the_original_out_of_memory(
+    live_memory: LiveMemory,
+) -> None:
+    mw, client = live_memory.worker, live_memory.client
+    user = f"redact-{uuid.uuid4().hex[:8]}"
+    mw.track(client.workflow_id(user))
+    memory = DurableMemoryMiddleware(client=client)
+    agent = create_agent(
+        EchoDigitsModel(), [], middleware=[memory, redact_by_new_message,
+        redact_reply_by_new_message], context_schema=Ctx, checkpointer=InMemorySaver(),
+    )  # fmt: skip
+    said = [f"REDACT-{chr(65 + i)} my card pin is {5200 + 71 * i} for now." for i in range(3)]
+    for text in said:
+        await agent.ainvoke(
+            {"messages": [HumanMessage(text)]},
+            {"configurable": {"thread_id": "redact"}},
+            context=Ctx(user),
+        )
+    assert await memory.flush(30) == 0
+    await settled(client, user, ["redact"])
+    stored = "\n".join(f.content for f in await mw.store.all_for_user(user))
+    secrets = [f"{5200 + 71 * i}" for i in range(3)] + [echo(t).split(" is ")[1] for t in said]
+    assert [p for p in secrets if p in stored] == [], stored
+    lines = [_hide_digits(t) for t in said] + [_hide_digits(echo(t)) for t in said]
+    assert {line: stored.count(line) for line in lines} == dict.fromkeys(lines, 1), stored
