@@ -509,6 +509,32 @@ def _piece_at(text: str, piece: str) -> tuple[int, int] | None:
     return None
 
 
+#: A forgotten text shorter than this (non-space characters) is not cut out of other turns:
+#: "Thanks!" or "好的" said again is not a quote of what was forgotten.
+QUOTE_MIN_CHARS = 16
+
+
+def quoting_parts(ts: ThreadState, fragment: Fragment) -> list[tuple[ChatTurn, str | None]]:
+    """What a forgotten row takes out of any pending turn of the thread that quotes it
+    verbatim (a reply reading it back, "please remember this: ..."): each of the row's spoken
+    lines (its whole content when it has none, as a remembered fact), cut out where it stands
+    whole in a turn (`_piece_at`); (turn, None) when nothing of the turn is left. Lines under
+    QUOTE_MIN_CHARS are left alone. The forget's shape, as `forgotten_parts` gives it, for
+    `forget_turns`."""
+    lines = [ln.text for ln in spoken_lines(fragment.content) if ln.role and ln.text]
+    texts = lines or [fragment.content.strip()]
+    texts = [t for t in texts if sum(not c.isspace() for c in t) >= QUOTE_MIN_CHARS]
+    out: list[tuple[ChatTurn, str | None]] = []
+    for turn in ts.pending:
+        rest = turn.content
+        for text in texts:
+            while (found := _piece_at(rest, text)) is not None:
+                rest = f"{rest[: found[0]].rstrip()} {rest[found[1] :].lstrip()}".strip()
+        if rest != turn.content:
+            out.append((turn, rest if any(c.isalnum() for c in rest) else None))
+    return out
+
+
 def forget_turns(
     s: UserMemoryState, thread_id: str, parts: list[tuple[ChatTurn, str | None]]
 ) -> int:

@@ -59,6 +59,8 @@ FORGET_FRAGMENT_REPUBLISHES = "forget-fragment-republishes"
 FORGET_FAILED_ROUND_TURNS = "forget-failed-round-turns"
 #: forget_fragment waits for a reinforce in flight before it deletes.
 FORGET_FRAGMENT_WAITS_REINFORCE = "forget-fragment-waits-reinforce"
+#: A forgotten row is read first and cut out of the pending turns that quote it (patch id).
+FORGET_PENDING_QUOTES = "forget-pending-quotes"
 
 #: forget_fragment keeps a fact only when another kept fragment states it (privacy first: one
 #: credited to a whole batch goes, and the batch's other fragments are inducted again).
@@ -173,9 +175,10 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
             await workflow.wait_condition(lambda: not run.reinforcing and not run.rewriting)
         user = run.inp.user_id
         rows: list[Fragment] = []
-        if thread_id is not None:  # read first: a retried delete could not read it back
+        quotes = workflow.patched(FORGET_PENDING_QUOTES)
+        if thread_id is not None or quotes:  # read first: a retried delete cannot read it back
             read = DeleteFragmentsInput(user_id=user, ids=[], read=[req.fragment_id])
-            rows = (await _delete(run, read, "read a failed round's row")).rows
+            rows = (await _delete(run, read, "read the row to forget")).rows
         out = await _delete(
             run, DeleteFragmentsInput(user_id=user, ids=[req.fragment_id]), "forget one fragment"
         )
@@ -185,6 +188,8 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
             if running is not None and running.thread_id != thread_id:
                 running = None
             await _forget_failed_round_turns(run, thread_id, made_in, rows, running)
+        if quotes and out.deleted:
+            _forget_pending_quotes(run, rows)
         return await _forgotten_everywhere(run, req, out)
     finally:
         # From here the state's forgotten ids keep a reinforce away from it; a forget that
@@ -195,6 +200,16 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
             if not run.held_threads[thread_id]:
                 del run.held_threads[thread_id]
                 run.dropped_ids.append(req.fragment_id)  # wake the loop: the thread may be due
+
+
+def _forget_pending_quotes(run: UserRun, rows: list[Fragment]) -> None:
+    """Cut the forgotten rows out of every thread's pending turns that quote them (a reply
+    that read a memory back, the "remember this" line a remembered fact came from): no round
+    stores them again after the forget (docs/ARCHITECTURE.md, "Invariants"). Turns a running
+    round already took, or an agent has not handed over yet, are not reached here."""
+    for row in rows:
+        for thread_id, ts in run.state.threads.items():
+            state_ops.forget_turns(run.state, thread_id, state_ops.quoting_parts(ts, row))
 
 
 async def _delete(run: UserRun, inp: DeleteFragmentsInput, summary: str) -> DeleteFragmentsOutput:
