@@ -48,7 +48,13 @@ from mnemoflow.models.contracts import (
     SelectOutput,
 )
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
-from mnemoflow.models.fragments import Fragment, SelectionLog, spoken_lines
+from mnemoflow.models.fragments import (
+    Fragment,
+    SelectionLog,
+    cut_quoted_lines,
+    quoted_texts,
+    spoken_lines,
+)
 
 # Scoring-log lines returned per selection. With retrieve_k=None every fragment of the user is a
 # candidate, and thousands of lines would approach Temporal's 2 MB payload limit; the best lines
@@ -480,12 +486,20 @@ class FragmentActivities:
         rows = [
             row
             for row in await self.store.all_for_user(user_id)
-            if row.round_no == spec.round_no
+            if spec.round_no in (None, row.round_no)
             and not row.explicit
             and row.id not in skip
-            and row.end_pos > spec.start_pos
-            and row.start_pos < spec.end_pos
+            and (spec.quotes or (row.end_pos > spec.start_pos and row.start_pos < spec.end_pos))
         ]
+        if spec.quotes:
+            quotes = quoted_texts(spec.content)
+            for row in rows:
+                content = cut_quoted_lines(row.content, quotes)
+                if content is None:
+                    gone.append(row.id)
+                elif content != row.content:
+                    kept.append(row.model_copy(update={"content": content}))
+            rows = []
         # The rows most inside the span first: that is where the forgotten turns went.
         inside = min(spec.end_pos, max(spec.start_pos, 0))
         for row in sorted(rows, key=lambda r: (abs(r.start_pos - inside), r.id)):

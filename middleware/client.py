@@ -561,13 +561,20 @@ class MemoryClient:
             return RecallResult(fragments=[])
 
     async def forget_fragment(
-        self, user_id: str, fragment_id: str, *, timeout_s: float | None = None
+        self,
+        user_id: str,
+        fragment_id: str,
+        *,
+        timeout_s: float | None = None,
+        quotes: bool = False,
     ) -> ForgetFragmentResult:
         """Delete one of the user's fragments (0 deleted when it is not theirs); waits up to
-        `timeout_s` (default `update_timeout_s`)."""
+        `timeout_s` (default `update_timeout_s`). With `quotes`, its words are also cut out of
+        the messages not stored yet and of the other conversation rows that quote them (the
+        "remember this" line a remembered fact came from, a reply that read it back)."""
         uid = validate_user_id(user_id)
         seconds = self._update_seconds(timeout_s)
-        request = _request(ForgetFragmentRequest, fragment_id=fragment_id)
+        request = _request(ForgetFragmentRequest, fragment_id=fragment_id, quotes=quotes)
         try:
             return await self._update(
                 uid,

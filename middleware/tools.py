@@ -123,7 +123,11 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
         artifact = {FORGET_ARTIFACT: [fragment_id, *copies]}
         timeout_s = client.tool_timeout_s
         try:
-            result = await client.forget_fragment(user_id, fragment_id, timeout_s=timeout_s)
+            # quotes: the words go from what is not stored yet, and from rows a round stored
+            # after the copies were looked up, too
+            result = await client.forget_fragment(
+                user_id, fragment_id, timeout_s=timeout_s, quotes=True
+            )
             also = [
                 c
                 for c in copies

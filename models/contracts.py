@@ -643,6 +643,12 @@ class ForgetFragmentRequest(BaseModel):
     """Update: delete one of the user's fragments."""
 
     fragment_id: str = Field(min_length=1, max_length=256)
+    quotes: bool = Field(
+        False,
+        description="also cut its words out of the turns not stored yet and of the other "
+        "conversation rows that quote them (what the forget_memory tool promises); without, "
+        "only this fragment goes and what others say stays",
+    )
 
 
 class ForgetFragmentResult(BaseModel):
@@ -689,11 +695,17 @@ class ForgetLines(BaseModel):
     end_pos). A row left with no line is deleted; the others are stored again without those
     lines (same id, new vector)."""
 
-    round_no: int
+    round_no: int | None = Field(description="the round whose rows (None: every round's)")
     start_pos: int
     end_pos: int
     content: str
     skip_ids: list[str] = Field(default_factory=list, description="rows being forgotten")
+    quotes: bool = Field(
+        False,
+        description="cut the row's words out wherever the round's rows quote them "
+        "(`models.fragments.cut_quoted_lines`), whatever their span, instead of taking out "
+        "lines equal to its lines",
+    )
 
 
 class DeleteFragmentsInput(BaseModel):

@@ -35,6 +35,63 @@ def spoken_lines(content: str) -> list[SpokenLine]:
     return [s._replace(text=s.text.strip(), raw=s.raw.rstrip()) for s in out if s.raw.strip()]
 
 
+def piece_at(text: str, piece: str) -> tuple[int, int] | None:
+    """Where `piece` stands whole in `text`: a piece the slicer cut a long turn into, never
+    part of a longer word ("message 1" is not in "message 12"). Its edges may meet spaces,
+    punctuation or an end of the text (Chinese sentences meet at "。", with no space). The
+    slicer joins a piece's sentences with its own spacing, so spacing may differ."""
+    spans = [(m.start(), m.end()) for m in re.finditer(re.escape(piece), text)]
+    if not spans:
+        loose = r"\s*".join(re.escape(c) for c in piece if not c.isspace())
+        spans = [(m.start(), m.end()) for m in re.finditer(loose, text)] if loose else []
+    for at, end in spans:
+        opens = at == 0 or not (text[at - 1].isalnum() and piece[0].isalnum())
+        closes = end == len(text) or not (text[end - 1].isalnum() and text[end].isalnum())
+        if opens and closes:
+            return at, end
+    return None
+
+
+#: A forgotten text shorter than this (non-space characters) is not cut out of other text:
+#: "Thanks!" or "好的" said again is not a quote of what was forgotten.
+QUOTE_MIN_CHARS = 16
+
+
+def quoted_texts(content: str) -> list[str]:
+    """What a forgotten row's words are, to find where other text quotes them: each of its
+    spoken lines of QUOTE_MIN_CHARS or more (a remembered fact, with no speaker: its text)."""
+    lines = [ln.text for ln in spoken_lines(content) if ln.role and ln.text]
+    texts = lines or [content.strip()]
+    return [t for t in texts if sum(not c.isspace() for c in t) >= QUOTE_MIN_CHARS]
+
+
+def cut_quotes(text: str, quotes: list[str]) -> str:
+    """`text` without each of `quotes` where it stands whole (`piece_at`), spaces closed up."""
+    for quote in quotes:
+        while (found := piece_at(text, quote)) is not None:
+            text = f"{text[: found[0]].rstrip()} {text[found[1] :].lstrip()}".strip()
+    return text
+
+
+def cut_quoted_lines(content: str, quotes: list[str]) -> str | None:
+    """A row's content with `quotes` cut out of each spoken line (`cut_quotes`); a line left
+    with nothing goes; None when no spoken line is left."""
+    kept = []
+    for line in spoken_lines(content):
+        if not line.role:
+            kept.append(line.raw)
+            continue
+        text = cut_quotes(line.text, quotes)
+        if text == line.text:
+            kept.append(line.raw)
+        elif any(c.isalnum() for c in text):
+            label = _SPEAKER.match(line.raw)
+            kept.append(f"{label.group(0) if label else ''}{text}")
+    if not any(_SPEAKER.match(raw) for raw in kept):
+        return None
+    return "\n".join(kept)
+
+
 def theme_key(theme: str) -> str:
     """What makes two themes the same: an LLM writes "Travel " and "travel" for one theme.
 

@@ -7,7 +7,6 @@ in (the workflow gives `workflow.now()`), nothing here reads a clock or does I/O
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 
 from mnemoflow.memory.text import normalise
@@ -30,7 +29,14 @@ from mnemoflow.models.contracts import (
     fill_stubs,
     is_stub,
 )
-from mnemoflow.models.fragments import Fragment, SpokenLine, spoken_lines
+from mnemoflow.models.fragments import (
+    Fragment,
+    SpokenLine,
+    cut_quotes,
+    piece_at,
+    quoted_texts,
+    spoken_lines,
+)
 from mnemoflow.models.profile import UserProfile, profile_facts, without_facts
 from mnemoflow.models.round_store import MAX_TUNED_THEMES, round_of
 from mnemoflow.models.turns import ChatTurn, identity_digest, turn_identity
@@ -464,7 +470,7 @@ def forgotten_parts(
             continue
         rest = turn.content
         for line in [ln for ln in lines if ln.role == turn.role]:
-            found = _piece_at(rest, line.text)
+            found = piece_at(rest, line.text)
             if found is not None:
                 left, right = rest[: found[0]], rest[found[1] :]
                 apart = left[-1:].isalnum() and right[:1].isalnum()  # keep words apart
@@ -492,44 +498,15 @@ def _whole_turn(lines: list[SpokenLine], turn: ChatTurn) -> tuple[int, int] | No
     return None
 
 
-def _piece_at(text: str, piece: str) -> tuple[int, int] | None:
-    """Where `piece` stands whole in `text`: a piece the slicer cut a long turn into, never
-    part of a longer word ("message 1" is not in "message 12"). Its edges may meet spaces,
-    punctuation or an end of the text (Chinese sentences meet at "。", with no space). The
-    slicer joins a piece's sentences with its own spacing, so spacing may differ."""
-    spans = [(m.start(), m.end()) for m in re.finditer(re.escape(piece), text)]
-    if not spans:
-        loose = r"\s*".join(re.escape(c) for c in piece if not c.isspace())
-        spans = [(m.start(), m.end()) for m in re.finditer(loose, text)] if loose else []
-    for at, end in spans:
-        opens = at == 0 or not (text[at - 1].isalnum() and piece[0].isalnum())
-        closes = end == len(text) or not (text[end - 1].isalnum() and text[end].isalnum())
-        if opens and closes:
-            return at, end
-    return None
-
-
-#: A forgotten text shorter than this (non-space characters) is not cut out of other turns:
-#: "Thanks!" or "好的" said again is not a quote of what was forgotten.
-QUOTE_MIN_CHARS = 16
-
-
 def quoting_parts(ts: ThreadState, fragment: Fragment) -> list[tuple[ChatTurn, str | None]]:
     """What a forgotten row takes out of any pending turn of the thread that quotes it
-    verbatim (a reply reading it back, "please remember this: ..."): each of the row's spoken
-    lines (its whole content when it has none, as a remembered fact), cut out where it stands
-    whole in a turn (`_piece_at`); (turn, None) when nothing of the turn is left. Lines under
-    QUOTE_MIN_CHARS are left alone. The forget's shape, as `forgotten_parts` gives it, for
-    `forget_turns`."""
-    lines = [ln.text for ln in spoken_lines(fragment.content) if ln.role and ln.text]
-    texts = lines or [fragment.content.strip()]
-    texts = [t for t in texts if sum(not c.isspace() for c in t) >= QUOTE_MIN_CHARS]
+    verbatim (a reply reading it back, "please remember this: ..."): its `quoted_texts` cut out
+    where they stand whole in a turn; (turn, None) when nothing of the turn is left. The
+    forget's shape, as `forgotten_parts` gives it, for `forget_turns`."""
+    texts = quoted_texts(fragment.content)
     out: list[tuple[ChatTurn, str | None]] = []
     for turn in ts.pending:
-        rest = turn.content
-        for text in texts:
-            while (found := _piece_at(rest, text)) is not None:
-                rest = f"{rest[: found[0]].rstrip()} {rest[found[1] :].lstrip()}".strip()
+        rest = cut_quotes(turn.content, texts)
         if rest != turn.content:
             out.append((turn, rest if any(c.isalnum() for c in rest) else None))
     return out

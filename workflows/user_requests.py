@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         SelectInput,
         SelectOutput,
     )
-    from mnemoflow.models.fragments import Fragment
+    from mnemoflow.models.fragments import Fragment, quoted_texts
     from mnemoflow.models.ids import explicit_fragment_id
     from mnemoflow.models.params import TunedParams
     from mnemoflow.models.round_store import round_of
@@ -175,7 +175,7 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
             await workflow.wait_condition(lambda: not run.reinforcing and not run.rewriting)
         user = run.inp.user_id
         rows: list[Fragment] = []
-        quotes = workflow.patched(FORGET_PENDING_QUOTES)
+        quotes = req.quotes and workflow.patched(FORGET_PENDING_QUOTES)
         if thread_id is not None or quotes:  # read first: a retried delete cannot read it back
             read = DeleteFragmentsInput(user_id=user, ids=[], read=[req.fragment_id])
             rows = (await _delete(run, read, "read the row to forget")).rows
@@ -189,7 +189,14 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
                 running = None
             await _forget_failed_round_turns(run, thread_id, made_in, rows, running)
         if quotes and out.deleted:
-            _forget_pending_quotes(run, rows)
+            cut = _forget_pending_quotes(run, rows)
+            if thread_id is None:
+                # A round running when the forget came, or started while it deleted, may
+                # have taken turns just cut: what it stores is swept once it is over.
+                for record in (running, run.round_record):
+                    if record is not None and record.thread_id in cut:
+                        await _round_over(run, record)
+                await _forget_stored_quotes(run, rows)
         return await _forgotten_everywhere(run, req, out)
     finally:
         # From here the state's forgotten ids keep a reinforce away from it; a forget that
@@ -202,14 +209,30 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
                 run.dropped_ids.append(req.fragment_id)  # wake the loop: the thread may be due
 
 
-def _forget_pending_quotes(run: UserRun, rows: list[Fragment]) -> None:
+def _forget_pending_quotes(run: UserRun, rows: list[Fragment]) -> set[str]:
     """Cut the forgotten rows out of every thread's pending turns that quote them (a reply
     that read a memory back, the "remember this" line a remembered fact came from): no round
-    stores them again after the forget (docs/ARCHITECTURE.md, "Invariants"). Turns a running
-    round already took, or an agent has not handed over yet, are not reached here."""
+    stores them again after the forget (docs/ARCHITECTURE.md, "Invariants"). Returns the
+    threads whose turns were cut: a round of one of them running now may have taken them."""
+    cut: set[str] = set()
     for row in rows:
         for thread_id, ts in run.state.threads.items():
-            state_ops.forget_turns(run.state, thread_id, state_ops.quoting_parts(ts, row))
+            if state_ops.forget_turns(run.state, thread_id, state_ops.quoting_parts(ts, row)):
+                cut.add(thread_id)
+    return cut
+
+
+async def _forget_stored_quotes(run: UserRun, rows: list[Fragment]) -> None:
+    """Cut the forgotten rows' words out of the other conversation rows that quote them: a
+    round that stored the "remember this" line a remembered fact came from before the forget
+    came, or was running with it in hand (waited for). Explicit memories are left alone."""
+    for row in rows:
+        if run.forget_request is not None:
+            return  # the whole user is being forgotten: nothing of theirs is rewritten
+        if not quoted_texts(row.content):
+            continue  # nothing long enough to be a quote
+        lines = ForgetLines(round_no=None, start_pos=0, end_pos=0, content=row.content, quotes=True)
+        await _rewrite_rows(run, lines, "forget quotes of a forgotten row")
 
 
 async def _delete(run: UserRun, inp: DeleteFragmentsInput, summary: str) -> DeleteFragmentsOutput:
@@ -258,33 +281,37 @@ async def _forget_failed_round_turns(
             end_pos=row.end_pos,
             content=row.content,
         )
+        await _rewrite_rows(run, lines, "forget a failed round's lines stored again")
 
-        # One rewrite at a time, and none while a reinforce or an induction (which read rows
-        # and write them, or facts from them, back) is in flight; they wait for it in turn.
-        def busy() -> bool:
-            return run.rewriting or run.reinforcing or run.inducting or run.publishing
 
-        while busy():  # checked again on waking: others woken with it may have gone first
-            await workflow.wait_condition(lambda: not busy())
-        run.rewriting = True
-        try:
-            # Rows being forgotten meanwhile are left alone: a rewrite would put them back.
-            lines.skip_ids = sorted(run.forgetting | set(run.state.forgotten_fragments))
-            again = await _delete(
-                run,
-                DeleteFragmentsInput(user_id=run.inp.user_id, ids=[], forget_lines=lines),
-                "forget a failed round's lines stored again",
-            )
-            # A publish of the loop may have read the context meanwhile: its result would
-            # put the old contents back.
-            await workflow.wait_condition(lambda: not run.publishing)
-            by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
-            for fid in again.deleted_ids:
-                state_ops.forget_fragment_facts(run.state, fid, by_statement=by_statement)
-                run.dropped_ids.append(fid)
-            state_ops.rewritten(run.state, again.rewritten, by_statement=by_statement)
-        finally:
-            run.rewriting = False
+async def _rewrite_rows(run: UserRun, lines: ForgetLines, summary: str) -> None:
+    """Take a forgotten row's words out of the rows a round stored (`ForgetLines`): rows left
+    with nothing are deleted, the others stored again; the state follows."""
+
+    # One rewrite at a time, and none while a reinforce or an induction (which read rows
+    # and write them, or facts from them, back) is in flight; they wait for it in turn.
+    def busy() -> bool:
+        return run.rewriting or run.reinforcing or run.inducting or run.publishing
+
+    while busy():  # checked again on waking: others woken with it may have gone first
+        await workflow.wait_condition(lambda: not busy())
+    run.rewriting = True
+    try:
+        # Rows being forgotten meanwhile are left alone: a rewrite would put them back.
+        lines.skip_ids = sorted(run.forgetting | set(run.state.forgotten_fragments))
+        again = await _delete(
+            run, DeleteFragmentsInput(user_id=run.inp.user_id, ids=[], forget_lines=lines), summary
+        )
+        # A publish of the loop may have read the context meanwhile: its result would
+        # put the old contents back.
+        await workflow.wait_condition(lambda: not run.publishing)
+        by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
+        for fid in again.deleted_ids:
+            state_ops.forget_fragment_facts(run.state, fid, by_statement=by_statement)
+            run.dropped_ids.append(fid)
+        state_ops.rewritten(run.state, again.rewritten, by_statement=by_statement)
+    finally:
+        run.rewriting = False
 
 
 async def _forgotten_everywhere(

@@ -8,8 +8,10 @@ Every line said is distinct and counted against what is stored.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+from typing import Any
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
@@ -96,7 +98,7 @@ async def test_a_forgotten_fact_is_cut_out_of_the_turns_still_pending(
                 return status is not None and status.pending_turns == len(lines)
 
             await eventually(accepted, deadline_s=30, what="the turns pending")
-            forgot = await client.forget_fragment(user, remembered.fragment_id)
+            forgot = await client.forget_fragment(user, remembered.fragment_id, quotes=True)
             assert forgot.deleted == 1
             status = await client.status(user)
             assert status is not None and status.pending_turns == len(lines) - 1  # said alone
@@ -113,3 +115,56 @@ async def test_a_forgotten_fact_is_cut_out_of_the_turns_still_pending(
             context = await client.context(user)
             assert context is not None
             assert fact not in context.model_dump_json(), "the forgotten fact was published"
+
+
+class HeldSlice(HeuristicMemoryModels):
+    """The offline models, whose slice of a batch holding `mark` waits for `release`."""
+
+    def __init__(self, mark: str) -> None:
+        super().__init__()
+        self.mark = mark
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def slice(self, turns: Any, max_fragments: int) -> Any:
+        if any(self.mark in t.content for t in turns):
+            self.started.set()
+            await asyncio.wait_for(self.release.wait(), 60)
+        return await super().slice(turns, max_fragments)
+
+
+async def test_a_round_running_with_the_quote_in_hand_stores_it_without_the_words(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    fact = f"My storage unit {tag} at the east yard has the gate code {int(tag, 16) % 10**6}."
+    lines = [f"Please remember this: {fact}", f"Saved, unit {tag} noted.", fact, "Ok, twice."]
+    models = HeldSlice(f"unit {tag} noted")
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=models
+    ) as mw:
+        user = f"held-{tag}"
+        async with mw.memory_client(redis_url) as client:
+            mw.track(client.workflow_id(user))
+            remembered = await client.remember(user, fact)
+            await client.submit(user, conversation("said", lines, time.time() - 600), urgent=True)
+            await asyncio.wait_for(models.started.wait(), 60)  # the round holds the turns
+            forgetting = asyncio.ensure_future(
+                client.forget_fragment(user, remembered.fragment_id, quotes=True)
+            )
+
+            async def waits() -> bool:  # the forget cut the turns the round holds
+                status = await client.status(user)
+                return status is not None and status.pending_turns == len(lines) - 1
+
+            await eventually(waits, deadline_s=30, what="the forget to cut the pending turns")
+            assert not forgetting.done()
+            models.release.set()
+            assert (await asyncio.wait_for(forgetting, 60)).deleted == 1
+            assert await client.settle(user, 60) is not None
+            stored = "\n".join(f.content for f in await mw.store.all_for_user(user))
+            assert fact not in stored, stored
+            assert all(stored.count(line) == 1 for line in (lines[1], lines[3])), stored
+            assert "Please remember this:" in stored
+            context = await client.context(user)
+            assert context is not None and fact not in context.model_dump_json()
