@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from mnemoflow.middleware.window import identity_message_id
 from mnemoflow.models.contracts import Trigger
 from mnemoflow.models.turns import ChatTurn, turn_identity
 from mnemoflow.models.usage import LLMUsage
@@ -185,10 +185,10 @@ class Outbox:
         text): within a turn, a message that another middleware replaced by a new object with
         the same id (a redaction) no longer exists, since the graph keeps one message per id.
         Only held ones: a released version may be on its way already."""
-        base = _id_base(identity)
+        base = identity_message_id(identity)
         if base is None:
             return
-        for old in [i for i in entry.held if i != identity and _id_base(i) == base]:
+        for old in [i for i in entry.held if i != identity and identity_message_id(i) == base]:
             self._bytes -= _size(entry.turns.pop(old))
             del entry.held[old]
             self._count -= 1
@@ -356,16 +356,6 @@ class Outbox:
             known.popitem(last=False)
         while len(self._accepted) > MAX_TRACKED_THREADS:
             self._accepted.popitem(last=False)
-
-
-_DIGEST_SUFFIX = re.compile(r"#[0-9a-f]{12}$")
-
-
-def _id_base(identity: str) -> str | None:
-    """The message id part of an identity the middleware stamped (`id#digest of the text`,
-    middleware/window.py `fresh_identity`); None for other identities."""
-    found = _DIGEST_SUFFIX.search(identity)
-    return identity[: found.start()] if found else None
 
 
 def _deliverable(entry: _Entry) -> bool:

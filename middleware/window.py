@@ -310,6 +310,14 @@ def fresh_identity(message: BaseMessage) -> str:
 
 
 _DIGEST_CHARS = 12
+_DIGEST_SUFFIX = re.compile(rf"#[0-9a-f]{{{_DIGEST_CHARS}}}$")
+
+
+def identity_message_id(identity: str) -> str | None:
+    """The message id part of an identity `fresh_identity` made (`id#digest of the text`);
+    None for other identities (no id, or stamped before identities carried a digest)."""
+    found = _DIGEST_SUFFIX.search(identity)
+    return identity[: found.start()] if found else None
 
 
 def _stamped_identity(message: BaseMessage) -> str | None:
