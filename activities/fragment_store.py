@@ -38,9 +38,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from langchain_core.embeddings import Embeddings
@@ -68,6 +70,8 @@ from mnemoflow.activities.fragment_rows import (
     user_filter,
 )
 from mnemoflow.activities.lite_writes import lite_write
+from mnemoflow.activities.store_epochs import StoreEpochs
+from mnemoflow.models.errors import StaleEpochError
 from mnemoflow.models.fragments import Candidate, Fragment
 
 DEFAULT_COLLECTION = "mnemoflow_fragments"
@@ -81,6 +85,10 @@ LITE_BUCKET_PREFIX = "_pk_"
 DELETE_ATTEMPTS = 3
 T = TypeVar("T")
 Rows = list[dict[str, Any]]
+#: What a write must be checked against (activities/store_epochs.py): the rows it writes, by
+#: user id, and the forget epoch it was asked for under.
+Guard = tuple[dict[str, list[str]], int]
+log = logging.getLogger(__name__)
 
 
 # pymilvus pings every 10 s even with no call in flight; a gRPC server with default settings
@@ -113,7 +121,10 @@ class FragmentStore:
         index_type: str = "HNSW",
         timeout_s: float = 30.0,
         flush_rows: int = FLUSH_ROWS,
+        epochs: StoreEpochs | None = None,
     ) -> None:
+        """`epochs`: the users' forget epoch records every write that carries an epoch is
+        checked against (the worker wiring always gives one; None: writes are not checked)."""
         resolved_dim = dim if dim is not None else getattr(embeddings, "dim", None)
         if not isinstance(resolved_dim, int) or resolved_dim < 1:
             raise ValueError("pass dim= (the embedder has no integer `dim` attribute)")
@@ -137,6 +148,7 @@ class FragmentStore:
         self._connect_lock = threading.Lock()
         self._lite_buckets = False  # set by ensure() when the server is Milvus Lite
         self._lite: bool | None = None  # Milvus Lite? asked once, before the first write
+        self.epochs = epochs
 
     def __repr__(self) -> str:  # no token in logs
         return f"FragmentStore(uri={self.uri!r}, collection={self.collection!r}, dim={self.dim})"
@@ -176,14 +188,16 @@ class FragmentStore:
             # activity fails with the last error alone, and is retried as before.
             raise MilvusException(code=exc.code, message=exc.message) from None
 
-    async def _run_write(self, fn: Callable[[MilvusClient], T]) -> T:
+    async def _run_write(self, fn: Callable[[MilvusClient], T], guard: Guard | None = None) -> T:
         """`_run` for a write: on Milvus Lite, one writer at a time (activities/lite_writes.py).
         A write whose caller was cancelled before the write began (an activity's timeout, while
         it queued for the lock) never begins: its thread cannot be stopped, and a write landing
-        after its caller gave up could put back what a forget deleted meanwhile."""
+        after its caller gave up could put back what a forget deleted meanwhile. A write with a
+        `guard` is checked against the users' forget epochs before and after it is applied
+        (`_checked`), in its own thread, whether or not its caller is still waiting."""
         called_off = threading.Event()
         try:
-            return await asyncio.to_thread(self._call_write, fn, called_off)
+            return await asyncio.to_thread(self._call_write, fn, called_off, guard)
         except asyncio.CancelledError:
             called_off.set()
             raise
@@ -191,7 +205,10 @@ class FragmentStore:
             raise MilvusException(code=exc.code, message=exc.message) from None
 
     def _call_write(
-        self, fn: Callable[[MilvusClient], T], called_off: threading.Event | None = None
+        self,
+        fn: Callable[[MilvusClient], T],
+        called_off: threading.Event | None = None,
+        guard: Guard | None = None,
     ) -> T:
         if self._lite is None:
             try:
@@ -202,10 +219,59 @@ class FragmentStore:
                 self._lite = str(version).startswith("milvus_lite")
         if not self._lite:
             _go_on(called_off)
-            return self._call(fn)
+            return self._checked(fn, guard)
         with lite_write(self.uri):
             _go_on(called_off)
+            return self._checked(fn, guard)
+
+    def _checked(self, fn: Callable[[MilvusClient], T], guard: Guard | None) -> T:
+        """Apply a write unless a user it writes for was forgotten after it was asked for, and
+        take its rows out again if that happened while it was applied (docs/ARCHITECTURE.md,
+        "Forget epochs"). A forget moves the record before it deletes: on Milvus Lite the check
+        under the write lock is enough (the forget's delete waits for the lock); a production
+        Milvus takes no lock, so the record is read again after the write, and a write that a
+        forget overtook deletes its own rows, whichever of the two deletes comes last."""
+        if guard is None or self.epochs is None:
             return self._call(fn)
+        rows, epoch = guard
+        for user_id in rows:
+            self.epochs.check(user_id, epoch)
+        out = self._call(fn)
+        overtaken = [u for u in rows if self.epochs.current(u) > epoch]
+        if overtaken:
+            self.epochs.refused += 1
+            for user_id in overtaken:
+                self._call(
+                    partial(self._delete_rows, ids_filter(checked_user(user_id), rows[user_id]))
+                )
+            self._call(lambda c: self._flush(c))
+            log.warning("a store write overtaken by a forget took its rows out again")
+            raise StaleEpochError(
+                f"a store write of forget epoch {epoch} was overtaken by a forget: its rows "
+                "were deleted again"
+            )
+        return out
+
+    def _delete_rows(self, expr: str, client: MilvusClient) -> None:
+        client.delete(self.collection, filter=expr, **self._opts())
+
+    def _guard(self, fragments: list[Fragment], epoch: int | None) -> Guard | None:
+        if epoch is None or self.epochs is None:
+            return None
+        rows: dict[str, list[str]] = {}
+        for f in fragments:
+            rows.setdefault(f.user_id, []).append(f.id)
+        return rows, epoch
+
+    def use_epochs(self, epochs: StoreEpochs) -> None:
+        """Check this store's writes against `epochs` from now on (the worker wiring)."""
+        self.epochs = epochs
+
+    async def forget_epoch(self, user_id: str) -> int:
+        """The user's forget epoch record (0 without records)."""
+        if self.epochs is None:
+            return 0
+        return await asyncio.to_thread(self.epochs.current, checked_user(user_id))
 
     def _call(self, fn: Callable[[MilvusClient], T]) -> T:
         client = self._connected()
@@ -257,12 +323,14 @@ class FragmentStore:
 
         await self._run_write(work)
 
-    async def upsert(self, fragments: list[Fragment]) -> list[str]:
-        """Embed and upsert fragments (same ids -> same rows); returns the ids written."""
-        return [f.id for f, _ in await self.upsert_vectors(fragments)]
+    async def upsert(self, fragments: list[Fragment], *, epoch: int | None = None) -> list[str]:
+        """Embed and upsert fragments (same ids -> same rows); returns the ids written.
+        `epoch`: the forget epoch the write was asked for under (StaleEpochError once a forget
+        moved past it; None: not checked)."""
+        return [f.id for f, _ in await self.upsert_vectors(fragments, epoch=epoch)]
 
     async def upsert_vectors(
-        self, fragments: list[Fragment], *, query: str | None = None
+        self, fragments: list[Fragment], *, query: str | None = None, epoch: int | None = None
     ) -> list[tuple[Fragment, list[float]]]:
         """As `upsert`, returning each written fragment with its vector (for the search corpus).
 
@@ -282,7 +350,8 @@ class FragmentStore:
         # The last of a repeated id wins, within a batch as across batches.
         written = {f.id: (f, v) for f, v in zip(fragments, vectors, strict=True)}
         rows = [to_row(f, v) for f, v in written.values()]
-        await self._run_write(lambda c: self._write(c, rows))
+        guard = self._guard([f for f, _ in written.values()], epoch)
+        await self._run_write(lambda c: self._write(c, rows), guard)
         return list(written.values())
 
     async def _rows(self, key: str, ids: list[str], fields: list[str]) -> Rows:
@@ -358,7 +427,9 @@ class FragmentStore:
         while len(self._query_vectors) > QUERY_VECTORS_KEPT:
             self._query_vectors.popitem(last=False)
 
-    async def reinforce(self, user_id: str, ids: list[str], call_id: str, now: float) -> int:
+    async def reinforce(
+        self, user_id: str, ids: list[str], call_id: str, now: float, epoch: int | None = None
+    ) -> int:
         """strengthen_count += 1 and reinforced_at = now, once per call id; returns rows changed.
 
         A row remembers the last call that strengthened it, so a retried activity (or a re-sent
@@ -376,7 +447,8 @@ class FragmentStore:
             )
             updated.append(to_row(fragment, list(row["vector"]), last_call_id=call_id))
         if updated:
-            await self._run_write(lambda c: self._write(c, updated))
+            guard = None if epoch is None else ({user_id: [r["pk"] for r in updated]}, epoch)
+            await self._run_write(lambda c: self._write(c, updated), guard)
         return len(updated)
 
     async def count(self, user_id: str) -> int:
@@ -388,9 +460,13 @@ class FragmentStore:
         )
         return int(rows[0]["count(*)"]) if rows else 0
 
-    async def delete_user(self, user_id: str) -> int:
-        """Delete every fragment of the user; returns how many there were."""
+    async def delete_user(self, user_id: str, epoch: int | None = None) -> int:
+        """Delete every fragment of the user; returns how many there were. `epoch`: the user's
+        new forget epoch, recorded before anything is deleted, so that no write asked for
+        before it lands afterwards (`_checked`)."""
         expr, opts = user_filter(checked_user(user_id)), self._opts()
+        if epoch is not None and self.epochs is not None:
+            await asyncio.to_thread(self.epochs.advance, user_id, epoch)
         before = await self.count(user_id)
 
         def work(client: MilvusClient) -> None:

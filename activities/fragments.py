@@ -47,7 +47,7 @@ from mnemoflow.models.contracts import (
     SelectInput,
     SelectOutput,
 )
-from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
+from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError, StaleEpochError
 from mnemoflow.models.fragments import (
     Fragment,
     SelectionLog,
@@ -71,7 +71,7 @@ async def _permanent_errors() -> AsyncIterator[None]:
     """Turn mnemoflow's permanent errors into non-retryable ApplicationErrors."""
     try:
         yield
-    except (InvalidInputError, PayloadTooLargeError) as exc:
+    except (InvalidInputError, PayloadTooLargeError, StaleEpochError) as exc:
         raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
 
 
@@ -368,20 +368,23 @@ async def only_new(
 
 async def sweep_failed_rounds(
     store: FragmentStore, corpus: SearchCorpus | None, user_id: str, rounds: Sequence[int]
-) -> tuple[list[Fragment], int]:
+) -> tuple[list[Fragment], int, list[Fragment]]:
     """Delete the rows that the user's failed `rounds` stored before they failed (no completed
     round owns them, docs/ARCHITECTURE.md "The round"); returns the user's remaining fragments,
-    oldest first, and how many rows were deleted. Explicit fragments are never touched."""
+    oldest first, how many rows were deleted, and the rows swept as they were (a forget of one
+    that comes after the sweep finds its lines with them). Explicit fragments are never
+    touched."""
     every = await store.all_for_user(user_id)
     failed = {int(n) for n in rounds if int(n) > 0}
-    doomed = [f.id for f in every if not f.explicit and f.round_no in failed]
+    swept = [f for f in every if not f.explicit and f.round_no in failed]
+    doomed = [f.id for f in swept]
     if not doomed:
-        return every, 0
+        return every, 0, []
     deleted = await store.delete(user_id, doomed)
     if corpus is not None:
         await corpus.remove(user_id, doomed)
     gone = set(doomed)
-    return [f for f in every if f.id not in gone], deleted
+    return [f for f in every if f.id not in gone], deleted, swept
 
 
 def bounded_log(log: SelectionLog, limit: int = MAX_LOG_CANDIDATES) -> SelectionLog:
@@ -417,7 +420,7 @@ class FragmentActivities:
             fragments = list(inp.fragments)
             if self.skip_repeats:
                 fragments = await only_new(self.store, fragments)
-            written = await self.store.upsert_vectors(fragments)
+            written = await self.store.upsert_vectors(fragments, epoch=inp.epoch)
             if self.corpus is not None:
                 await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
         return IndexOutput(ids=[f.id for f, _ in written])
@@ -446,7 +449,7 @@ class FragmentActivities:
         """Strengthen the fragments one model call used, once per call id."""
         async with _permanent_errors():
             updated = await self.store.reinforce(
-                inp.user_id, inp.fragment_ids, inp.call_id, inp.now
+                inp.user_id, inp.fragment_ids, inp.call_id, inp.now, epoch=inp.epoch
             )
         return ReinforceOutput(updated=updated)
 
@@ -455,7 +458,7 @@ class FragmentActivities:
         """Delete some (ids) or all (ids None) of the user's fragments; idempotent."""
         async with _permanent_errors():
             if inp.ids is None:
-                deleted = await self.store.delete_user(inp.user_id)
+                deleted = await self.store.delete_user(inp.user_id, epoch=inp.epoch)
                 if self.corpus is not None:
                     await self.corpus.delete_user(inp.user_id)
             else:
@@ -466,7 +469,9 @@ class FragmentActivities:
                 gone: list[str] = []
                 rewritten: list[Fragment] = []
                 if inp.forget_lines is not None:
-                    gone, rewritten = await self._forget_lines(inp.user_id, inp.forget_lines)
+                    gone, rewritten = await self._forget_lines(
+                        inp.user_id, inp.forget_lines, inp.epoch
+                    )
                     deleted += len(gone)
                 return DeleteFragmentsOutput(
                     deleted=deleted, rows=rows, deleted_ids=gone, rewritten=rewritten
@@ -474,7 +479,7 @@ class FragmentActivities:
         return DeleteFragmentsOutput(deleted=deleted)
 
     async def _forget_lines(
-        self, user_id: str, spec: ForgetLines
+        self, user_id: str, spec: ForgetLines, epoch: int | None = None
     ) -> tuple[list[str], list[Fragment]]:
         """Take the forgotten row's lines out of the rows `spec` names: delete those left with
         none, store the others again without them. Returns (deleted ids, rows rewritten)."""
@@ -521,7 +526,7 @@ class FragmentActivities:
             if self.corpus is not None:
                 await self.corpus.remove(user_id, gone)
         if kept:
-            written = await self.store.upsert_vectors(kept)
+            written = await self.store.upsert_vectors(kept, epoch=epoch)
             if self.corpus is not None:
                 await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
         return gone, kept

@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from mnemoflow.activities.store_epochs import ADVANCE_LUA
 from mnemoflow.activities.theme_weights import weights_key
 from mnemoflow.models.contracts import (
     ActivityName,
@@ -34,7 +35,7 @@ from mnemoflow.models.contracts import (
     parse_published,
 )
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
-from mnemoflow.models.ids import context_key, validate_user_id
+from mnemoflow.models.ids import context_key, epoch_key, validate_user_id
 
 if TYPE_CHECKING:  # the hot path's processes import this module without Milvus
     from mnemoflow.activities.fragment_store import FragmentStore
@@ -45,10 +46,21 @@ DEFAULT_PREFIX = "mnemoflow:"
 # The hot path reads this on every model call; a context this large is a bug upstream.
 DEFAULT_MAX_BYTES = 1_000_000
 
-# KEYS[1] = context key; ARGV[1] = new JSON, ARGV[2] = its version.
-# Returns {1, version} when written, {0, stored version} when a newer one is already there.
-# An unreadable stored value counts as absent: the read model is rebuildable, never authoritative.
+# KEYS[1] = context key, KEYS[2] = the user's forget epoch key; ARGV[1] = new JSON, ARGV[2] = its
+# version, ARGV[3] = its forget epoch. Returns {1, version} when written, {0, stored version} when
+# a newer one is already there, {2, recorded epoch} when the user was forgotten after the context
+# was made (docs/ARCHITECTURE.md, "Forget epochs"). A written context keeps the epoch key at
+# least at its epoch (agents read it). An unreadable stored value counts as absent: the read
+# model is rebuildable, never authoritative.
 _PUBLISH_LUA = """
+local recorded = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local epoch = tonumber(ARGV[3])
+if recorded > epoch then
+  return {2, recorded}
+end
+if epoch > recorded then
+  redis.call('SET', KEYS[2], ARGV[3])
+end
 local current = redis.call('GET', KEYS[1])
 if current then
   local ok, doc = pcall(cjson.decode, current)
@@ -84,6 +96,7 @@ class ReadModel:
         self.prefix = prefix
         self.max_bytes = max_bytes
         self._publish_script = redis.register_script(_PUBLISH_LUA)
+        self._advance_script = redis.register_script(ADVANCE_LUA)
 
     @classmethod
     def from_url(
@@ -142,8 +155,17 @@ class ReadModel:
                 len(payload),
                 whole,
             )
-        written, stored = await self._publish_script(keys=[key], args=[payload, context.version])
-        if not written:
+        written, stored = await self._publish_script(
+            keys=[key, epoch_key(self.prefix, context.user_id)],
+            args=[payload, context.version, context.forget_epoch],
+        )
+        if written == 2:
+            log.warning(
+                "a context of forget epoch %s refused: the user was forgotten since (epoch %s)",
+                context.forget_epoch,
+                stored,
+            )
+        elif not written:
             log.info("read model kept newer version %s over %s", stored, context.version)
         return PublishOutput(key=key, bytes=len(payload))
 
@@ -156,10 +178,14 @@ class ReadModel:
             log.warning("unreadable read-model value for a user; treating it as absent")
             return None
 
-    async def delete(self, user_id: str) -> int:
+    async def delete(self, user_id: str, epoch: int | None = None) -> int:
         """Remove the user's context and tuned weights (activities/theme_weights.py); returns
-        the number of context keys deleted (0 or 1)."""
+        the number of context keys deleted (0 or 1). `epoch`: the forget's epoch, which the
+        user's epoch key is moved to first (a publish of an older one is refused from then on,
+        and agents stamp the new one)."""
         key = self.key(user_id)
+        if epoch is not None:
+            await self._advance_script(keys=[epoch_key(self.prefix, user_id)], args=[epoch])
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(weights_key(self.prefix, user_id))
             pipe.delete(key)
@@ -217,6 +243,8 @@ class ReadModelActivities:
     async def delete_read_model(self, inp: DeleteReadModelInput) -> DeleteReadModelOutput:
         """Remove the user's read model (part of forgetting the user); idempotent."""
         try:
-            return DeleteReadModelOutput(deleted=await self.read_model.delete(inp.user_id))
+            return DeleteReadModelOutput(
+                deleted=await self.read_model.delete(inp.user_id, epoch=inp.epoch)
+            )
         except InvalidInputError as exc:
             raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc

@@ -22,7 +22,8 @@ from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.activities.theme_weights import ThemeWeights
 from mnemoflow.memory.selection import select as select_fragments
 from mnemoflow.models.contracts import RankedRef
-from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError
+from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError, StaleEpochError
+from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.round_store import (
     STORE_ROUND,
     STORED_FLOOR,
@@ -61,10 +62,13 @@ class RoundStoreActivities:
         try:
             highest = await self.store.highest_round(inp.user_id)
             published = await self.read_model.get(inp.user_id)
+            epoch = await self.store.forget_epoch(inp.user_id)
         except InvalidInputError as exc:
             raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
         return StoredFloorOutput(
-            round_no=highest, context_version=published.version if published else 0
+            round_no=highest,
+            context_version=published.version if published else 0,
+            forget_epoch=max(epoch, published.forget_epoch if published else 0),
         )
 
     @activity.defn(name=STORE_ROUND)
@@ -84,15 +88,20 @@ class RoundStoreActivities:
                 await self.themes.put(
                     sel.user_id, {k: unpack_params(v) for k, v in inp.new_weights.items()}
                 )
-            stored, swept = None, 0
+            stored, swept, swept_rows = None, 0, list[Fragment]()
             if inp.sweep_rounds:  # rows of failed rounds go first: they are no one's repeats
-                left, swept = await sweep_failed_rounds(
+                left, swept, swept_rows = await sweep_failed_rounds(
                     self.store, self.corpus, sel.user_id, inp.sweep_rounds
                 )
                 stored = {sel.user_id: left}
             fresh = await only_new(self.store, list(inp.fragments), stored)  # repeats add nothing
-            # The selection query rides in the fragments' forward pass (FragmentStore).
-            written = await self.store.upsert_vectors(fresh, query=sel.query) if fresh else []
+            # The selection query rides in the fragments' forward pass (FragmentStore); the
+            # store refuses it once a forget moved past the round's epoch.
+            written = (
+                await self.store.upsert_vectors(fresh, query=sel.query, epoch=inp.epoch)
+                if fresh
+                else []
+            )
             if self.corpus is not None and written:
                 await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
             candidates = await self.store.candidates(sel.user_id, sel.query, config.retrieve_k)
@@ -114,7 +123,7 @@ class RoundStoreActivities:
                 await self.corpus.reconcile(self.store, sel.user_id, every)
             context = inp.context.model_copy(update={"fragments": ranked})
             published = await self.read_model.publish(context)
-        except (InvalidInputError, PayloadTooLargeError) as exc:
+        except (InvalidInputError, PayloadTooLargeError, StaleEpochError) as exc:
             raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
         known = None if inp.known is None else set(inp.known)
         picked = [c for c in selection.log.candidates if c.picked]
@@ -143,4 +152,5 @@ class RoundStoreActivities:
             published_bytes=published.bytes,
             swept_rounds=list(inp.sweep_rounds),
             swept=swept,
+            swept_rows=swept_rows,
         )

@@ -597,7 +597,19 @@ class MemoryClient:
         uid = validate_user_id(user_id)
         request = _request(ForgetRequest, reason=reason)
         await self._start(uid)
-        return await self._update(uid, UserMemoryWorkflow.forget, request)
+        receipt: ForgetReceipt = await self._update(uid, UserMemoryWorkflow.forget, request)
+        self.reader.saw_epoch(uid, receipt.epoch)  # what this process says next is after it
+        return receipt
+
+    async def forget_epoch(self, user_id: str) -> int | None:
+        """The user's forget epoch for the messages of a turn starting now (docs/ARCHITECTURE.md,
+        "Forget epochs"): read from Redis, never lower than one this client saw before; None
+        when it cannot be known (no Redis answer and none seen). Never raises for a usable id."""
+        return await self.reader.forget_epoch(validate_user_id(user_id))
+
+    def known_epoch(self, user_id: str) -> int | None:
+        """The highest forget epoch of the user this client saw, without I/O (None: none)."""
+        return self.reader.known_epoch(user_id)
 
     async def retry_round(self, user_id: str, event_id: str) -> RetryRoundResult:
         """Re-run a failed round (event id from `status().rounds`); ValueError if there is none

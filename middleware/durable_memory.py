@@ -56,6 +56,7 @@ from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.search import PendingSearches
 from mnemoflow.middleware.tools import forgotten_by
 from mnemoflow.middleware.window import (
+    EPOCH_KEY,
     IDENTITY_KEY,
     OWNER_KEY,
     TIME_KEY,
@@ -162,6 +163,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         # The profile each user's last model call injected: the next turn's early search fills
         # the budget next to it (no second read of the read model).
         self._profiles: OrderedDict[str, UserProfile] = OrderedDict()
+        # The forget epoch each running turn started under (docs/ARCHITECTURE.md, "Forget
+        # epochs"): every message new in the turn is stamped with it.
+        self._turn_epochs: OrderedDict[tuple[str, str], int | None] = OrderedDict()
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -171,7 +175,14 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         """Check the user id, stamp new input, capture what is not accepted yet."""
         user_id = resolve_user_id(state, runtime.context)
         thread = resolve_thread_id(runtime)
-        messages, update = self._stamped(state, user_id)
+        # Read before anything of the turn is stamped: a line said after a forget (in any
+        # process) carries the epoch after it, whatever the clocks say.
+        epoch = await self.client.forget_epoch(user_id)
+        self._turn_epochs[(user_id, thread)] = epoch
+        self._turn_epochs.move_to_end((user_id, thread))
+        while len(self._turn_epochs) > MAX_TRACKED_THREADS:
+            self._turn_epochs.popitem(last=False)
+        messages, update = self._stamped(state, user_id, epoch)
         known = self._known_accepted(state, user_id, thread, messages)
         self._offer(user_id, thread, messages, known)
         update.update(self._accepted_update(state, user_id, thread, messages, known))
@@ -195,7 +206,8 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         key = (user_id, thread)
         self._searches.forget(key)
         self._forgotten.pop(user_id, None)
-        messages, update = self._stamped(state, user_id)
+        epoch = self._turn_epochs.pop(key, None)
+        messages, update = self._stamped(state, user_id, epoch)
         known = self._known_accepted(state, user_id, thread, messages)
         self._offer(user_id, thread, messages, known)
         seen = messages[self._window.get(key, 0) :]
@@ -297,7 +309,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         The input is stamped first (owner, time, identity: no I/O), so the failed turn's lines
         are stored with the user's next turn and never taken by another user of the thread."""
         user_id = resolve_user_id(state, runtime.context)
-        _, update = self._stamped(state, user_id)
+        _, update = self._stamped(state, user_id, self.client.known_epoch(user_id))
         return update or None
 
     def after_agent(
@@ -365,6 +377,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         try:
             now = next_stamp(before, self._clock())
             owner = owner_of(user_id)
+            epoch = self._turn_epochs.get((user_id, thread))
             for message in messages:
                 if message.id is None:
                     message.id = f"mf-{uuid.uuid4().hex}"
@@ -373,6 +386,8 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
                 if not message.additional_kwargs.get(OWNER_KEY):
                     message.additional_kwargs[OWNER_KEY] = owner
                     message.additional_kwargs[IDENTITY_KEY] = fresh_identity(message)
+                    if epoch is not None:
+                        message.additional_kwargs.setdefault(EPOCH_KEY, epoch)
             turns = [
                 t.model_copy(update={"position": position + t.position})
                 for t in to_turns(messages, thread, now, user_id)
@@ -382,10 +397,11 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             log.warning("memory capture failed (the turn went on): %r", err)
 
     def _stamped(
-        self, state: DurableMemoryState, user_id: str
+        self, state: DurableMemoryState, user_id: str, epoch: int | None
     ) -> tuple[list[AnyMessage], dict[str, Any]]:
-        """The state's messages with time and owner stamps, and the update that stores them."""
-        stamped = stamp_messages(state["messages"], self._clock(), owner_of(user_id))
+        """The state's messages with time, owner and epoch stamps, and the update that stores
+        them (`epoch`: the forget epoch of the turn, stamped on messages new to it)."""
+        stamped = stamp_messages(state["messages"], self._clock(), owner_of(user_id), epoch)
         by_id = {m.id: m for m in stamped}
         messages = [by_id.get(m.id, m) for m in state["messages"]]
         return messages, ({"messages": stamped} if stamped else {})

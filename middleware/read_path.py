@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 from mnemoflow.models.contracts import InjectedContext, parse_published
 from mnemoflow.models.corpus import START_VERSION, corpus_version, corpus_version_key
 from mnemoflow.models.errors import MemoryUnavailableError
-from mnemoflow.models.ids import context_key
+from mnemoflow.models.ids import context_key, epoch_key
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,34 @@ class ContextReader:
             str, tuple[float, InjectedContext | None, bytes | str | None]
         ] = OrderedDict()
         self._querying: dict[str, asyncio.Task[None]] = {}
+        # The highest forget epoch seen per user (docs/ARCHITECTURE.md, "Forget epochs").
+        self._epochs: OrderedDict[str, int] = OrderedDict()
+
+    async def forget_epoch(self, uid: str) -> int | None:
+        """The user's forget epoch, for the messages of a turn starting now: one Redis GET
+        (0 when none was ever recorded), never lower than one seen before by this process
+        (a forget's receipt, a context). When Redis does not answer in time, the highest seen
+        before, or None when none was (the messages then go unstamped: the time fence judges
+        them). Never raises."""
+        if self.redis is not None:
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    raw = await self.redis.get(epoch_key(self.key_prefix, uid))
+                self.saw_epoch(uid, int(raw) if raw is not None else 0)
+            except Exception as err:  # memory never fails a turn: the last epoch seen
+                log.debug("forget epoch unavailable: %r", err)
+        return self._epochs.get(uid)
+
+    def saw_epoch(self, uid: str, epoch: int) -> None:
+        """Remember a forget epoch of the user this process learnt (never lowered)."""
+        self._epochs[uid] = max(epoch, self._epochs.get(uid, 0))
+        self._epochs.move_to_end(uid)
+        while len(self._epochs) > MAX_MISS_CACHE:
+            self._epochs.popitem(last=False)
+
+    def known_epoch(self, uid: str) -> int | None:
+        """The highest forget epoch of the user this process saw (None: none)."""
+        return self._epochs.get(uid)
 
     async def context(self, uid: str) -> InjectedContext | None:
         """Redis, else the workflow query, else None; never raises.
@@ -143,6 +171,7 @@ class ContextReader:
             return True, None, version  # `_miss` serves what the background query found
         # Redis holds the context again: an earlier background answer is stale from now on.
         self._queried.pop(uid, None)
+        self.saw_epoch(uid, context.forget_epoch)
         return False, context, version
 
     async def _start_version(self, uid: str) -> bytes | str:

@@ -32,6 +32,10 @@ IDENTITY_KEY = "mnemoflow_identity"
 #: Whose turn added the message (a hash of the user id): a thread id two users share never
 #: hands one user's messages to the other's memory.
 OWNER_KEY = "mnemoflow_owner"
+#: The user's forget epoch when the message was said (docs/ARCHITECTURE.md, "Forget epochs"):
+#: read by the middleware at the start of the turn that added it, never overwritten. A message
+#: of an older epoch than the user workflow's is refused, whatever its time stamp says.
+EPOCH_KEY = "mnemoflow_epoch"
 #: Messages other middleware writes from earlier ones (LangChain's summaries): not said by
 #: anyone, so never stored as memory.
 DERIVED_SOURCES = frozenset({"summarization"})
@@ -178,13 +182,24 @@ def _stamp_times(messages: Sequence[BaseMessage], now: float) -> tuple[list[floa
     return times, latest
 
 
+def message_epoch(message: BaseMessage) -> int | None:
+    """The forget epoch stamped on the message (None: not stamped, or not a usable one)."""
+    value = message.additional_kwargs.get(EPOCH_KEY)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
 def owner_of(user_id: str) -> str:
     """The owner stamp of a user's messages (a hash: the graph state never holds the raw id)."""
     return user_key(user_id)[:24]
 
 
 def stamp_messages(
-    messages: Sequence[AnyMessage], now: float, owner: str | None = None
+    messages: Sequence[AnyMessage],
+    now: float,
+    owner: str | None = None,
+    epoch: int | None = None,
 ) -> list[AnyMessage]:
     """Copies (same ids) of the messages missing a time stamp (or, given `owner`, an owner
     stamp), stamped `now` (never earlier than the stamps before them, `stamp_times`) and their
@@ -193,7 +208,9 @@ def stamp_messages(
     Returned as a state update, add_messages replaces each message by id; an existing stamp is
     never overwritten, because an external stamp (set at ingestion) is the more exact one, and
     a message keeps the owner whose turn added it. A message new to the middleware (no owner
-    yet) is also given its identity (`IDENTITY_KEY`).
+    yet) is also given its identity (`IDENTITY_KEY`) and, when known, the user's forget
+    epoch the turn started under (`EPOCH_KEY`): only a message new to the middleware, so a
+    message said before a forget never takes the epoch after it.
     """
     owners = message_owners(messages, owner) if owner is not None else None
     times = stamp_times(messages, now)
@@ -208,6 +225,8 @@ def stamp_messages(
             kwargs[OWNER_KEY] = owners[position]
             if _stamped_identity(message) is None:
                 kwargs[IDENTITY_KEY] = fresh_identity(message)
+            if epoch is not None and EPOCH_KEY not in kwargs:
+                kwargs[EPOCH_KEY] = epoch
         if kwargs != message.additional_kwargs:
             stamped.append(message.model_copy(update={"additional_kwargs": kwargs}))
     return stamped
@@ -413,6 +432,7 @@ def to_turns(
                 time=times[position],
                 name=None if message.name is None else clean_text(message.name),
                 message_id=message_identity(message),
+                epoch=message_epoch(message),
             )
         )
     return turns

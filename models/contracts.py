@@ -96,6 +96,11 @@ class InjectedContext(BaseModel):
     fragments: list[ContextFragment] = Field(default_factory=list)
     watermarks: dict[str, Watermark] = Field(default_factory=dict)
     top_k: int = 4
+    forget_epoch: int = Field(
+        0,
+        description='the user\'s forget epoch (docs/ARCHITECTURE.md, "Forget epochs"): a publish '
+        "of an older epoch than the user's record is refused; agents learn the epoch from it",
+    )
 
 
 def parse_published(raw: bytes | str | None) -> InjectedContext | None:
@@ -260,6 +265,14 @@ class UserMemoryState(BaseModel):
         description="the context version a fresh history found in Redis (an earlier history's "
         "or the same user's under another workflow id): its first context is numbered above it",
     )
+    forget_epoch: int = Field(
+        0,
+        description='whole-user forgets made (docs/ARCHITECTURE.md, "Forget epochs"): every '
+        "store write carries it, and a message stamped with an older one is refused",
+    )
+    refused_stale: int = Field(
+        0, description="messages refused because they were stamped with an older forget epoch"
+    )
 
 
 class UserMemoryInput(BaseModel):
@@ -306,6 +319,10 @@ class UserStatus(BaseModel):
     )
     forget_pending: bool = Field(
         False, description="a forget is under way (waiting for a store: see last_error)"
+    )
+    forget_epoch: int = Field(0, description="whole-user forgets made (UserMemoryState)")
+    refused_stale: int = Field(
+        0, description="messages refused: stamped with an epoch from before a forget"
     )
 
 
@@ -365,6 +382,11 @@ class RoundInput(BaseModel):
         "round's fragments with what is stored, so they are not skipped as repeats of rows no "
         "completed round owns",
     )
+    epoch: int | None = Field(
+        None,
+        description="the user's forget epoch when the round started: its store writes carry it "
+        "and are refused once a forget moved past it (None: rounds started before epochs)",
+    )
 
 
 class RankedRef(BaseModel):
@@ -408,6 +430,11 @@ class RoundResult(BaseModel):
         description="the input's `sweep_rounds` whose rows the store step deleted (empty from "
         "a store step before them: the user workflow keeps them for the next round)",
     )
+    swept_rows: list[Fragment] = Field(
+        default_factory=list,
+        description="the rows those rounds had stored, as the sweep found them: a forget of one "
+        "of them that came after the sweep takes its lines out of this round's rows",
+    )
 
 
 # --- activities ------------------------------------------------------------------------------
@@ -440,6 +467,9 @@ class IndexInput(BaseModel):
     """Fragments to embed and upsert (ids are derived from business ids)."""
 
     fragments: list[Fragment]
+    epoch: int | None = Field(
+        None, description="the user's forget epoch: refused once a forget moved past it"
+    )
 
 
 class IndexOutput(BaseModel):
@@ -547,6 +577,9 @@ class ReinforceInput(BaseModel):
     call_id: str
     fragment_ids: list[str]
     now: float
+    epoch: int | None = Field(
+        None, description="the user's forget epoch: refused once a forget moved past it"
+    )
 
 
 class ReinforceOutput(BaseModel):
@@ -685,7 +718,13 @@ class ForgetReceipt(BaseModel):
         "", description="what stays in Temporal: histories until the namespace's retention ends"
     )
     fence: float = Field(
-        0.0, description="messages said at or before this time are refused from now on"
+        0.0,
+        description="messages with no forget epoch said at or before this time are refused",
+    )
+    epoch: int = Field(
+        0,
+        description="the forget epoch from now on: messages stamped with an older one are "
+        "refused, and so is every store write asked for before the forget",
     )
 
 
@@ -719,6 +758,11 @@ class DeleteFragmentsInput(BaseModel):
     ids: list[str] | None = None
     read: list[str] = Field(default_factory=list)
     forget_lines: ForgetLines | None = None
+    epoch: int | None = Field(
+        None,
+        description="with ids None (the whole user): the forget epoch the user's record moves "
+        "to before anything is deleted; with `forget_lines`: the epoch of its rewrites",
+    )
 
 
 class DeleteFragmentsOutput(BaseModel):
@@ -735,6 +779,9 @@ class DeleteReadModelInput(BaseModel):
     """Activity: delete a user's read model."""
 
     user_id: str
+    epoch: int | None = Field(
+        None, description="the forget epoch the user's record is kept at least at (agents read it)"
+    )
 
 
 class DeleteReadModelOutput(BaseModel):

@@ -7,6 +7,7 @@ Every permanent failure leaves an activity or workflow as a non-retryable Applic
     ├── InvalidInputError          "InvalidInput"          caller sent something unusable
     ├── MalformedModelOutputError  "MalformedModelOutput"  the LLM kept answering outside the schema
     ├── PayloadTooLargeError       "PayloadTooLarge"       would exceed Temporal's payload limit
+    ├── StaleEpochError            "StaleEpoch"            a store write from before a forget
     └── MemoryUnavailableError     "MemoryUnavailable"     (client side) a store is unreachable
 
 Transient failures (network, 5xx, 429) are ordinary exceptions: Temporal's retry policy, the only
@@ -38,6 +39,14 @@ class PayloadTooLargeError(MnemoflowError):
     """A payload would be rejected by Temporal (over its size limit)."""
 
     type = "PayloadTooLarge"
+
+
+class StaleEpochError(MnemoflowError):
+    """A store write carried a forget epoch older than the user's record: the user was
+    forgotten after the write was asked for, so it is refused (docs/ARCHITECTURE.md, "Forget
+    epochs"). Never retried: a retry carries the same epoch."""
+
+    type = "StaleEpoch"
 
 
 class MemoryUnavailableError(MnemoflowError):

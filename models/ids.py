@@ -135,6 +135,13 @@ def context_key(prefix: str, user_id: str) -> str:
     return f"{prefix}ctx:{user_key(user_id)}"
 
 
+def epoch_key(prefix: str, user_id: str) -> str:
+    """Redis key of a user's forget epoch (docs/ARCHITECTURE.md, "Forget epochs"): how many
+    whole-user forgets the user workflow made. Store writes carrying an older epoch are refused
+    (activities/store_epochs.py) and agents stamp it on what they say (middleware/window.py)."""
+    return f"{prefix}epoch:{user_key(user_id)}"
+
+
 _UNQUERYABLE = re.compile(r"[\"'`\\\x00-\x1f\x7f]")
 _HASHED = "sha256-"
 #: Longest raw user id used as a search-attribute value (Temporal caps Keyword values at 2 KB).

@@ -259,6 +259,11 @@ class StoreRoundInput(BaseModel):
         description="failed rounds of the user whose stored rows are deleted first "
         "(RoundInput.sweep_rounds)",
     )
+    epoch: int | None = Field(
+        None,
+        description="the user's forget epoch when the round started (RoundInput.epoch): the "
+        "store refuses the write once a forget moved the user's record past it (None: no check)",
+    )
 
 
 class StoreRoundOutput(BaseModel):
@@ -287,6 +292,11 @@ class StoreRoundOutput(BaseModel):
         default_factory=list, description="the input's `sweep_rounds`, once their rows are gone"
     )
     swept: int = Field(0, description="rows of those rounds deleted")
+    swept_rows: list[Fragment] = Field(
+        default_factory=list,
+        description="the rows the sweep deleted, as they were stored: a forget_fragment of one "
+        "of them that comes after the sweep takes its lines out of this round's rows",
+    )
 
 
 class StoredFloorInput(BaseModel):
@@ -302,6 +312,9 @@ class StoredFloorOutput(BaseModel):
 
     round_no: int = 0
     context_version: int = 0
+    forget_epoch: int = Field(
+        0, description="the user's forget epoch record (activities/store_epochs.py), 0: none"
+    )
 
 
 __all__ = [

@@ -35,6 +35,14 @@ class ChatTurn(BaseModel):
     message_id: str = Field(
         "", max_length=MAX_MESSAGE_ID_CHARS, description="stable identity; '' = hash of the turn"
     )
+    epoch: int | None = Field(
+        None,
+        ge=0,
+        description="the user's forget epoch when the message was said (the agent read it at the "
+        "turn's start): a message of an older epoch is refused, whatever its time stamp; None: "
+        "never stamped (an older client, messages imported through resync), judged by the time "
+        'fence (docs/ARCHITECTURE.md, "Forget epochs")',
+    )
 
     @field_validator("time")
     @classmethod

@@ -138,6 +138,7 @@ def resolve(settings: Settings, given: Components) -> WorkerResources:
     """The components, with every missing part built from the settings (and owned)."""
     from mnemoflow.activities.fragment_store import FragmentStore
     from mnemoflow.activities.read_model import ReadModel
+    from mnemoflow.activities.store_epochs import StoreEpochs
 
     owned: list[Any] = []
     models = given.models
@@ -157,6 +158,12 @@ def resolve(settings: Settings, given: Components) -> WorkerResources:
     if read_model is None:
         read_model = ReadModel(settings.redis.url, settings.redis.key_prefix)
         owned.append(read_model)
+    if store.epochs is None:
+        # Every store write is checked against the user's forget epoch (docs/ARCHITECTURE.md,
+        # "Forget epochs"), in the read model's Redis, where agents read the epoch too.
+        epochs = StoreEpochs(settings.redis.url, read_model.prefix)
+        store.use_epochs(epochs)
+        owned.append(epochs)
     return WorkerResources(store, read_model, models, embeddings, owned=owned)
 
 

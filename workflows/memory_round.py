@@ -195,6 +195,7 @@ class MemoryRoundWorkflow:
             profile=inp.profile,
             watermarks=inp.watermarks_after,
             top_k=inp.config.top_k,
+            forget_epoch=inp.epoch or 0,
         )
         # Shape 3: contents the round or the user workflow already hold are not sent back.
         held = [full_id(inp.user_id, i) for i in inp.known_fragments]
@@ -209,6 +210,7 @@ class MemoryRoundWorkflow:
                 contents_top=inp.config.top_k if by_ref else None,
                 known_from_round=inp.held_from_round if by_ref else 0,
                 sweep_rounds=inp.sweep_rounds,
+                epoch=inp.epoch,
                 new_weights={k: pack_params(p) for k, p in tuned_new.items()}
                 if self._lookup_user
                 else {},
@@ -248,6 +250,7 @@ class MemoryRoundWorkflow:
             by_reference=by_ref,
             made=made,
             swept_rounds=stored.swept_rounds,
+            swept_rows=stored.swept_rows,
         )
 
     # --- the classic shape (shape 1: rounds recorded before the lean one) ----------------
@@ -260,7 +263,7 @@ class MemoryRoundWorkflow:
         if fragments:
             await workflow.execute_activity(
                 ActivityName.INDEX,
-                IndexInput(fragments=fragments),
+                IndexInput(fragments=fragments, epoch=inp.epoch),
                 result_type=IndexOutput,
                 **store_activity(f"index {len(fragments)} fragments", heartbeat=STORE_HEARTBEAT),
             )

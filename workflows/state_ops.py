@@ -78,6 +78,7 @@ def absorb_submit(
     cfg: MemoryConfig,
     now: float,
     horizon_at_now: bool = False,
+    epoch_rule: bool = False,
 ) -> None:
     """Accept an event's turns once: by event id, then each message by its identity within its
     thread (docs/ARCHITECTURE.md, "Message identity"). A turn is refused when its identity was
@@ -87,14 +88,26 @@ def absorb_submit(
     `horizon_at_now` (workflows/user_memory.py, HORIZON_AT_NOW_PATCH): a horizon that moves past
     forgotten identities, or that a pruned thread keeps, never passes `now`. A message stamped
     ahead of the workflow's clock (a caller's clock running ahead) would otherwise set a horizon
-    in the future, and every later line of its thread would be refused until that time."""
+    in the future, and every later line of its thread would be refused until that time.
+
+    `epoch_rule` (workflows/user_forget.py, FORGET_EPOCH): a turn stamped with a forget epoch is
+    refused when the epoch is older than the user's, and never by its time: the fence then
+    needs no clock agreement between the agent and the worker (docs/ARCHITECTURE.md, "Forget
+    epochs"). A turn without an epoch (never stamped by a middleware that knows epochs) is
+    judged by the time fence as before."""
     if not _remember(s.seen_event_ids, event.event_id, MAX_SEEN_EVENTS):
         return
     if event.chat_usage is not None:  # the agent's chat tokens, counted once per event id
         s.ledger.chat = s.ledger.chat + event.chat_usage
     touched: set[str] = set()
     for turn in sorted(event.turns, key=lambda t: (t.thread_id, t.time, t.position)):
-        if turn.time <= s.fence:
+        if epoch_rule and turn.epoch is not None:
+            if turn.epoch < s.forget_epoch:  # said before the latest forget
+                s.refused_stale += 1
+                continue
+            if s.forget_epoch == 0 and turn.time <= s.fence:
+                continue  # the user's only forgets were made before epochs: fenced by time
+        elif turn.time <= s.fence:
             continue
         ts = thread_state(s, turn.thread_id)
         if horizon_at_now and ts.horizon > MAX_SECONDS_HORIZON:

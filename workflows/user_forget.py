@@ -67,6 +67,10 @@ async def forget(run: UserRun, req: ForgetRequest) -> ForgetReceipt:
 
 #: The forget lifts the back-off of failed rounds (histories from before it replay as they ran).
 FORGET_CLEARS_BACKOFF = "forget-clears-backoff"
+#: A forget counts a new forget epoch: the stores refuse every write asked for before it, and
+#: messages stamped with an older epoch are refused whatever their time (docs/ARCHITECTURE.md,
+#: "Forget epochs"). Histories from before fenced by time only.
+FORGET_EPOCH = "forget-epochs"
 
 
 async def maybe_forget(run: UserRun) -> bool:
@@ -79,20 +83,29 @@ async def maybe_forget(run: UserRun) -> bool:
     facts = len(profile_facts(run.state.profile))
     dropped = state_ops.forget_all(run.state, clear_backoff=workflow.patched(FORGET_CLEARS_BACKOFF))
     # The fence: a message said before the forget and delivered late (a writer that was cut
-    # off, a re-send from a checkpointer) is refused, never indexed again.
+    # off, a re-send from a checkpointer) is refused, never indexed again. By its forget epoch
+    # when the agent stamped one, else by its time.
     run.state.fence = max(run.state.fence, workflow.now().timestamp())
+    epoch: int | None = None
+    if run.epoch_rule is None:
+        run.epoch_rule = workflow.patched(FORGET_EPOCH)
+    if run.epoch_rule:
+        run.state.forget_epoch += 1
+        epoch = run.state.forget_epoch
     user_id = run.inp.user_id
+    # The store moves the user's epoch record before it deletes: a write asked for before the
+    # forget (a round it cancelled whose write is still under way) is refused from then on.
     fragments = await _until_done(
         run,
         ActivityName.DELETE_FRAGMENTS,
-        DeleteFragmentsInput(user_id=user_id),
+        DeleteFragmentsInput(user_id=user_id, epoch=epoch),
         DeleteFragmentsOutput,
         "forget: delete fragments",
     )
     read_model = await _until_done(
         run,
         ActivityName.DELETE_READ_MODEL,
-        DeleteReadModelInput(user_id=user_id),
+        DeleteReadModelInput(user_id=user_id, epoch=epoch),
         DeleteReadModelOutput,
         "forget: delete read model",
     )
@@ -121,6 +134,7 @@ async def maybe_forget(run: UserRun) -> bool:
         keys_destroyed=keys.destroyed,
         profile_facts_removed=facts,
         fence=run.state.fence,
+        epoch=run.state.forget_epoch,
         histories=HISTORIES_SHREDDED if keys.destroyed else HISTORIES_READABLE,
     )
     state_ops.keep_receipt(run.state, receipt)

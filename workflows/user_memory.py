@@ -99,8 +99,15 @@ class UserMemoryWorkflow:
 
     def _absorb(self) -> None:
         now = workflow.now().timestamp()
-        absorb(self._run, now, self._horizon_at_now(now))
-        describe(self._run)
+        run = self._run
+        if run.epoch_rule is None and any(
+            t.epoch is not None for event in run.submits for t in event.turns
+        ):
+            # Asked only once a message carries an epoch: histories without any replay as
+            # they ran (workflows/user_forget.py, FORGET_EPOCH).
+            run.epoch_rule = workflow.patched(user_forget.FORGET_EPOCH)
+        absorb(run, now, self._horizon_at_now(now))
+        describe(run)
 
     def _horizon_at_now(self, now: float) -> bool:
         """Whether absorbing keeps horizons at or before `now` (HORIZON_AT_NOW_PATCH). The patch

@@ -69,6 +69,9 @@ FORGET_FRAGMENT_BY_STATEMENT = "forget-fragment-facts-by-statement"
 FORGET_FRAGMENT_REPLY_LOST = "forget-fragment-reply-lost"
 #: forget_fragment's republish counts as a write in flight, which the forget saga waits for.
 FORGET_FRAGMENT_PUBLISH_COUNTED = "forget-fragment-publish-counted"
+#: forget_fragment of a failed round's row that a retry already swept takes its lines out of
+#: the retry's rows (the sweep hands the rows it deleted back in the round's result).
+FORGET_SWEPT_ROW = "forget-swept-row"
 
 #: An explicit memory starts as if reinforced a few times: the user asked for it.
 EXPLICIT_STRENGTH = 4
@@ -94,7 +97,7 @@ async def remember(run: UserRun, req: RememberRequest) -> RememberResult:
     try:
         await workflow.execute_activity(
             ActivityName.INDEX,
-            IndexInput(fragments=[fragment]),
+            IndexInput(fragments=[fragment], epoch=run.state.forget_epoch),
             result_type=IndexOutput,
             **store_activity("remember explicitly"),
         )
@@ -184,9 +187,15 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
         )
         if rows and not out.deleted:  # there when read: an earlier attempt's reply was lost
             out = out.model_copy(update={"deleted": len(rows)})
-        if thread_id is not None and made_in is not None:
-            if running is not None and running.thread_id != thread_id:
-                running = None
+        if thread_id is not None and running is not None and running.thread_id != thread_id:
+            running = None
+        swept = None
+        if not rows and made_in is not None:
+            swept = await _swept_row(run, req.fragment_id, thread_id, running)
+        if swept is not None:
+            out = out.model_copy(update={"deleted": 1})
+            await _forget_swept_row(run, thread_id, made_in, *swept)
+        elif thread_id is not None and made_in is not None:
             await _forget_failed_round_turns(run, thread_id, made_in, rows, running)
         if quotes and out.deleted:
             cut = _forget_pending_quotes(run, rows)
@@ -284,6 +293,49 @@ async def _forget_failed_round_turns(
         await _rewrite_rows(run, lines, "forget a failed round's lines stored again")
 
 
+async def _swept_row(
+    run: UserRun, fragment_id: str, thread_id: str | None, running: RoundRecord | None
+) -> tuple[int, Fragment] | None:
+    """The forgotten row was not there to read: a round's sweep may have deleted it before the
+    forget came (a retry of its failed round, running then or completed since), and stored its
+    lines again under the retry's ids. That round's number and the row as the sweep found it,
+    or None (docs/ARCHITECTURE.md, "The round")."""
+
+    def found() -> tuple[int, Fragment] | None:
+        for round_no, rows in run.swept_rows.items():
+            for row in rows:
+                if row.id == fragment_id:
+                    return round_no, row
+        return None
+
+    waits = thread_id is not None and running is not None
+    if not waits and found() is None:
+        return None
+    if not workflow.patched(FORGET_SWEPT_ROW):
+        return None
+    if waits and running is not None:
+        await _round_over(run, running)  # its result names the rows its sweep deleted
+    return found()
+
+
+async def _forget_swept_row(
+    run: UserRun, thread_id: str | None, made_in: int | None, sweeper: int, row: Fragment
+) -> None:
+    """Take a swept row's lines out of what is left of its turns: the pending ones, if the
+    round that swept it failed too, and the rows that round stored over the same span."""
+    ts = run.state.threads.get(thread_id) if thread_id is not None else None
+    if ts is not None and made_in is not None:
+        state_ops.forget_turns(
+            run.state, thread_id or "", state_ops.forgotten_parts(ts, made_in, row)
+        )
+    if run.forget_request is not None:
+        return  # the whole user is being forgotten
+    lines = ForgetLines(
+        round_no=sweeper, start_pos=row.start_pos, end_pos=row.end_pos, content=row.content
+    )
+    await _rewrite_rows(run, lines, "forget a swept row's lines stored again")
+
+
 async def _rewrite_rows(run: UserRun, lines: ForgetLines, summary: str) -> None:
     """Take a forgotten row's words out of the rows a round stored (`ForgetLines`): rows left
     with nothing are deleted, the others stored again; the state follows."""
@@ -300,7 +352,14 @@ async def _rewrite_rows(run: UserRun, lines: ForgetLines, summary: str) -> None:
         # Rows being forgotten meanwhile are left alone: a rewrite would put them back.
         lines.skip_ids = sorted(run.forgetting | set(run.state.forgotten_fragments))
         again = await _delete(
-            run, DeleteFragmentsInput(user_id=run.inp.user_id, ids=[], forget_lines=lines), summary
+            run,
+            DeleteFragmentsInput(
+                user_id=run.inp.user_id,
+                ids=[],
+                forget_lines=lines,
+                epoch=run.state.forget_epoch,
+            ),
+            summary,
         )
         # A publish of the loop may have read the context meanwhile: its result would
         # put the old contents back.

@@ -83,6 +83,8 @@ REMEMBERED_SKIPS_FORGOTTEN = "remembered-skips-forgotten"
 #: A round during which this workflow published completes with its selection published
 #: again above that (Redis refused the round's own publish, histories from before left it).
 ROUND_REPUBLISHED = "round-republished-after-newer"
+#: Rounds whose swept rows this run keeps (UserRun.swept_rows).
+SWEPT_ROUNDS_KEPT = 8
 
 
 async def number_above_stored(run: UserRun) -> None:
@@ -102,6 +104,8 @@ async def number_above_stored(run: UserRun) -> None:
         return
     s.rounds_started = max(s.rounds_started, out.round_no)
     s.context_floor = max(s.context_floor, out.context_version)
+    # An earlier history's forgets: its epoch record refuses every write of an older epoch.
+    s.forget_epoch = max(s.forget_epoch, out.forget_epoch)
 
 
 async def maybe_round(run: UserRun) -> bool:
@@ -177,6 +181,10 @@ async def maybe_round(run: UserRun) -> bool:
         update["version"] = max(result.context.version, floor + 1)
     result.context = result.context.model_copy(update=update)
     state_ops.round_completed(s, record, result, batch, workflow.now().timestamp(), run.inp.prices)
+    if result.swept_rows:  # a forget of one of them that comes later finds its lines here
+        run.swept_rows[record.round_no] = list(result.swept_rows)
+        for old in sorted(run.swept_rows)[:-SWEPT_ROUNDS_KEPT]:
+            del run.swept_rows[old]
     run.round_record = None
     published = await _keep_remembered(run, floor)
     published = await drop_forgotten(run) or published
@@ -237,6 +245,10 @@ async def publish_held(run: UserRun) -> bool:
     False when the publish failed (in `last_error`; the state still holds it)."""
     if run.state.context is None:
         return False
+    if run.state.context.forget_epoch != run.state.forget_epoch:
+        run.state.context = run.state.context.model_copy(
+            update={"forget_epoch": run.state.forget_epoch}
+        )
     if run.round_base is not None and run.state.context.version < run.round_base + 2:
         run.state.context = run.state.context.model_copy(update={"version": run.round_base + 2})
     try:
@@ -373,6 +385,7 @@ def _round_input(
         else [],
         held_from_round=held if compact_refs else 0,
         sweep_rounds=list(s.threads[record.thread_id].failed_rounds),
+        epoch=s.forget_epoch,
     )
 
 

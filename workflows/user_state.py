@@ -26,6 +26,7 @@ from mnemoflow.models.contracts import (
     UserMemoryState,
     UserStatus,
 )
+from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.ids import search_user_value
 from mnemoflow.workflows import state_ops
 
@@ -70,6 +71,12 @@ class UserRun:
     # of this workflow meanwhile goes above that (user_rounds.publish_held).
     round_base: int | None = None
     rounds_cancelled: int = 0
+    # Whether this run judges messages by their forget epoch (patch FORGET_EPOCH of
+    # workflows/user_forget.py; None: not asked yet).
+    epoch_rule: bool | None = None
+    # The rows each recent round's sweep deleted (round number -> rows as they were): a
+    # forget_fragment of one of them that came after the sweep finds its lines here.
+    swept_rows: dict[int, list[Fragment]] = field(default_factory=dict)
 
     @classmethod
     def start(cls, inp: UserMemoryInput) -> UserRun:
@@ -95,12 +102,15 @@ class UserRun:
 
     def context(self) -> InjectedContext:
         """The latest injected context, or an empty one before the first publish."""
-        return self.state.context or InjectedContext(
+        context = self.state.context or InjectedContext(
             user_id=self.inp.user_id,
             top_k=self.config.top_k,
             profile=self.state.profile,
             version=self.state.context_floor,
         )
+        if context.forget_epoch != self.state.forget_epoch:  # agents learn the epoch from it
+            context = context.model_copy(update={"forget_epoch": self.state.forget_epoch})
+        return context
 
     def search_user(self) -> str:
         """The MnemoflowUser search-attribute value (a keyed hash when pseudonymous)."""
@@ -120,7 +130,9 @@ def absorb(run: UserRun, now: float, horizon_at_now: bool = False) -> None:
     that act on their turns: a consolidate right after a hand-over must see its turns).
     `horizon_at_now`: see state_ops.absorb_submit (the workflow's patch decides)."""
     for event in run.submits:
-        state_ops.absorb_submit(run.state, event, run.config, now, horizon_at_now)
+        state_ops.absorb_submit(
+            run.state, event, run.config, now, horizon_at_now, epoch_rule=bool(run.epoch_rule)
+        )
     for used in run.reinforcements:
         state_ops.absorb_reinforce(run.state, used)
     run.submits.clear()
@@ -170,4 +182,6 @@ def status_of(run: UserRun, history_length: int) -> UserStatus:
         history_length=history_length,
         config=run.config_change or run.config,
         forget_pending=run.forget_request is not None,
+        forget_epoch=s.forget_epoch,
+        refused_stale=s.refused_stale,
     )

@@ -136,6 +136,7 @@ async def maybe_reinforce(run: UserRun) -> bool:
                 call_id=event.call_id,
                 fragment_ids=ids,
                 now=workflow.now().timestamp(),
+                epoch=run.state.forget_epoch,
             ),
             result_type=ReinforceOutput,
             **store_activity(f"reinforce {len(ids)} fragments"),

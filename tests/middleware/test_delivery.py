@@ -418,7 +418,10 @@ async def test_a_message_said_before_a_forget_is_never_indexed_after_it(
                 secret = "My door code is 4471-XQ, keep it."
                 await writer.say(user, "t", secret)  # said while Temporal is down
                 await server.start()
-                writer.clock = time.time() + 5  # the forget happens now; later turns after it
+                # The writer's clock stays three hours behind the worker's: the fence is the
+                # forget epoch, not a comparison of clocks (docs/ARCHITECTURE.md, "Forget
+                # epochs").
+                assert writer.clock < time.time() - HOUR
                 receipt = await client.forget(user, "user asked")
                 after = "Please send the invoice to accounts."
                 said_after = [after, await writer.say(user, "t", after)]
@@ -436,8 +439,9 @@ async def test_a_message_said_before_a_forget_is_never_indexed_after_it(
         kind="fault",
         what="A message said while the Temporal server was down, the server back, the user "
         "forgotten, then one more turn (which offers the unaccepted message again)",
-        happened="the forget's fence refused every message said before it, however late it "
-        f"arrived; the turn after the forget was stored ({kept} lines), nothing from before",
+        happened="the forget's epoch refused every message said before it, however late it "
+        f"arrived; the turn after the forget was stored ({kept} lines), nothing from before; "
+        "the agent's clock 3 h behind the worker's",
         lost=len(said_after) - kept,
         duplicated=resurrected,
         started=started,

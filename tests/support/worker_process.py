@@ -53,26 +53,49 @@ class SlowStore(FragmentStore):
     """A FragmentStore whose upsert waits first (the window in which a test kills us)."""
 
     def __init__(
-        self, *args: object, delay_s: float, blocking: bool = False, **kwargs: object
+        self,
+        *args: object,
+        delay_s: float,
+        blocking: bool = False,
+        write_log: Path | None = None,
+        **kwargs: object,
     ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.delay_s = delay_s
         self.blocking = blocking
+        self.write_log = write_log
+
+    def _log(self, line: str) -> None:
+        if self.write_log is not None:
+            with self.write_log.open("a") as out:
+                out.write(line + "\n")
 
     async def upsert_vectors(
-        self, fragments: list[Fragment], *, query: str | None = None
+        self, fragments: list[Fragment], *, query: str | None = None, epoch: int | None = None
     ) -> list[tuple[Fragment, list[float]]]:
         # Every write path (`upsert` too) goes through here: the index activity and the round's
         # store step (with its selection query) call this one.
+        checked = {} if epoch is None else {"epoch": epoch}
         if self.blocking:  # like a slow write in pymilvus's thread: cancelling cannot stop it
 
             async def write() -> list[tuple[Fragment, list[float]]]:
+                # The write log says when each held write began and how it ended, so that a
+                # test can wait for every write still under way to be over.
+                self._log("began")
                 await asyncio.to_thread(time.sleep, self.delay_s)
-                return await FragmentStore.upsert_vectors(self, fragments, query=query)
+                try:
+                    out = await FragmentStore.upsert_vectors(
+                        self, fragments, query=query, **checked
+                    )
+                except Exception as err:
+                    self._log(f"ended refused {type(err).__name__}")
+                    raise
+                self._log(f"ended written {len(out)}")
+                return out
 
             return await asyncio.shield(asyncio.ensure_future(write()))
         await asyncio.sleep(self.delay_s)
-        return await super().upsert_vectors(fragments, query=query)
+        return await super().upsert_vectors(fragments, query=query, **checked)
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -101,6 +124,7 @@ async def serve(args: argparse.Namespace) -> None:
             collection=args.collection,
             delay_s=args.slow_index_s,
             blocking=args.blocking_index,
+            write_log=Path(args.write_log) if args.write_log else None,
         )
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -119,7 +143,7 @@ def worker_process(
     tmp: Path, name: str, *, address: str, task_queue: str, milvus: str, redis: str,
     collection: str, prefix: str, slow_index_s: float = 0.0, slow_llm_s: float = 0.0,
     blocking_index: bool = False, local_llm_bound_s: float = 0.0, local_store_bound_s: float = 0.0,
-    round_task_timeout_s: float = 0.0,
+    round_task_timeout_s: float = 0.0, write_log: Path | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
     """A worker in its own process (python -m tests.support.worker_process), ready on entry;
     a bound or timeout of 0 keeps the production one."""
@@ -134,6 +158,7 @@ def worker_process(
         "--local-store-bound-s", str(local_store_bound_s),
         "--round-task-timeout-s", str(round_task_timeout_s),
         *(["--blocking-index"] if blocking_index else []),
+        *(["--write-log", str(write_log)] if write_log is not None else []),
     ]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -169,6 +194,7 @@ def main() -> None:
     parser.add_argument("--local-llm-bound-s", type=float, default=0.0)
     parser.add_argument("--local-store-bound-s", type=float, default=0.0)
     parser.add_argument("--round-task-timeout-s", type=float, default=0.0)
+    parser.add_argument("--write-log", default="")
     milvus_index_wait.install()  # as in the test process (tests/conftest.py)
     asyncio.run(serve(parser.parse_args()))
 
