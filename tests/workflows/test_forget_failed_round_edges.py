@@ -11,6 +11,7 @@ import time
 import uuid
 from typing import Any, ClassVar, cast
 
+import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateStage
 from temporalio.testing import WorkflowEnvironment
 
@@ -31,6 +32,7 @@ from mnemoflow.models.turns import ChatTurn
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import submit, wait_status
 from tests.support.memory_worker import memory_worker
+from tests.support.reliability import Ledger
 
 HOUR = 3600.0
 CONFIG = MemoryConfig.from_vocation("customer service").model_copy(
@@ -72,8 +74,16 @@ class Store(FragmentStore):
     hold: ClassVar[asyncio.Event | None] = None
     reached: ClassVar[asyncio.Event | None] = None
     lose_reply: ClassVar[set[str]] = set()
+    # Hold the next selection (a round's store step after its sweep and its write).
+    hold_selection: ClassVar[asyncio.Event | None] = None
+    selecting: ClassVar[asyncio.Event | None] = None
 
     async def candidates(self, user_id: str, query: str, limit: int | None) -> Any:
+        cls = type(self)
+        if cls.hold_selection is not None and cls.selecting is not None:
+            if not cls.selecting.is_set():
+                cls.selecting.set()
+                await cls.hold_selection.wait()
         if type(self).failures.get(user_id, 0) > 0:
             type(self).failures[user_id] -= 1
             raise InvalidInputError("the store step fails for good after its write (test)")
@@ -101,6 +111,8 @@ def store_class() -> type[Store]:
         hold = None
         reached = None
         lose_reply: ClassVar[set[str]] = set()
+        hold_selection = None
+        selecting = None
 
     return Fresh
 
@@ -313,3 +325,61 @@ async def test_a_lost_delete_reply_still_takes_the_forgotten_turns_out(
         assert not kit(mw).lose_reply, "no reply was lost: nothing tested"
         await retry(handle, failed)
         await settled_counts(mw, handle, user, lines, [x for x in lines if x in victim.content])
+
+
+async def test_a_row_the_running_retry_already_swept_is_forgotten_from_its_rows(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The retry of the failed round has swept the failed round's rows and stored its own (held
+    in its selection) when a row of the failed round is forgotten: the row is not there to
+    read any more, yet its lines leave the retry's rows, and the forget says it deleted it."""
+    started = time.monotonic()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url,
+        models=HeuristicMemoryModels(), store_cls=store_class(),
+    ) as mw:  # fmt: skip
+        user = f"swept-{uuid.uuid4().hex[:8]}"
+        lines = said("swept", 8)
+        handle, failed, rows = await fail_first(mw, user, turns(lines, time.time() - 3 * HOUR, 0))
+        victim = rows[0]
+        gone = [x for x in lines if x in victim.content]
+        assert gone
+        store = kit(mw)
+        store.hold_selection, store.selecting = asyncio.Event(), asyncio.Event()
+        await retry(handle, failed)
+        await asyncio.wait_for(store.selecting.wait(), 60)  # swept, written, now selecting
+        assert await mw.store.get(user, [victim.id]) == [], "the retry swept the row"
+        stored_again = [
+            f for f in await mw.store.all_for_user(user) if f.round_no != failed.round_no
+        ]
+        assert any(x in f.content for f in stored_again for x in gone), "its lines are back"
+        pending = await handle.start_update(
+            UserMemoryWorkflow.forget_fragment,
+            ForgetFragmentRequest(fragment_id=victim.id),
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+        )
+        store.hold_selection.set()
+        result = await asyncio.wait_for(pending.result(), 60)
+        stored = [f.content for f in await mw.store.all_for_user(user)]
+        back = sum(any(x in t for t in stored) for x in gone)
+        lost = sum(not any(x in t for t in stored) for x in lines if x not in gone)
+        assert result.deleted == 1, result
+        # The retry had indexed the turns before the forget came: they stay counted, as after
+        # a forget of any indexed row.
+        await settled_counts(mw, handle, user, lines, gone, turns_kept=len(lines))
+    reliability.record(
+        request,
+        key="forget-row-swept-by-running-retry",
+        kind="fault",
+        what="forget_fragment of a failed round's row after the running retry had swept it and "
+        "stored the same turns under its own ids",
+        happened=f"the forget waited for the retry and took the row's {len(gone)} lines out of "
+        f"the rows it stored (deleted={result.deleted}); forgotten lines back: {back}",
+        lost=lost,
+        duplicated=back,
+        started=started,
+    )
