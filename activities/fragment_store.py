@@ -239,12 +239,12 @@ class FragmentStore:
         out = self._call(fn)
         overtaken = [u for u in rows if self.epochs.current(u) > epoch]
         if overtaken:
-            self.epochs.refused += 1
             for user_id in overtaken:
                 self._call(
                     partial(self._delete_rows, ids_filter(checked_user(user_id), rows[user_id]))
                 )
             self._call(lambda c: self._flush(c))
+            self.epochs.refused += 1  # counted once its rows are gone again
             log.warning("a store write overtaken by a forget took its rows out again")
             raise StaleEpochError(
                 f"a store write of forget epoch {epoch} was overtaken by a forget: its rows "
