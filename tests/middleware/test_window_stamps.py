@@ -141,3 +141,23 @@ def test_a_round_of_a_skewed_caller_keeps_each_answer_after_its_question() -> No
     state_ops.absorb_submit(s, SubmitEvent(event_id="e", turns=turns), MemoryConfig(), T0 + 300)
     batch = state_ops.round_batch(s.threads["t"], 64)
     assert [t.content for t in batch] == [window.message_text(m) for m in msgs]
+
+
+def test_the_forget_epoch_is_stamped_once_on_messages_new_to_the_middleware() -> None:
+    """docs/ARCHITECTURE.md, "Forget epochs": a message keeps the epoch of the turn that added
+    it; one said before a forget never takes the epoch after it."""
+    owner = window.owner_of("ana")
+    old = HumanMessage("said before the forget", id="m1")
+    [old] = window.stamp_messages([old], 100.0, owner, epoch=0)
+    new = HumanMessage("said after it", id="m2")
+    stamped = window.stamp_messages([old, new], 200.0, owner, epoch=1)
+    assert [m.id for m in stamped] == ["m2"]
+    turns = window.to_turns([old, stamped[0]], "t", 300.0, "ana")
+    assert [t.epoch for t in turns] == [0, 1]
+    unknown = window.stamp_messages([HumanMessage("epoch unknown", id="m3")], 1.0, owner)
+    assert window.to_turns(unknown, "t", 2.0, "ana")[0].epoch is None
+    for bad in (True, -1, "2", 1.5):
+        assert (
+            window.message_epoch(HumanMessage("x", additional_kwargs={"mnemoflow_epoch": bad}))
+            is None
+        )

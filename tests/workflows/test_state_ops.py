@@ -362,6 +362,31 @@ def test_forget_fence_refuses_messages_said_before_it() -> None:
     assert [t.position for t in s.threads["a"].pending] == [4, 5]
 
 
+def test_the_forget_epoch_decides_whatever_the_time_stamps_say() -> None:
+    """docs/ARCHITECTURE.md, "Forget epochs": a message stamped with an epoch is judged by it
+    alone, one without by the time fence."""
+    s = UserMemoryState(forget_epoch=1, fence=T0 + 100)
+
+    def stamped(start: int, end: int, t: float, epoch: int | None) -> list[ChatTurn]:
+        return [x.model_copy(update={"epoch": epoch}) for x in turns("a", start, end, t)]
+
+    def absorb(event_id: str, batch: list[ChatTurn]) -> None:
+        event = SubmitEvent(event_id=event_id, turns=batch)
+        state_ops.absorb_submit(s, event, CFG, T0 + 300, epoch_rule=True)
+
+    absorb("before-ahead", stamped(0, 2, T0 + 110, 0))  # said before, clock 10 s+ ahead
+    absorb("after-behind", stamped(2, 4, T0 + 90, 1))  # said after, clock 10 s+ behind
+    absorb("unstamped-old", stamped(4, 6, T0 + 50, None))  # no epoch: the time fence
+    absorb("unstamped-new", stamped(6, 8, T0 + 150, None))
+    assert [t.position for t in s.threads["a"].pending] == [2, 3, 6, 7]
+    assert s.refused_stale == 2
+    # Histories from before the patch judge every message by its time.
+    old = UserMemoryState(forget_epoch=1, fence=T0 + 100)
+    event = SubmitEvent(event_id="x", turns=stamped(0, 2, T0 + 90, 1))
+    state_ops.absorb_submit(old, event, CFG, T0 + 300)
+    assert not old.threads
+
+
 def test_seen_identities_stay_bounded_and_old_resends_stay_refused() -> None:
     s = UserMemoryState()
     total = state_ops.MAX_SEEN_MESSAGES + 100
