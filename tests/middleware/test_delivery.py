@@ -45,6 +45,7 @@ from tests.support.drive import eventually
 from tests.support.invariants import Outcome, said_vs_stored
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
+from tests.support.replay import assert_replays
 from tests.support.temporal import RestartableDevServer, restartable_dev_server
 from tests.support.worker_process import worker_process
 
@@ -431,8 +432,10 @@ async def test_a_message_said_before_a_forget_is_never_indexed_after_it(
                 resurrected = int("4471-XQ" in stored) + int("new here" in stored)
                 kept = sum(line in stored for line in said_after)
                 assert resurrected == 0, stored
-                assert kept == len(said_after) and receipt.fence > 0
+                assert kept == len(said_after) and receipt.epoch == 1
                 assert status.watermarks["t"].indexed == status.watermarks["t"].accepted
+                # Stamped turns and a forget with epochs replay (patch forget-epochs).
+                await assert_replays(temporal, [client.workflow_id(user)], name="forget-epochs")
     reliability.record(
         request,
         key="forget-fence",

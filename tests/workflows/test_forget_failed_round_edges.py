@@ -33,6 +33,7 @@ from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import submit, wait_status
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
+from tests.support.replay import assert_replays
 
 HOUR = 3600.0
 CONFIG = MemoryConfig.from_vocation("customer service").model_copy(
@@ -371,6 +372,7 @@ async def test_a_row_the_running_retry_already_swept_is_forgotten_from_its_rows(
         # The retry had indexed the turns before the forget came: they stay counted, as after
         # a forget of any indexed row.
         await settled_counts(mw, handle, user, lines, gone, turns_kept=len(lines))
+        await assert_replays(dev_env.client, [handle.id], name="forget-swept-row")
     reliability.record(
         request,
         key="forget-row-swept-by-running-retry",
