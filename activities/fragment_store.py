@@ -269,9 +269,10 @@ class FragmentStore:
 
     async def forget_epoch(self, user_id: str) -> int:
         """The user's forget epoch record (0 without records)."""
+        checked_user(user_id)  # a usable user id, or InvalidInputError
         if self.epochs is None:
             return 0
-        return await asyncio.to_thread(self.epochs.current, checked_user(user_id))
+        return await asyncio.to_thread(self.epochs.current, user_id)
 
     def _call(self, fn: Callable[[MilvusClient], T]) -> T:
         client = self._connected()

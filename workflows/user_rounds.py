@@ -85,6 +85,10 @@ REMEMBERED_SKIPS_FORGOTTEN = "remembered-skips-forgotten"
 ROUND_REPUBLISHED = "round-republished-after-newer"
 #: Rounds whose swept rows this run keeps (UserRun.swept_rows).
 SWEPT_ROUNDS_KEPT = 8
+#: A round the store refused as of an older forget epoch than the user's record, with no forget
+#: of this workflow under way (a fresh history that could not read the record at its start):
+#: the workflow takes the record's epoch and the thread's next round goes at once.
+ROUND_TAKES_STORED_EPOCH = "round-takes-stored-epoch"
 
 
 async def number_above_stored(run: UserRun) -> None:
@@ -147,6 +151,11 @@ async def maybe_round(run: UserRun) -> bool:
             run.rounds_cancelled += 1
             return True
         state_ops.round_failed(s, record, failure_text(err), now, cfg, started, batch)
+        if _stale_epoch(err) and workflow.patched(ROUND_TAKES_STORED_EPOCH):
+            behind = s.forget_epoch
+            await number_above_stored(run)
+            if s.forget_epoch > behind:  # else the back-off holds (no loop of refused rounds)
+                s.threads[record.thread_id].not_before = 0.0
         return True
     except asyncio.CancelledError:
         run.round_record = None
@@ -191,6 +200,17 @@ async def maybe_round(run: UserRun) -> bool:
     if newer_meanwhile and not published and workflow.patched(ROUND_REPUBLISHED):
         await publish_held(run)
     return True
+
+
+def _stale_epoch(err: BaseException) -> bool:
+    """Whether a round failed because the store refused its write as of an older forget epoch
+    (models.errors.StaleEpochError, docs/ARCHITECTURE.md "Forget epochs")."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == "StaleEpoch":
+            return True
+        cause = cause.__cause__ if not isinstance(cause, FailureError) else cause.cause
+    return False
 
 
 def within_round_bytes(batch: list[ChatTurn]) -> list[ChatTurn]:
