@@ -40,7 +40,7 @@ from mnemoflow.models.contracts import (
     UserMemoryInput,
 )
 from mnemoflow.models.fragments import Fragment, theme_key
-from mnemoflow.models.ids import user_key, user_workflow_id
+from mnemoflow.models.ids import epoch_key, user_key, user_workflow_id
 from mnemoflow.models.params import TunedParams
 from mnemoflow.models.round_store import full_id, held_by_round, theme_ref, unpack_theme_cache
 from mnemoflow.workflows import state_ops
@@ -432,7 +432,11 @@ async def test_forgetting_the_user_waits_for_a_forget_fragment_republish(
         assert await mw.read_model.get(user) is None, "the forgotten user's context is back"
         assert await mw.store.all_for_user(user) == []
         left = [k async for k in mw.read_model.redis.scan_iter(match=f"{mw.read_model.prefix}*")]
-        assert not [k for k in left if user_key(user).encode() in k], left
+        # Only the user's forget epoch stays: one number, what refuses writes and messages from
+        # before the forget (docs/PRIVACY.md).
+        kept = epoch_key(mw.read_model.prefix, user).encode()
+        assert not [k for k in left if user_key(user).encode() in k and k != kept], left
+        assert await mw.read_model.redis.get(kept) == b"1"
 
 
 # --- the contents of the latest rounds' fragments, kept by the user workflow ---------------
