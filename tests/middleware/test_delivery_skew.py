@@ -11,26 +11,30 @@ before it comes back, none said after it is lost, whatever the writer's clock.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
 import time
 import uuid
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.outputs import ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.embeddings import HashingEmbeddings
 from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from tests.middleware.test_delivery import Ctx, line, settled
 from tests.support.chat import ReceiptModel, receipt
 from tests.support.drive import STARTED
-from tests.support.memory_worker import terminate_started
+from tests.support.memory_worker import memory_worker, terminate_started
 from tests.support.reliability import Ledger
 from tests.support.worker_process import worker_process
 
@@ -43,14 +47,33 @@ SKEWS = (-10.0, 0.0, 10.0)
 THREADS = ("shared", "shared", "side")
 
 
+class HeldModel(ReceiptModel):
+    """The receipt model, whose answer waits for the test once `hold` is set (a slow model
+    call: the turn spans whatever the test does meanwhile)."""
+
+    hold: ClassVar[asyncio.Event | None] = None
+    entered: ClassVar[asyncio.Event | None] = None
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        cls = type(self)
+        if cls.hold is not None and cls.entered is not None:
+            cls.entered.set()
+            await cls.hold.wait()
+        return self._generate(messages, stop)
+
+
 class SkewedWriter:
     """One agent process whose clock is `skew` seconds off the worker's."""
 
-    def __init__(self, client: MemoryClient, skew: float) -> None:
+    def __init__(
+        self, client: MemoryClient, skew: float, model: ReceiptModel | None = None
+    ) -> None:
         self.skew = skew
         self.memory = DurableMemoryMiddleware(client=client, clock=lambda: time.time() + skew)
         self.agent = create_agent(
-            ReceiptModel(), [], middleware=[self.memory], context_schema=Ctx,
+            model or ReceiptModel(), [], middleware=[self.memory], context_schema=Ctx,
             checkpointer=InMemorySaver(),
         )  # fmt: skip
 
@@ -158,5 +181,64 @@ async def test_skewed_writers_forgets_and_a_worker_kill_store_exactly_what_was_k
         f"{status.refused_stale} messages refused by their epoch",
         lost=lost,
         duplicated=duplicated,
+        started=started,
+    )
+
+
+async def test_a_turn_said_before_a_forget_by_a_clock_ahead_never_comes_back(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    """An agent whose clock runs 10 s ahead of the worker's starts a turn; its model call is
+    slow, and another process forgets the user meanwhile; the turn ends after the forget and
+    hands over its line and reply, stamped 10 s ahead (after the forget's time). Both were said
+    in a turn that began before the forget: refused. The agent's next turn is kept."""
+    started = time.monotonic()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        user = f"ahead-{uuid.uuid4().hex[:8]}"
+        async with mw.memory_client(redis_url) as ahead, mw.memory_client(redis_url) as other:
+            mw.track(ahead.workflow_id(user))
+            writer = SkewedWriter(ahead, 10.0, HeldModel())
+            before = "My first locker is 1187, near the pool."
+            said_before = [before, await writer.say(user, "t", before)]
+            assert await writer.memory.flush(timeout_s=30) == 0
+            secret = "My door code is 4471-XQ, keep it."
+            HeldModel.hold, HeldModel.entered = asyncio.Event(), asyncio.Event()
+            turn = asyncio.create_task(writer.say(user, "t", secret))
+            try:
+                await asyncio.wait_for(HeldModel.entered.wait(), 60)
+                receipt_ = await other.forget(user, "while the turn runs")
+            finally:
+                HeldModel.hold.set()
+                HeldModel.hold = HeldModel.entered = None
+            said_before += [secret, await asyncio.wait_for(turn, 60)]
+            assert await writer.memory.flush(timeout_s=30) == 0
+            after = "Please ship the order to the Leeds office."
+            said_after = [after, await writer.say(user, "t", after)]
+            assert await writer.memory.flush(timeout_s=30) == 0
+            status = await settled(ahead, user, ["t"])
+            texts = [f.content for f in await mw.store.all_for_user(user)]
+            back = sum(any(x in t for t in texts) for x in said_before)
+            kept = sum(sum(t.count(x) for t in texts) == 1 for x in said_after)
+            assert receipt_.epoch == 1 and status.refused_stale >= 2, status
+            assert back == 0, texts
+            assert kept == len(said_after), texts
+    reliability.record(
+        request,
+        key="forget-during-a-turn-clock-ahead",
+        kind="fault",
+        what="An agent with its clock 10 s ahead of the worker's starts a turn; another process "
+        "forgets the user while the turn's model call runs; the turn then hands its line and "
+        "reply over, stamped after the forget's time; then one more turn",
+        happened=f"the turn's {len(said_before) - 2} lines carried the epoch read at its start "
+        f"and were refused ({status.refused_stale} refused); lines from before the forget back: "
+        f"{back}; the next turn kept ({kept} of {len(said_after)} lines)",
+        lost=len(said_after) - kept,
+        duplicated=back,
         started=started,
     )
