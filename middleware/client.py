@@ -608,8 +608,9 @@ class MemoryClient:
         return await self.reader.forget_epoch(validate_user_id(user_id))
 
     def known_epoch(self, user_id: str) -> int | None:
-        """The highest forget epoch of the user this client saw, without I/O (None: none)."""
-        return self.reader.known_epoch(user_id)
+        """The highest forget epoch of the user this client saw, without I/O (None: none, or
+        a client without Redis, which stamps none)."""
+        return self.reader.known_epoch(user_id) if self.reader.redis is not None else None
 
     async def retry_round(self, user_id: str, event_id: str) -> RetryRoundResult:
         """Re-run a failed round (event id from `status().rounds`); ValueError if there is none

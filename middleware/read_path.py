@@ -75,15 +75,17 @@ class ContextReader:
         """The user's forget epoch, for the messages of a turn starting now: one Redis GET
         (0 when none was ever recorded), never lower than one seen before by this process
         (a forget's receipt, a context). When Redis does not answer in time, the highest seen
-        before, or None when none was (the messages then go unstamped: the time fence judges
-        them). Never raises."""
-        if self.redis is not None:
-            try:
-                async with asyncio.timeout(self.timeout_s):
-                    raw = await self.redis.get(epoch_key(self.key_prefix, uid))
-                self.saw_epoch(uid, int(raw) if raw is not None else 0)
-            except Exception as err:  # memory never fails a turn: the last epoch seen
-                log.debug("forget epoch unavailable: %r", err)
+        before (no forget completes while Redis is down: it records the epoch there first), or
+        None when none was. None without Redis: such a process would never learn of another
+        process's forget. Unstamped messages are judged by the time fence. Never raises."""
+        if self.redis is None:
+            return None
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                raw = await self.redis.get(epoch_key(self.key_prefix, uid))
+            self.saw_epoch(uid, int(raw) if raw is not None else 0)
+        except Exception as err:  # memory never fails a turn: the last epoch seen
+            log.debug("forget epoch unavailable: %r", err)
         return self._epochs.get(uid)
 
     def saw_epoch(self, uid: str, epoch: int) -> None:

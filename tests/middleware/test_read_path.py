@@ -11,7 +11,7 @@ import pytest
 from mnemoflow.middleware import read_path
 from mnemoflow.middleware.read_path import ContextReader
 from mnemoflow.models.contracts import ContextFragment, InjectedContext
-from mnemoflow.models.ids import context_key
+from mnemoflow.models.ids import context_key, epoch_key
 from tests.support.drive import eventually
 
 
@@ -127,3 +127,30 @@ async def test_a_background_answer_is_not_served_once_the_user_is_forgotten_anyw
         assert await reader.context(uid) is None
     finally:
         await reader.aclose()
+
+
+async def test_the_forget_epoch_is_read_per_turn_never_lowered_and_unknown_without_redis(
+    redis_url: str, unique_name: str
+) -> None:
+    """docs/ARCHITECTURE.md, "Forget epochs": what a turn's messages are stamped with."""
+    prefix = f"{unique_name}:"
+    reader = ContextReader(redis_url, prefix, 0.5, WorkflowAnswers())
+    try:
+        assert await reader.forget_epoch("ana") == 0  # never forgotten: no key
+        assert reader.redis is not None
+        await reader.redis.set(epoch_key(prefix, "ana"), 2)
+        assert await reader.forget_epoch("ana") == 2
+        await reader.redis.delete(epoch_key(prefix, "ana"))  # Redis lost it
+        assert await reader.forget_epoch("ana") == 2  # what this process saw stays
+    finally:
+        await reader.aclose()
+    down = ContextReader("redis://127.0.0.1:1/0", prefix, 0.2, WorkflowAnswers())
+    try:
+        assert await down.forget_epoch("ana") is None  # unknown: the turn goes unstamped
+        down.saw_epoch("ana", 3)  # e.g. its own forget's receipt
+        assert await down.forget_epoch("ana") == 3
+    finally:
+        await down.aclose()
+    without = ContextReader(None, prefix, 0.2, WorkflowAnswers())
+    without.saw_epoch("ana", 3)
+    assert await without.forget_epoch("ana") is None
