@@ -87,9 +87,9 @@ async def test_forget_during_a_round_write_leaves_nothing_behind(
             began = sum(line == "began" for line in log)
             refused = sum(line.startswith("ended refused") for line in log)
             count_after = await store.count(user)
+            assert count_after == 0, f"{count_after} rows landed after the forget: {log}"
             assert began >= 1 and refused >= 1, log
             assert receipt.rounds_cancelled == 1 and count_at_receipt == 0
-            assert count_after == 0, f"{count_after} rows landed after the forget: {log}"
             context = await memory.context(user)
             assert context is None or not context.fragments
             await memory.aclose()
