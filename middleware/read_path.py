@@ -76,10 +76,14 @@ class ContextReader:
         (0 when none was ever recorded), never lower than one seen before by this process
         (a forget's receipt, a context). When Redis does not answer in time, the highest seen
         before (no forget completes while Redis is down: it records the epoch there first), or
-        None when none was. None without Redis: such a process would never learn of another
-        process's forget. Unstamped messages are judged by the time fence. Never raises."""
+        None when none was. Without Redis, the workflow's `context` query says it (None when
+        the query fails: a process that kept an epoch it saw would never learn of another
+        process's forget). Unstamped messages are judged by the time fence. Never raises."""
         if self.redis is None:
-            return None
+            try:
+                return (await self._query(uid)).forget_epoch
+            except (MemoryUnavailableError, LookupError):
+                return None
         try:
             async with asyncio.timeout(self.timeout_s):
                 raw = await self.redis.get(epoch_key(self.key_prefix, uid))

@@ -151,6 +151,13 @@ async def test_the_forget_epoch_is_read_per_turn_never_lowered_and_unknown_witho
         assert await down.forget_epoch("ana") == 3
     finally:
         await down.aclose()
-    without = ContextReader(None, prefix, 0.2, WorkflowAnswers())
+    # Without Redis, the workflow's own answer says it; nothing when it cannot be asked.
+    answers = WorkflowAnswers()
+    without = ContextReader(None, prefix, 0.2, answers)
     without.saw_epoch("ana", 3)
-    assert await without.forget_epoch("ana") is None
+    assert await without.forget_epoch("ana") == 0 and answers.calls == ["ana"]
+
+    async def no_workflow(uid: str) -> InjectedContext:
+        raise LookupError("no workflow")
+
+    assert await ContextReader(None, prefix, 0.2, no_workflow).forget_epoch("ana") is None
