@@ -1,4 +1,5 @@
-"""The agent side of mnemoflow: the middleware, the client it shares with tools, and the tools."""
+"""The agent side of mnemoflow: the middleware, the client it shares with tools, the tools, and
+the LangGraph store."""
 
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.middleware.durable_memory import (
@@ -7,6 +8,7 @@ from mnemoflow.middleware.durable_memory import (
     SyncRunError,
 )
 from mnemoflow.middleware.settle import MemoryNotSettledError
+from mnemoflow.middleware.store import MnemoflowStore
 from mnemoflow.middleware.tools import memory_tools
 
 __all__ = [
@@ -14,6 +16,7 @@ __all__ = [
     "DurableMemoryState",
     "MemoryClient",
     "MemoryNotSettledError",
+    "MnemoflowStore",
     "SyncRunError",
     "memory_tools",
 ]

@@ -21,6 +21,7 @@ from langchain.tools import BaseTool, ToolRuntime, tool
 from langchain_core.messages import ToolMessage
 
 from mnemoflow.middleware.client import MemoryClient
+from mnemoflow.middleware.store_items import STORE_THEME_PREFIX
 from mnemoflow.middleware.window import resolve_user_id
 from mnemoflow.models.errors import InvalidInputError
 from mnemoflow.models.ids import validate_user_id
@@ -48,6 +49,13 @@ def forgotten_by(message: ToolMessage) -> list[str] | None:
     if not isinstance(artifact, dict) or FORGET_ARTIFACT not in artifact:
         return None
     return [str(i) for i in artifact[FORGET_ARTIFACT] or ()]
+
+
+def _tool_theme(theme: str) -> str:
+    """The theme the model asked for; the store's own (`store:<key>`, middleware/store_items.py)
+    is not the model's to write, or a remembered fact would pass for a store item."""
+    theme = theme.strip()
+    return "remembered" if not theme or theme.startswith(STORE_THEME_PREFIX) else theme
 
 
 def _user(runtime: ToolRuntime[Any, Any]) -> str:
@@ -79,7 +87,7 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
             result = await client.remember(
                 user_id,
                 text,
-                theme=theme.strip() or "remembered",
+                theme=_tool_theme(theme),
                 types=IMPORTANCE_TYPES[importance],
                 event_id=event_id,
                 timeout_s=client.tool_timeout_s,
