@@ -184,22 +184,26 @@ class MnemoflowStore(BaseStore):
         await self._forget(user, op.key, keep=result.fragment_id)
 
     async def _forget(self, user: str, key: str, *, keep: str | None) -> None:
-        """Forget the key's fragments older than `keep` (all of them when None)."""
+        """After a put of `keep`: forget every fragment of the key but the newest. After a
+        delete (`keep` None): forget all of them.
+
+        Two puts of one key at once (two processes) each read the corpus after their own
+        fragment is in it, so at least one of them sees both and forgets the older: the newest
+        put wins, as readers already take it, and no stale value stays in the injected context.
+        """
         items, _ = await self._items(user, fresh=True)
         versions = items.versions.get(key, [])
-        kept = next((v for v in versions if v.fragment_id == keep), None)
-        if keep is not None and kept is None:
-            # The corpus missed the new fragment (Redis failed during the put): older versions
-            # would be read in its place, so they go too; a round's reconcile adds it.
-            log.warning("store put of a key not yet in the search corpus; older versions forgotten")
-        for version in versions:
-            if version.fragment_id == keep:
-                continue
-            if kept is not None and (version.created_at, version.fragment_id) > (
-                kept.created_at,
-                kept.fragment_id,
-            ):
-                continue  # a put that came later (another process) wins
+        drop = versions
+        if keep is not None:
+            if any(v.fragment_id == keep for v in versions):
+                drop = versions[:-1]  # oldest first: all but the newest
+            else:
+                # The corpus missed the new fragment (Redis failed during the put): an older
+                # version would be read in its place, so all of them go; a round's reconcile
+                # adds the new one.
+                log.warning("a store put is not in the search corpus yet; older versions forgotten")
+                drop = [v for v in versions if v.fragment_id != keep]
+        for version in drop:
             await self.client.forget_fragment(user, version.fragment_id)
         self._cache.pop(user, None)
 
