@@ -75,10 +75,23 @@ def store_theme(key: str) -> str:
     return f"{STORE_THEME_PREFIX}{key}"
 
 
+def _str_keys(value: Any, path: str = "value") -> None:
+    """JSON would turn a key 1 into "1" silently, and `get` must return what was put."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"a store value must be plain JSON: {path} has the key {k!r}")
+            _str_keys(v, f"{path}[{k!r}]")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _str_keys(v, f"{path}[{i}]")
+
+
 def encode_value(value: Any) -> str:
     """The JSON a value is remembered as; ValueError naming what is wrong."""
     if not isinstance(value, Mapping):
         raise ValueError(f"a store value is a JSON object (a dict), got {type(value).__name__}")
+    _str_keys(value)
     try:
         text = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as err:
