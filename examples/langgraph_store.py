@@ -18,7 +18,7 @@ import os
 import sys
 import uuid
 
-from mnemoflow import MnemoflowStore, Settings, connect
+from mnemoflow import MemoryOutageGuard, MnemoflowStore, Settings, connect
 from mnemoflow.ops.target import NoTargetError, resolve_target
 from mnemoflow.worker.memory_client import memory_client
 
@@ -66,6 +66,7 @@ async def agent_demo(store: MnemoflowStore, user: str) -> None:
         ChatDeepSeek(model="deepseek-chat"),
         tools=[create_manage_memory_tool(NAMESPACE), create_search_memory_tool(NAMESPACE)],
         store=store,
+        middleware=[MemoryOutageGuard()],  # memory down: the tool answers, the turn goes on
         checkpointer=InMemorySaver(),
     )
     for thread, text in [

@@ -7,6 +7,7 @@ from mnemoflow.middleware.durable_memory import (
     DurableMemoryState,
     SyncRunError,
 )
+from mnemoflow.middleware.outage_guard import MemoryOutageGuard
 from mnemoflow.middleware.settle import MemoryNotSettledError
 from mnemoflow.middleware.store import MnemoflowStore
 from mnemoflow.middleware.tools import memory_tools
@@ -16,6 +17,7 @@ __all__ = [
     "DurableMemoryState",
     "MemoryClient",
     "MemoryNotSettledError",
+    "MemoryOutageGuard",
     "MnemoflowStore",
     "SyncRunError",
     "memory_tools",

@@ -7,7 +7,8 @@ The public API, importable from here:
 - `connect`, `Settings` and `memory_client`: connect a Temporal client with the project's data
   converter, from settings read once at process start, and build a `MemoryClient` on them;
 - `MnemoflowStore`: LangGraph's `BaseStore` over a `MemoryClient` (for `create_agent(store=...)`
-  and LangMem's memory tools);
+  and LangMem's memory tools), and `MemoryOutageGuard`, which keeps a turn going when such a
+  tool finds memory down;
 - `MemoryConfig`: the memory model's knobs (preset, budgets, gates).
 
 Names resolve lazily (PEP 562): the Temporal worker's sandbox imports `mnemoflow.workflows...`,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
         DurableMemoryMiddleware,
         MemoryClient,
         MemoryNotSettledError,
+        MemoryOutageGuard,
         MnemoflowStore,
         memory_tools,
     )
@@ -39,6 +41,7 @@ _EXPORTS = {
     "memory_tools": "mnemoflow.middleware",
     "MemoryNotSettledError": "mnemoflow.middleware",
     "MnemoflowStore": "mnemoflow.middleware",
+    "MemoryOutageGuard": "mnemoflow.middleware",
     "memory_client": "mnemoflow.worker.memory_client",
     "MemoryConfig": "mnemoflow.models.config",
     "connect": "mnemoflow.worker.client",
@@ -50,6 +53,7 @@ __all__ = [
     "MemoryClient",
     "MemoryConfig",
     "MemoryNotSettledError",
+    "MemoryOutageGuard",
     "MnemoflowStore",
     "Settings",
     "connect",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -18,9 +19,14 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 from langmem import create_manage_memory_tool, create_search_memory_tool
 from pydantic import Field
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
 
-from mnemoflow import MnemoflowStore
+from mnemoflow import MemoryClient, MemoryOutageGuard, MnemoflowStore
+from mnemoflow.devstack.processes import free_port
+from mnemoflow.middleware.outage_guard import OUTAGE_REPLY
 from mnemoflow.middleware.store_items import STORE_THEME_PREFIX
+from mnemoflow.models.errors import MemoryUnavailableError
 from tests.middleware.conftest import LiveMemory
 
 pytestmark = pytest.mark.integration
@@ -150,3 +156,47 @@ async def test_the_memory_tools_cannot_plant_a_store_item(live_memory: LiveMemor
     store = MnemoflowStore(live_memory.client)
     assert await store.aget(("memories", user), "planted") is None
     assert await store.asearch(("memories", user)) == []
+
+
+async def test_memory_down_during_a_langmem_tool_call_does_not_fail_the_turn(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    """No worker polls the client's task queue and its Redis is not there: the store raises
+    MemoryUnavailableError (never "not found"), and with MemoryOutageGuard mounted the model is
+    told so and the turn goes on; without it the turn fails."""
+    said, fact, question, query, _ = CASES["english"]
+    script = {
+        said: ("manage_memory", {"content": fact, "action": "create"}),
+        question: ("search_memory", {"query": query}),
+    }
+    user = f"langmem-down-{uuid.uuid4().hex[:8]}"
+    async with MemoryClient(
+        temporal=dev_env.client,
+        task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
+        redis=f"redis://127.0.0.1:{free_port()}/0",
+        update_timeout_s=1.0,
+        redis_timeout_s=0.3,
+        close_timeout_s=1.0,
+    ) as down:
+        store = MnemoflowStore(down)
+        tools = [create_manage_memory_tool(NAMESPACE), create_search_memory_tool(NAMESPACE)]
+        guarded = create_agent(
+            ToolScript(script=script),
+            tools,
+            store=store,
+            middleware=[MemoryOutageGuard()],
+            checkpointer=InMemorySaver(),
+        )
+        for thread, text in (("t1", said), ("t2", question)):
+            messages = await ask(guarded, user, thread, text)
+            reply = next(m for m in messages if m.type == "tool")
+            assert reply.content == OUTAGE_REPLY and reply.status == "error"
+            assert str(messages[-1].content).startswith("From memory:")  # the turn went on
+
+        bare = agent_on(store, script)
+        with pytest.raises(MemoryUnavailableError):
+            await ask(bare, user, "t3", question)
+    try:  # the put started the user's workflow, which no worker will ever run
+        await dev_env.client.get_workflow_handle(down.workflow_id(user)).terminate()
+    except RPCError:
+        pass
