@@ -170,8 +170,7 @@ async def test_worker_killed_mid_activity_second_worker_completes_the_round(
         happened=f"{killed_during} heartbeat timed out (10 s), attempt {max(attempts)} ran on "
         f"the second worker; round completed {completed_after:.0f} s after the kill, "
         f"{outcome.fragments} fragments; the next turn was indexed",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )
 
@@ -234,7 +233,6 @@ async def test_temporal_dev_server_restarted_mid_conversation(
         happened="a hand-over while it was down failed fast with MemoryUnavailableError (the "
         "turn goes on, the next turn re-sends); client and in-process worker reconnected on "
         f"their own; {outcome.rounds} rounds completed, {outcome.fragments} fragments",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )

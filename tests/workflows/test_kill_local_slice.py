@@ -109,6 +109,7 @@ async def test_worker_killed_in_the_local_slice_attempt_round_settles_on_the_oth
                 # The first worker is inside its local attempt (30 s bound, its model takes
                 # 120 s): no activity of the round is scheduled yet.
                 assert await closed_at(client, round_id) is None
+                assert marks(first_marks) == ["slice local"], "not in the local attempt any more"
                 os.kill(first.pid, signal.SIGKILL)
                 killed_at = time.time()
                 first.wait(timeout=10)
@@ -178,7 +179,6 @@ async def test_worker_killed_in_the_local_slice_attempt_round_settles_on_the_oth
         happened=f"the round's task timed out and the second worker replayed it, sliced "
         f"locally again and completed it {settled_after:.1f} s after the kill (55 s task "
         f"timeout before: 54.5 s); {report.fragments} fragments, {len(said)} lines said",
-        lost=report.lost,
-        duplicated=report.duplicated,
+        outcome=report,
         started=started,
     )
