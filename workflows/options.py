@@ -65,7 +65,7 @@ LOCAL_LLM_RETRY = RetryPolicy(
 # hands the task to another worker only once this timeout has passed, which then makes the
 # local attempt again (nothing of it was recorded). So this is what a SIGKILL during a local
 # attempt stalls a round: at 55 s (both local bounds with a quarter to spare) a round settled
-# 52-55 s after the kill; at Temporal's default of 10 s, about 11 s
+# 52-55 s after the kill; at Temporal's default of 10 s, 4-10 s
 # (tests/workflows/test_kill_local_slice.py). What it costs: past 80 % of the timeout the SDK
 # completes the task and opens a new one to keep it alive, three more history events and one
 # more task each 8 s a local attempt runs (measured: 24.8 events and 4.8 tasks a round at 5 s
