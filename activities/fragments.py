@@ -452,8 +452,9 @@ class FragmentActivities:
 
     @activity.defn(name=ActivityName.DELETE_FRAGMENTS)
     async def delete_fragments(self, inp: DeleteFragmentsInput) -> DeleteFragmentsOutput:
-        """Delete some (ids) or all (ids None) of the user's fragments; idempotent."""
-        async with _permanent_errors():
+        """Delete some (ids) or all (ids None) of the user's fragments; idempotent. Heartbeats
+        while it runs, so a forget whose worker died is retried elsewhere in seconds."""
+        async with _permanent_errors(), heartbeating():
             if inp.ids is None:
                 deleted = await self.store.delete_user(inp.user_id)
                 if self.corpus is not None:

@@ -14,8 +14,8 @@ the workflow refused), checked before any call to Temporal.
 Timeouts: the hot path's (`query_timeout_s`, at most 2 s: a turn must not wait longer), the
 operator's (`operator_timeout_s`, for scripts: `status`, `settle`), the updates'
 (`update_timeout_s`, 60 s, for scripts) and the memory tools' (`tool_timeout_s`, 10 s: a tool
-call inside a turn waits at most this long for its update, then tells the model memory is
-unavailable).
+call inside a turn waits at most this long for its updates, then tells the model what it knows:
+a forget the workflow accepted and has not finished yet is pending, not failed).
 
 Delivery (docs/ARCHITECTURE.md, "Delivery"): the middleware hands messages to `hand_over`,
 which never raises; the client's outbox (middleware/outbox.py) retries every hand-over in the
@@ -33,6 +33,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -45,6 +46,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import PydanticPayloadConverter
@@ -119,6 +121,13 @@ TOOL_TIMEOUT_S = 10.0
 #: Failure types of an update the workflow refused as bad input: InvalidInputError's, and what
 #: an update validator raising ValueError or TypeError turns into.
 REFUSED_TYPES = frozenset({InvalidInputError.type, "ValueError", "TypeError"})
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An update the workflow accepted and had not finished by the caller's deadline."""
+
+    run_id: str | None
 
 
 def check_timeout(name: str, value: Any) -> float:
@@ -567,23 +576,62 @@ class MemoryClient:
         *,
         timeout_s: float | None = None,
         quotes: bool = False,
+        update_id: str | None = None,
+        deadline: float | None = None,
     ) -> ForgetFragmentResult:
         """Delete one of the user's fragments (0 deleted when it is not theirs); waits up to
-        `timeout_s` (default `update_timeout_s`). With `quotes`, its words are also cut out of
-        the messages not stored yet and of the other conversation rows that quote them (the
-        "remember this" line a remembered fact came from, a reply that read it back)."""
+        `timeout_s` (default `update_timeout_s`), or until `deadline` (a time.monotonic()
+        value) when given. With `quotes`, its words are also cut out of the messages not stored
+        yet and of the other conversation rows that quote them (the "remember this" line a
+        remembered fact came from, a reply that read it back).
+
+        With `update_id` the forget is sent under that id (sent again with it, it is the same
+        forget) and a deadline that ends after the workflow accepted it but before it finished
+        (a worker killed mid-forget: the forget completes once another worker takes the user
+        workflow over) returns `pending=True` instead of raising; `forget_fragment_result`
+        waits for the outcome. MemoryUnavailableError only when it was not even accepted."""
         uid = validate_user_id(user_id)
         seconds = self._update_seconds(timeout_s)
         request = _request(ForgetFragmentRequest, fragment_id=fragment_id, quotes=quotes)
         try:
-            return await self._update(
+            out = await self._update(
                 uid,
                 UserMemoryWorkflow.forget_fragment,
                 request,
-                deadline=time.monotonic() + seconds,
+                deadline=deadline if deadline is not None else time.monotonic() + seconds,
+                update_id=update_id,
             )
         except LookupError:
             return ForgetFragmentResult(deleted=0)
+        if isinstance(out, _Pending):
+            return ForgetFragmentResult(
+                deleted=0, pending=True, update_id=update_id, run_id=out.run_id
+            )
+        return out  # type: ignore[no-any-return]
+
+    async def forget_fragment_result(
+        self, user_id: str, pending: ForgetFragmentResult, *, timeout_s: float | None = None
+    ) -> ForgetFragmentResult:
+        """The outcome of a forget that `forget_fragment` reported `pending`, waiting up to
+        `timeout_s` (default `update_timeout_s`); MemoryUnavailableError when it has not
+        finished by then (it still will)."""
+        uid = validate_user_id(user_id)
+        seconds = self._update_seconds(timeout_s)
+        if pending.update_id is None:
+            raise InvalidInputError("not a pending forget: it names no update")
+        handle = self._handle(uid).get_update_handle_for(
+            UserMemoryWorkflow.forget_fragment, pending.update_id, workflow_run_id=pending.run_id
+        )
+        try:
+            return await asyncio.wait_for(
+                handle.result(rpc_timeout=self._rpc(seconds)), timeout=seconds + 0.25
+            )
+        except WorkflowUpdateFailedError as err:
+            raise MemoryUnavailableError(f"memory update failed: {err.cause or err}") from err
+        except (WorkflowUpdateRPCTimeoutOrCancelledError, TimeoutError, RPCError) as err:
+            raise MemoryUnavailableError(
+                f"the forget {pending.update_id} has not finished within {seconds:.3g} s: {err!r}"
+            ) from err
 
     async def forget(self, user_id: str, reason: str = "user request") -> ForgetReceipt:
         """Forget the user entirely (the workflow's forget saga); returns its receipt.
@@ -737,7 +785,13 @@ class MemoryClient:
             raise MemoryUnavailableError(f"memory query failed: {err!r}") from err
 
     async def _update(
-        self, uid: str, update: Any, request: Any, *, deadline: float | None = None
+        self,
+        uid: str,
+        update: Any,
+        request: Any,
+        *,
+        deadline: float | None = None,
+        update_id: str | None = None,
     ) -> Any:
         """Execute an update by `deadline` (a time.monotonic() value; default `update_timeout_s`
         from now). LookupError when the user has no workflow; InvalidInputError when the
@@ -745,6 +799,10 @@ class MemoryClient:
         MemoryUnavailableError when memory did not answer by the deadline (no worker polling,
         a store down so the workflow cannot finish the request, Temporal unreachable) or the
         update failed for any other reason.
+
+        With `update_id`: sent under that id, and once the workflow accepted it (durably, an
+        UpdateAccepted event in its history), a deadline that ends before its result returns
+        `_Pending`: the workflow finishes an accepted update, on another worker if one dies.
 
         An update the server aborted because the workflow run closed under it (it continued as
         new while the update waited) is sent again to the new run, within the deadline: every
@@ -755,6 +813,8 @@ class MemoryClient:
         while True:
             left = max(deadline - time.monotonic(), 0.05)
             try:
+                if update_id is not None:
+                    return await self._accepted_update(uid, update, request, deadline, update_id)
                 # The rpc timeout bounds each of the SDK's calls (accepted, then the result:
                 # up to twice it); this bounds the whole update. Leaving early is safe: the
                 # workflow still finishes the update, and every update is idempotent.
@@ -783,6 +843,30 @@ class MemoryClient:
                 raise MemoryUnavailableError(f"memory update failed: {err}") from err
             except (RuntimeError, RPCTimeoutOrCancelledError) as err:  # the lazy connect failed
                 raise MemoryUnavailableError(f"memory update failed: {err}") from err
+
+    async def _accepted_update(
+        self, uid: str, update: Any, request: Any, deadline: float, update_id: str
+    ) -> Any:
+        """`_update`'s body with an id: wait for the workflow to accept the update, then for
+        its result until `deadline`; `_Pending` when the deadline ends after the acceptance."""
+        left = max(deadline - time.monotonic(), 0.05)
+        started = await asyncio.wait_for(
+            self._handle(uid).start_update(
+                update,
+                request,
+                id=update_id,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                rpc_timeout=self._rpc(left),
+            ),
+            timeout=left + 0.25,
+        )
+        left = max(deadline - time.monotonic(), 0.05)
+        try:
+            return await asyncio.wait_for(
+                started.result(rpc_timeout=self._rpc(left)), timeout=left + 0.25
+            )
+        except (WorkflowUpdateRPCTimeoutOrCancelledError, TimeoutError):
+            return _Pending(started.workflow_run_id)  # accepted: the workflow finishes it
 
     async def _query_context(self, uid: str) -> InjectedContext:
         return await self._query(uid, UserMemoryWorkflow.context)  # type: ignore[no-any-return]

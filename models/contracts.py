@@ -653,11 +653,20 @@ class ForgetFragmentRequest(BaseModel):
 
 class ForgetFragmentResult(BaseModel):
     """How many rows were deleted (0 when the id was not the user's), the profile facts that
-    came only from that fragment and were removed, and whether the read model was republished."""
+    came only from that fragment and were removed, and whether the read model was republished.
+
+    `pending` (set by MemoryClient, never by the workflow): the workflow accepted the forget
+    (an UpdateAccepted event in its history) but had not finished it when the caller's deadline
+    ended; it finishes it (a worker that dies is replaced), and `update_id` (of the run
+    `run_id`) names it for `MemoryClient.forget_fragment_result`. `deleted` is then 0: not
+    known yet."""
 
     deleted: int
     profile_facts_removed: int = 0
     republished: bool = False
+    pending: bool = False
+    update_id: str | None = None
+    run_id: str | None = None
 
 
 class ForgetRequest(BaseModel):

@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.round_store import round_of
     from mnemoflow.models.turns import identity_digest, turn_identity
     from mnemoflow.workflows import state_ops
-    from mnemoflow.workflows.options import store_activity
+    from mnemoflow.workflows.options import STORE_HEARTBEAT, store_activity
     from mnemoflow.workflows.remembered import (
         REMEMBER_PUBLISHES,
         with_remembered,
@@ -236,14 +236,16 @@ async def _forget_stored_quotes(run: UserRun, rows: list[Fragment]) -> None:
 
 
 async def _delete(run: UserRun, inp: DeleteFragmentsInput, summary: str) -> DeleteFragmentsOutput:
-    """The delete activity, counted as a write in flight (the forget saga waits for those)."""
+    """The delete activity, counted as a write in flight (the forget saga waits for those).
+    It heartbeats: a worker killed mid-forget is noticed after STORE_HEARTBEAT and another
+    worker deletes again (idempotent), not after the store's start-to-close (60 s)."""
     run.writes_in_flight += 1
     try:
         return await workflow.execute_activity(
             ActivityName.DELETE_FRAGMENTS,
             inp,
             result_type=DeleteFragmentsOutput,
-            **store_activity(summary),
+            **store_activity(summary, heartbeat=STORE_HEARTBEAT),
         )
     finally:
         run.writes_in_flight -= 1

@@ -21,6 +21,7 @@ from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.middleware import MemoryClient
 from mnemoflow.models.round_store import STORE_ROUND
 from tests.support.drive import STARTED, conversation, eventually, submit, wait_status
+from tests.support.invariants import said_vs_stored
 from tests.support.memory_worker import terminate_started
 from tests.support.reliability import Ledger
 from tests.support.worker_process import worker_process
@@ -81,6 +82,8 @@ async def test_forget_during_a_round_write_leaves_nothing_behind(
             assert not pending, "no write of the round is left to land"
             count_after = await store.count(user)
             assert receipt.rounds_cancelled == 1 and count_at_receipt == count_after == 0
+            outcome = await said_vs_stored(store, user, None, {}, forgotten=LINES)
+            assert outcome.clean, outcome
             context = await memory.context(user)
             assert context is None or not context.fragments
             await memory.aclose()
@@ -97,8 +100,7 @@ async def test_forget_during_a_round_write_leaves_nothing_behind(
         "(a write that cancelling cannot stop)",
         happened="the forget cancelled the round and deleted only after the round's writes "
         f"ended; receipt: {receipt.rounds_cancelled} round cancelled, {receipt.fragments_deleted} "
-        "fragments deleted; 0 rows left",
-        lost=0,
-        duplicated=count_after,
+        f"fragments deleted; {count_after} rows left",
+        outcome=outcome,
         started=started,
     )
