@@ -224,6 +224,13 @@ class UserMemoryState(BaseModel):
         default_factory=dict,
         description="digest of a pruned idle thread -> its horizon, so re-sends stay refused",
     )
+    seen_archive: str = Field(
+        "",
+        description="identities that left their thread's `seen` (past MAX_SEEN_MESSAGES, or a "
+        "pruned idle thread), oldest first: base64 of a fixed-width hash of (thread, identity) "
+        "each (workflows/state_ops.py, `archived`), so a late message older than the horizon is "
+        "refused only when it was seen",
+    )
     profile_sources: dict[str, list[str]] = Field(
         default_factory=dict,
         description="profile fact key (models.profile.profile_facts) -> fragment ids it came from",

@@ -7,7 +7,9 @@ in (the workflow gives `workflow.now()`), nothing here reads a clock or does I/O
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import base64
+import hashlib
+from collections.abc import Callable, Collection
 
 from mnemoflow.memory.text import normalise
 from mnemoflow.memory.triggers import induction_due_at, slice_due_at
@@ -50,6 +52,13 @@ MAX_PUBLISHED_THREADS = 50
 MAX_IDLE_THREADS = 200
 MAX_FORGET_RECEIPTS = 20
 MAX_SEEN_MESSAGES = 4096
+#: Identities that left `seen` are archived (`UserMemoryState.seen_archive`), this many per user
+#: at most, ARCHIVE_KEY_BYTES each (a hash of thread and identity: 64 bits, so a new message
+#: matching any of 32,768 archived ones by chance is about 2e-15): 350 KB of base64 at the
+#: bound. Past it the oldest go, and a re-send of one of those is stored again (a duplicate):
+#: the archive errs only on the side of storing, never refuses what it did not see.
+MAX_ARCHIVED_MESSAGES = 32_768
+ARCHIVE_KEY_BYTES = 8
 MAX_FACT_SOURCES = 32
 MAX_FORGOTTEN_FRAGMENTS = 512
 #: Failed rounds of one thread whose rows its next round deletes (older ones stay stored).
@@ -78,6 +87,7 @@ def absorb_submit(
     cfg: MemoryConfig,
     now: float,
     horizon_at_now: bool = False,
+    archive_rule: Callable[[], bool] | None = None,
 ) -> None:
     """Accept an event's turns once: by event id, then each message by its identity within its
     thread (docs/ARCHITECTURE.md, "Message identity"). A turn is refused when its identity was
@@ -87,12 +97,20 @@ def absorb_submit(
     `horizon_at_now` (workflows/user_memory.py, HORIZON_AT_NOW_PATCH): a horizon that moves past
     forgotten identities, or that a pruned thread keeps, never passes `now`. A message stamped
     ahead of the workflow's clock (a caller's clock running ahead) would otherwise set a horizon
-    in the future, and every later line of its thread would be refused until that time."""
+    in the future, and every later line of its thread would be refused until that time.
+
+    `archive_rule` (workflows/user_memory.py, SEEN_ARCHIVE_PATCH; asked only where its answer
+    changes what is accepted): identities that left `seen` are kept in `seen_archive`, and a
+    message not in `seen` is refused when it is archived, never for its time alone: a late line
+    a second writer said before the horizon is stored (docs/ARCHITECTURE.md, "Message
+    identity"). Without it (histories from before), a line at or before the horizon is refused.
+    """
     if not _remember(s.seen_event_ids, event.event_id, MAX_SEEN_EVENTS):
         return
     if event.chat_usage is not None:  # the agent's chat tokens, counted once per event id
         s.ledger.chat = s.ledger.chat + event.chat_usage
     touched: set[str] = set()
+    archive = _ArchiveCheck(s, archive_rule)
     for turn in sorted(event.turns, key=lambda t: (t.thread_id, t.time, t.position)):
         if turn.time <= s.fence:
             continue
@@ -100,7 +118,7 @@ def absorb_submit(
         if horizon_at_now and ts.horizon > MAX_SECONDS_HORIZON:
             ts.horizon = horizon_in_seconds(ts.horizon)
         digest = identity_digest(turn_identity(turn))
-        if digest in ts.seen or turn.time <= ts.horizon:
+        if digest in ts.seen or archive.refuses(turn.thread_id, digest, turn.time <= ts.horizon):
             continue
         if len(turn.content) > cfg.max_turn_chars:
             turn = turn.model_copy(update={"content": turn.content[: cfg.max_turn_chars]})
@@ -153,6 +171,59 @@ def stamped_ahead(s: UserMemoryState, events: list[SubmitEvent], now: float) -> 
     )
 
 
+def archive_key(thread_id: str, digest: str) -> bytes:
+    """What `seen_archive` keeps of one identity of a thread (`identity_digest`)."""
+    raw = f"{thread_id}\x1f{digest}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).digest()[:ARCHIVE_KEY_BYTES]
+
+
+def _archived_in(raw: bytes, key: bytes) -> bool:
+    """Whether `key` is one of the fixed-width entries of `raw` (aligned, not a straddle)."""
+    at = raw.find(key)
+    while at >= 0:
+        if at % ARCHIVE_KEY_BYTES == 0:
+            return True
+        at = raw.find(key, at + 1)
+    return False
+
+
+def archived(s: UserMemoryState, thread_id: str, digest: str) -> bool:
+    """Whether the identity (its `identity_digest`) left the thread's `seen` into the archive."""
+    return bool(s.seen_archive) and _archived_in(
+        base64.b64decode(s.seen_archive), archive_key(thread_id, digest)
+    )
+
+
+def archive_seen(s: UserMemoryState, thread_id: str, digests: Collection[str]) -> None:
+    """Keep identities that leave a thread's `seen` (bounded: the oldest go first)."""
+    if not digests:
+        return
+    raw = base64.b64decode(s.seen_archive) + b"".join(archive_key(thread_id, d) for d in digests)
+    s.seen_archive = base64.b64encode(raw[-MAX_ARCHIVED_MESSAGES * ARCHIVE_KEY_BYTES :]).decode()
+
+
+class _ArchiveCheck:
+    """`absorb_submit`'s look-ups in the archive: decoded once per event, and the workflow's
+    patch asked only where the new rule and the old one disagree."""
+
+    def __init__(self, s: UserMemoryState, rule: Callable[[], bool] | None) -> None:
+        self._s = s
+        self._rule = rule
+        self._raw: bytes | None = None
+
+    def refuses(self, thread_id: str, digest: str, past_horizon: bool) -> bool:
+        """Whether a message not in its thread's `seen` is refused: archived (new rule), or at
+        or before the horizon (the rule of histories recorded before the archive)."""
+        if self._rule is None or (not past_horizon and not self._s.seen_archive):
+            return past_horizon
+        if self._raw is None:
+            self._raw = base64.b64decode(self._s.seen_archive)
+        seen = _archived_in(self._raw, archive_key(thread_id, digest))
+        if seen == past_horizon:
+            return seen
+        return seen if self._rule() else past_horizon
+
+
 def thread_state(s: UserMemoryState, thread_id: str) -> ThreadState:
     """The thread's state, created on first use (a pruned thread comes back with its horizon)."""
     ts = s.threads.get(thread_id)
@@ -164,14 +235,16 @@ def thread_state(s: UserMemoryState, thread_id: str) -> ThreadState:
 
 def _bound_seen(s: UserMemoryState, now: float, at_now: bool) -> None:
     """Keep at most MAX_SEEN_MESSAGES identities per user: the thread remembering the most
-    forgets its oldest accepted ones that are not pending, and its horizon moves past them.
+    forgets its oldest accepted ones that are not pending, and its horizon moves past them;
+    they are archived (`archive_seen`), so a re-send of one is still recognised.
 
     `at_now`: the horizon never passes `now`, and identities stamped ahead of `now` are
-    forgotten last (a re-send of one forgotten is accepted again: a possible duplicate of a
-    message with a wrong clock, where a future horizon lost every later line)."""
+    forgotten last (before the archive, a re-send of one forgotten was accepted again: a
+    possible duplicate of a message with a wrong clock, where a future horizon lost every later
+    line)."""
     total = sum(len(t.seen) for t in s.threads.values())
     while total > MAX_SEEN_MESSAGES:
-        ts = max(s.threads.values(), key=lambda t: len(t.seen))
+        thread_id, ts = max(s.threads.items(), key=lambda kv: len(kv[1].seen))
         pending = {identity_digest(turn_identity(t)) for t in ts.pending}
         kept = [d for d in ts.seen if d not in pending]
         if at_now:
@@ -182,6 +255,7 @@ def _bound_seen(s: UserMemoryState, now: float, at_now: bool) -> None:
         for digest in drop:
             stamp = ts.seen.pop(digest)
             ts.horizon = max(ts.horizon, min(stamp, now) if at_now else stamp)
+        archive_seen(s, thread_id, drop)
         total -= len(drop)
 
 
@@ -244,6 +318,7 @@ def _prune_idle_threads(s: UserMemoryState, now: float, at_now: bool) -> None:
     idle = sorted((t.last_seen, k) for k, t in s.threads.items() if not t.pending)
     for _, key in idle[: len(s.threads) - MAX_IDLE_THREADS]:
         ts = s.threads.pop(key)
+        archive_seen(s, key, list(ts.seen))
         horizon = max(ts.horizon, *ts.seen.values(), 0.0)
         s.retired_threads[identity_digest(key)] = min(horizon, now) if at_now else horizon
     for old in list(s.retired_threads)[:-MAX_RETIRED_THREADS]:

@@ -59,6 +59,7 @@ class UserMemoryWorkflow:
     def __init__(self, inp: UserMemoryInput) -> None:
         self._run = UserRun.start(inp)
         self._horizon_rule: bool | None = None  # HORIZON_AT_NOW_PATCH, once asked in this run
+        self._archive_rule: bool | None = None  # SEEN_ARCHIVE_PATCH, once asked in this run
 
     @workflow.run
     async def run(self, inp: UserMemoryInput) -> None:
@@ -99,8 +100,16 @@ class UserMemoryWorkflow:
 
     def _absorb(self) -> None:
         now = workflow.now().timestamp()
-        absorb(self._run, now, self._horizon_at_now(now))
+        absorb(self._run, now, self._horizon_at_now(now), self._seen_archive)
         describe(self._run)
+
+    def _seen_archive(self) -> bool:
+        """Whether a message older than its thread's horizon is refused only when it is in the
+        archive of identities that left `seen` (SEEN_ARCHIVE_PATCH). Asked only where the
+        answer changes what is accepted; once asked, the answer holds for the run."""
+        if self._archive_rule is None:
+            self._archive_rule = workflow.patched(SEEN_ARCHIVE_PATCH)
+        return self._archive_rule
 
     def _horizon_at_now(self, now: float) -> bool:
         """Whether absorbing keeps horizons at or before `now` (HORIZON_AT_NOW_PATCH). The patch
@@ -267,6 +276,12 @@ STORED_FLOOR_PATCH = "fresh-history-numbers-above-stored"
 #: passes the workflow's clock (state_ops.absorb_submit): it changes which lines are accepted,
 #: so histories recorded before it replay the old rule.
 HORIZON_AT_NOW_PATCH = "horizon-at-now"
+
+#: A message older than its thread's horizon is refused only when the archive of identities
+#: that left `seen` holds it (state_ops.absorb_submit): past 4,096 remembered messages a late
+#: line a second writer said earlier was refused with no error. Histories recorded before it
+#: replay the horizon rule.
+SEEN_ARCHIVE_PATCH = "seen-archive"
 
 
 #: The longest timer the loop sets: the longest timedelta. A deadline past it (a turn stamped
