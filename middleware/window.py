@@ -223,24 +223,33 @@ def message_owners(messages: Sequence[BaseMessage], owner: str) -> list[str]:
 
     A stamped message has its stamp. An unstamped one was added by a turn that failed before
     the middleware stamped it (a sync invoke, a bad user id), or before owner stamps existed,
-    or it is the current turn's input:
-    - from the latest human message on, it is the current turn's: the current user's;
-    - earlier, after the current user's messages only (or none), it is theirs: a user's
-      failed turn is stored with their next one;
-    - earlier, after another user's message, it is nobody's (`UNKNOWN_OWNER`): it may be a
-      line of that user's failed turn or a line of the current user's input (a list of
-      several messages), and the list alone cannot tell which, so it is stored for neither.
+    or by other middleware after memory's last hook saw the list, or it is the current turn's
+    input. It belongs to the user whose turn added it, and when the list cannot tell whose that
+    was, to nobody (`UNKNOWN_OWNER`): a thread id several users share must never hand one
+    user's line to another (docs/ARCHITECTURE.md, "Message identity", ownership):
+    - from the latest human message on, it is the current turn's, the current user's, when
+      that human message is theirs (stamped with `owner`, or unstamped: the turn's input);
+      after another user's stamped question it was added in that user's turn: nobody's here;
+    - earlier, after the current user's messages only, it is theirs: a user's failed turn is
+      stored with their next one; with no stamped message before it, it is theirs only when no
+      message of the list is stamped another user's;
+    - earlier, after another user's message, it is nobody's: it may be a line of that user's
+      failed turn or a line of the current user's input (a list of several messages), and the
+      list alone cannot tell which, so it is stored for neither.
     """
     latest = last_human_position(messages)
+    stamps = [_owner_stamp(m) for m in messages]
+    asker = stamps[latest] if latest is not None else None
+    turn_is_theirs = asker is None or asker == owner
+    shared = any(s is not None and s != owner for s in stamps)
     owners: list[str] = []
     previous: str | None = None
-    for position, message in enumerate(messages):
-        stamp = _owner_stamp(message)
+    for position, stamp in enumerate(stamps):
         if stamp is not None:
             previous = stamp
         elif latest is not None and position >= latest:
-            stamp = owner
-        elif previous is None or previous == owner:
+            stamp = owner if turn_is_theirs else UNKNOWN_OWNER
+        elif previous == owner or (previous is None and not shared):
             stamp = owner
         else:
             stamp = UNKNOWN_OWNER
