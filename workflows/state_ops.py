@@ -61,6 +61,8 @@ MAX_ARCHIVED_MESSAGES = 32_768
 ARCHIVE_KEY_BYTES = 8
 MAX_FACT_SOURCES = 32
 MAX_FORGOTTEN_FRAGMENTS = 512
+#: Human messages a forget refused or dropped, whose turn's later messages it refuses too.
+MAX_FENCED_TURNS = 1024
 #: Failed rounds of one thread whose rows its next round deletes (older ones stay stored).
 MAX_FAILED_ROUNDS = 32
 MAX_RETIRED_THREADS = 1000
@@ -88,6 +90,7 @@ def absorb_submit(
     now: float,
     horizon_at_now: bool = False,
     archive_rule: Callable[[], bool] | None = None,
+    late_rule: Callable[[], bool] | None = None,
 ) -> None:
     """Accept an event's turns once: by event id, then each message by its identity within its
     thread (docs/ARCHITECTURE.md, "Message identity"). A turn is refused when its identity was
@@ -104,7 +107,10 @@ def absorb_submit(
     message not in `seen` is refused when it is archived, never for its time alone: a late line
     a second writer said before the horizon is stored (docs/ARCHITECTURE.md, "Message
     identity"). Without it (histories from before), a line at or before the horizon is refused.
-    """
+
+    `late_rule` (FORGET_COVERS_LATE_TURNS_PATCH, asked only where it changes what is kept):
+    what a forget covers is refused, or cut, however late it is delivered
+    (`covered_by_forget`)."""
     if not _remember(s.seen_event_ids, event.event_id, MAX_SEEN_EVENTS):
         return
     if event.chat_usage is not None:  # the agent's chat tokens, counted once per event id
@@ -113,6 +119,7 @@ def absorb_submit(
     archive = _ArchiveCheck(s, archive_rule)
     for turn in sorted(event.turns, key=lambda t: (t.thread_id, t.time, t.position)):
         if turn.time <= s.fence:
+            fenced(s, [turn])
             continue
         ts = thread_state(s, turn.thread_id)
         if horizon_at_now and ts.horizon > MAX_SECONDS_HORIZON:
@@ -120,6 +127,11 @@ def absorb_submit(
         digest = identity_digest(turn_identity(turn))
         if digest in ts.seen or archive.refuses(turn.thread_id, digest, turn.time <= ts.horizon):
             continue
+        kept = covered_by_forget(s, turn, late_rule)
+        if kept is None:
+            s.refused_after_forget += 1
+            continue
+        turn = kept
         if len(turn.content) > cfg.max_turn_chars:
             turn = turn.model_copy(update={"content": turn.content[: cfg.max_turn_chars]})
         ts.pending.append(turn)
@@ -169,6 +181,55 @@ def stamped_ahead(s: UserMemoryState, events: list[SubmitEvent], now: float) -> 
         )
         or any(h > now for h in s.retired_threads.values())
     )
+
+
+def was_forgotten(s: UserMemoryState) -> bool:
+    """Whether the user was ever forgotten whole (a fence is set, a receipt kept)."""
+    return s.fence > 0 or bool(s.forget_receipts)
+
+
+def fenced(s: UserMemoryState, turns: Collection[ChatTurn]) -> None:
+    """Remember the human messages a forget refused or dropped: the rest of their turn (a
+    reply made after the forget, in a turn that began before it) follows them out."""
+    for turn in turns:
+        if turn.role == "human":
+            _remember(s.fenced_turns, identity_digest(turn_identity(turn)), MAX_FENCED_TURNS)
+
+
+def forgotten_with_quotes(s: UserMemoryState, fragment_id: str) -> None:
+    """A fragment forgotten with its quotes: a message delivered later that quotes it
+    (`ChatTurn.quotes`) loses those words (`covered_by_forget`)."""
+    _remember(s.forgotten_quoting, fragment_id, MAX_FORGOTTEN_FRAGMENTS)
+
+
+def covered_by_forget(
+    s: UserMemoryState, turn: ChatTurn, rule: Callable[[], bool] | None
+) -> ChatTurn | None:
+    """The turn as it may be kept, or None when a forget covers it whole
+    (docs/ARCHITECTURE.md, "Invariants": forget), however late it arrives:
+    - re-sent without a time stamp (`unstamped`) after the user was forgotten: when it was said
+      is unknown, and a copy of what was forgotten must not come back;
+    - added to a turn whose human message a forget refused or dropped (`turn_of`): a reply
+      made after a whole-user forget, in a turn that began before it;
+    - quoting a fragment forgotten with its quotes (`quotes`): those words are cut out, and a
+      turn left with nothing is refused.
+    `rule` (the workflow's patch) is asked only when the answer changes what is kept; without
+    one, or when it says no (histories from before), the turn is kept as it came."""
+    out: ChatTurn | None = turn
+    if (turn.unstamped and was_forgotten(s)) or (
+        turn.turn_of and identity_digest(turn.turn_of) in s.fenced_turns
+    ):
+        out = None
+    elif turn.quotes and s.forgotten_quoting:
+        gone = set(s.forgotten_quoting)
+        texts = [q for fid, qs in turn.quotes.items() if fid in gone for q in qs]
+        rest = cut_quotes(turn.content, texts) if texts else turn.content
+        if rest != turn.content:
+            left = any(c.isalnum() for c in rest)
+            out = turn.model_copy(update={"content": rest, "quotes": {}}) if left else None
+    if out is turn or rule is None or not rule():
+        return turn
+    return out
 
 
 def archive_key(thread_id: str, digest: str) -> bytes:
@@ -854,6 +915,7 @@ def forget_all(s: UserMemoryState, clear_backoff: bool = False) -> int:
     dropped = len(s.pending_reinforce)
     for ts in s.threads.values():
         dropped += len(ts.pending)
+        fenced(s, ts.pending)
         ts.accepted -= len(ts.pending)  # accepted == indexed + pending: these were dropped
         ts.pending = []
         ts.urgent = False

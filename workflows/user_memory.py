@@ -60,6 +60,7 @@ class UserMemoryWorkflow:
         self._run = UserRun.start(inp)
         self._horizon_rule: bool | None = None  # HORIZON_AT_NOW_PATCH, once asked in this run
         self._archive_rule: bool | None = None  # SEEN_ARCHIVE_PATCH, once asked in this run
+        self._late_rule: bool | None = None  # FORGET_COVERS_LATE_TURNS_PATCH, likewise
 
     @workflow.run
     async def run(self, inp: UserMemoryInput) -> None:
@@ -100,8 +101,15 @@ class UserMemoryWorkflow:
 
     def _absorb(self) -> None:
         now = workflow.now().timestamp()
-        absorb(self._run, now, self._horizon_at_now(now), self._seen_archive)
+        absorb(self._run, now, self._horizon_at_now(now), self._seen_archive, self._late_turns)
         describe(self._run)
+
+    def _late_turns(self) -> bool:
+        """Whether what a forget covers is refused or cut however late it is delivered
+        (FORGET_COVERS_LATE_TURNS_PATCH); asked only where the answer changes what is kept."""
+        if self._late_rule is None:
+            self._late_rule = workflow.patched(FORGET_COVERS_LATE_TURNS_PATCH)
+        return self._late_rule
 
     def _seen_archive(self) -> bool:
         """Whether a message older than its thread's horizon is refused only when it is in the
@@ -282,6 +290,12 @@ HORIZON_AT_NOW_PATCH = "horizon-at-now"
 #: line a second writer said earlier was refused with no error. Histories recorded before it
 #: replay the horizon rule.
 SEEN_ARCHIVE_PATCH = "seen-archive"
+
+#: What a forget covers is refused, or cut, however late it is delivered
+#: (state_ops.covered_by_forget): a copy re-sent without a time stamp after the user was
+#: forgotten, a reply of a turn whose question the forget refused, words quoting a fragment
+#: forgotten with its quotes. Histories recorded before it kept such turns.
+FORGET_COVERS_LATE_TURNS_PATCH = "forget-covers-late-turns"
 
 
 #: The longest timer the loop sets: the longest timedelta. A deadline past it (a turn stamped

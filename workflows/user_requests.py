@@ -189,6 +189,8 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
                 running = None
             await _forget_failed_round_turns(run, thread_id, made_in, rows, running)
         if quotes and out.deleted:
+            # A message still in an agent's outbox that quotes it loses the words on arrival.
+            state_ops.forgotten_with_quotes(run.state, req.fragment_id)
             cut = _forget_pending_quotes(run, rows)
             if thread_id is None:
                 # A round running when the forget came, or started while it deleted, may

@@ -121,13 +121,16 @@ def absorb(
     now: float,
     horizon_at_now: bool = False,
     archive_rule: Callable[[], bool] | None = None,
+    late_rule: Callable[[], bool] | None = None,
 ) -> None:
     """Fold every inbox into the durable state, in a fixed order (submits before the requests
     that act on their turns: a consolidate right after a hand-over must see its turns).
-    `horizon_at_now`, `archive_rule`: see state_ops.absorb_submit (the workflow's patches
-    decide)."""
+    `horizon_at_now`, `archive_rule`, `late_rule`: see state_ops.absorb_submit (the workflow's
+    patches decide)."""
     for event in run.submits:
-        state_ops.absorb_submit(run.state, event, run.config, now, horizon_at_now, archive_rule)
+        state_ops.absorb_submit(
+            run.state, event, run.config, now, horizon_at_now, archive_rule, late_rule
+        )
     for used in run.reinforcements:
         state_ops.absorb_reinforce(run.state, used)
     run.submits.clear()
@@ -177,4 +180,5 @@ def status_of(run: UserRun, history_length: int) -> UserStatus:
         history_length=history_length,
         config=run.config_change or run.config,
         forget_pending=run.forget_request is not None,
+        refused_after_forget=run.state.refused_after_forget,
     )
