@@ -238,8 +238,9 @@ class UserMemoryState(BaseModel):
     )
     forgotten_quoting: list[str] = Field(
         default_factory=list,
-        description="fragment ids forgotten with their quotes (bounded): a message that arrives "
-        "later quoting one of them (`ChatTurn.quotes`) has those words cut out",
+        description="fragment ids forgotten (bounded), as soon as their rows are deleted: a "
+        "reply that arrives later stamped as quoting one of them (`ChatTurn.quotes`) has those "
+        "words cut out",
     )
     refused_after_forget: int = Field(
         0,

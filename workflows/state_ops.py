@@ -197,9 +197,33 @@ def fenced(s: UserMemoryState, turns: Collection[ChatTurn]) -> None:
 
 
 def forgotten_with_quotes(s: UserMemoryState, fragment_id: str) -> None:
-    """A fragment forgotten with its quotes: a message delivered later that quotes it
-    (`ChatTurn.quotes`) loses those words (`covered_by_forget`)."""
+    """A fragment forgotten (deleted): a reply delivered later that the middleware stamped as
+    quoting it (`ChatTurn.quotes`: words it took from the injected fragment) loses those words
+    (`covered_by_forget`)."""
     _remember(s.forgotten_quoting, fragment_id, MAX_FORGOTTEN_FRAGMENTS)
+
+
+def replies_quoting(s: UserMemoryState, fragment_id: str) -> bool:
+    """Whether a pending turn is stamped as quoting the fragment (`ChatTurn.quotes`)."""
+    return any(fragment_id in t.quotes for ts in s.threads.values() for t in ts.pending)
+
+
+def cut_replies_quoting(s: UserMemoryState, fragment_id: str) -> int:
+    """Cut the words pending replies took from a forgotten fragment (`ChatTurn.quotes`) out of
+    them, as `covered_by_forget` does on arrival; a reply left with nothing leaves (it stays an
+    accepted identity, out of the counts). Returns how many turns changed."""
+    changed = 0
+    for thread_id, ts in s.threads.items():
+        parts: list[tuple[ChatTurn, str | None]] = []
+        for turn in ts.pending:
+            texts = turn.quotes.get(fragment_id)
+            rest = cut_quotes(turn.content, texts) if texts else turn.content
+            if rest != turn.content:
+                parts.append((turn, rest if any(c.isalnum() for c in rest) else None))
+        if parts:
+            s.refused_after_forget += sum(left is None for _, left in parts)
+            changed += forget_turns(s, thread_id, parts)
+    return changed
 
 
 def covered_by_forget(

@@ -291,11 +291,9 @@ HORIZON_AT_NOW_PATCH = "horizon-at-now"
 #: replay the horizon rule.
 SEEN_ARCHIVE_PATCH = "seen-archive"
 
-#: What a forget covers is refused, or cut, however late it is delivered
-#: (state_ops.covered_by_forget): a copy re-sent without a time stamp after the user was
-#: forgotten, a reply of a turn whose question the forget refused, words quoting a fragment
-#: forgotten with its quotes. Histories recorded before it kept such turns.
-FORGET_COVERS_LATE_TURNS_PATCH = "forget-covers-late-turns"
+#: What a forget covers is refused, or cut, however late it is delivered (one patch id with
+#: forget_fragment's cut of pending replies: user_requests.FORGET_COVERS_LATE_TURNS).
+FORGET_COVERS_LATE_TURNS_PATCH = user_requests.FORGET_COVERS_LATE_TURNS
 
 
 #: The longest timer the loop sets: the longest timedelta. A deadline past it (a turn stamped

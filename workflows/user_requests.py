@@ -61,6 +61,12 @@ FORGET_FAILED_ROUND_TURNS = "forget-failed-round-turns"
 FORGET_FRAGMENT_WAITS_REINFORCE = "forget-fragment-waits-reinforce"
 #: A forgotten row is read first and cut out of the pending turns that quote it (patch id).
 FORGET_PENDING_QUOTES = "forget-pending-quotes"
+#: What a forget covers is refused, or cut, however late it is delivered
+#: (state_ops.covered_by_forget): a copy re-sent without a time stamp after the user was
+#: forgotten, a reply of a turn whose question the forget refused, and the words a reply took
+#: from a fragment forgotten since, on arrival and while it waits for its round
+#: (state_ops.cut_replies_quoting). Histories recorded before it kept such turns.
+FORGET_COVERS_LATE_TURNS = "forget-covers-late-turns"
 
 #: forget_fragment keeps a fact only when another kept fragment states it (privacy first: one
 #: credited to a whole batch goes, and the batch's other fragments are inducted again).
@@ -184,13 +190,19 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
         )
         if rows and not out.deleted:  # there when read: an earlier attempt's reply was lost
             out = out.model_copy(update={"deleted": len(rows)})
+        if out.deleted:
+            # A reply that read it back and is still in an agent's outbox, or waits here for
+            # its round, loses the words it took from it (docs/ARCHITECTURE.md, "Invariants").
+            state_ops.forgotten_with_quotes(run.state, req.fragment_id)
+            if state_ops.replies_quoting(run.state, req.fragment_id) and workflow.patched(
+                FORGET_COVERS_LATE_TURNS
+            ):
+                state_ops.cut_replies_quoting(run.state, req.fragment_id)
         if thread_id is not None and made_in is not None:
             if running is not None and running.thread_id != thread_id:
                 running = None
             await _forget_failed_round_turns(run, thread_id, made_in, rows, running)
         if quotes and out.deleted:
-            # A message still in an agent's outbox that quotes it loses the words on arrival.
-            state_ops.forgotten_with_quotes(run.state, req.fragment_id)
             cut = _forget_pending_quotes(run, rows)
             if thread_id is None:
                 # A round running when the forget came, or started while it deleted, may

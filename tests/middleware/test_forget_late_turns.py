@@ -27,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from tests.middleware.test_delivery import Writer, settled
 from tests.middleware.test_forget_other_client import Agent, detail, shows, two_clients
+from tests.support.drive import eventually
 from tests.support.invariants import said_vs_stored
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
@@ -102,7 +103,9 @@ async def test_unstamped_copies_resynced_after_a_forget_stay_forgotten(
     )
 
 
+@pytest.mark.parametrize("quotes", [True, False], ids=["with-quotes", "the-fragment-only"])
 async def test_a_reply_quoting_a_memory_still_in_the_outbox_loses_it_when_forgotten_elsewhere(
+    quotes: bool,
     dev_env: WorkflowEnvironment,
     milvus_uri: str,
     redis_url: str,
@@ -116,9 +119,9 @@ async def test_a_reply_quoting_a_memory_still_in_the_outbox_loses_it_when_forgot
 
         @tool
         async def check_unit(ref: str) -> str:
-            """Look a unit up (meanwhile another client forgets detail 2, with its quotes)."""
+            """Look a unit up (meanwhile another client forgets detail 2)."""
             for row in rows:
-                result = await other.forget_fragment(user, row.id, quotes=True)
+                result = await other.forget_fragment(user, row.id, quotes=quotes)
                 assert result.deleted == 1
             return f"unit {ref}: in use"
 
@@ -140,11 +143,11 @@ async def test_a_reply_quoting_a_memory_still_in_the_outbox_loses_it_when_forgot
     assert kept_details == [1, 3]  # what was not forgotten stays
     reliability.record(
         request,
-        key="forget-quoted-reply-in-outbox",
+        key=f"forget-quoted-reply-in-outbox{'' if quotes else '-plain'}",
         kind="fault",
         what="A model reply reads an injected memory back; while it waits in the agent's "
-        "outbox (the turn is still running) another client forgets that memory with its "
-        "quotes",
+        "outbox (the turn is still running) another client forgets that memory "
+        f"({'with its quotes' if quotes else 'the fragment only'})",
         happened="the reply carried which injected fragment's words it quotes; the workflow "
         f"cut them on arrival ({len(back)} forgotten words stored; the reply's other "
         f"words kept, {status.watermarks['asks'].indexed} lines indexed)",
@@ -207,3 +210,30 @@ async def test_a_reply_made_after_a_whole_forget_in_a_turn_begun_before_is_not_s
         duplicated=outcome.duplicated + sum(bool(v) for v in back.values()),
         started=started,
     )
+
+
+async def test_a_delivered_reply_waiting_for_its_round_loses_a_memory_forgotten_meanwhile(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """The same reply, delivered before the forget but not stored yet (its round not due): a
+    forget of the fragment alone cuts the words the reply took from it."""
+    async with two_clients(dev_env, milvus_uri, redis_url) as (mw, user, other, client):
+        rows = [f for f in await mw.store.all_for_user(user) if shows(f.content, user, 3)]
+        assert rows, "detail 3 was not stored: nothing to forget"
+        agent = Agent(client)
+        agent.model.script = [AIMessage(f"Yes: {detail(user, 3)} Anything else today?")]
+        prompts = await agent.ask(user, "waits", f"What is the gate code of unit {user}-3?")
+        assert shows(prompts[0], user, 3), "detail 3 was not injected"
+        assert await agent.memory.flush() == 0
+
+        async def waiting() -> bool:  # delivered, its round not due
+            status = await client.status(user)
+            return status is not None and status.pending_turns >= 2
+
+        await eventually(waiting, deadline_s=30, what="the reply accepted, waiting for its round")
+        for row in rows:
+            assert (await other.forget_fragment(user, row.id)).deleted == 1
+        await settled(client, user, ["waits"])
+        text = await stored_text(mw, user)
+    assert shows(text, user, 3) == [], text
+    assert "Anything else today?" in text and f"unit {user}-3?" in text
