@@ -210,8 +210,9 @@ def replies_quoting(s: UserMemoryState, fragment_id: str) -> bool:
 
 def cut_replies_quoting(s: UserMemoryState, fragment_id: str) -> int:
     """Cut the words pending replies took from a forgotten fragment (`ChatTurn.quotes`) out of
-    them, as `covered_by_forget` does on arrival; a reply left with nothing leaves (it stays an
-    accepted identity, out of the counts). Returns how many turns changed."""
+    them, as `covered_by_forget` does on arrival, and out of their stamps; a reply left with
+    nothing leaves (it stays an accepted identity, out of the counts). Returns how many turns
+    changed."""
     changed = 0
     for thread_id, ts in s.threads.items():
         parts: list[tuple[ChatTurn, str | None]] = []
@@ -223,6 +224,13 @@ def cut_replies_quoting(s: UserMemoryState, fragment_id: str) -> int:
         if parts:
             s.refused_after_forget += sum(left is None for _, left in parts)
             changed += forget_turns(s, thread_id, parts)
+        # The forgotten words leave the stamps too: they would travel on in rounds and state.
+        ts.pending = [
+            t.model_copy(update={"quotes": {k: v for k, v in t.quotes.items() if k != fragment_id}})
+            if fragment_id in t.quotes
+            else t
+            for t in ts.pending
+        ]
     return changed
 
 

@@ -89,6 +89,7 @@ def test_words_a_reply_took_from_a_forgotten_fragment_are_cut_on_arrival_and_pen
     assert state_ops.replies_quoting(s, "f1")
     assert state_ops.cut_replies_quoting(s, "f1") == 1
     assert pending_texts(s) == ["You said: Anything else?"]
+    assert s.threads["t"].pending[0].quotes == {}  # the words leave the stamp too
     late = turn(1, "ai", f"Again: {CODE}", T0 + 20, quotes={"f1": [CODE]})
     other = turn(2, "ai", f"Unrelated: {CODE}", T0 + 30, quotes={"f2": [CODE]})
     absorb(s, "e2", [late, other], True)

@@ -11,20 +11,27 @@ hand-overs in batches and a round after each, counting what was said against wha
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
     InjectedContext,
     RoundRecord,
     RoundResult,
     SubmitEvent,
+    UserMemoryInput,
     UserMemoryState,
 )
 from mnemoflow.models.turns import ChatTurn, turn_identity
 from mnemoflow.models.usage import PriceTable
 from mnemoflow.workflows import state_ops
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+from tests.support.drive import eventually
+from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
 
 CFG = MemoryConfig.from_vocation("customer service")
@@ -177,3 +184,46 @@ def test_without_the_patch_the_horizon_rule_replays() -> None:
     submit(s, "second-0", [line("second", 0, T0 + 10.5)], T0 + SAID + 60, rule)
     assert not s.threads["shared"].pending
     assert rule.asked == 1
+
+
+@pytest.mark.integration
+async def test_the_user_workflow_stores_the_late_line_past_4096_messages(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """The production wiring: a user workflow run carrying the state of 4,505 stored lines
+    (continue-as-new input, as a long-lived user's run has it) takes the second client's late
+    line through its loop, the patch asked there, and a re-send of the first lines not again."""
+    s, stored = UserMemoryState(), Stored()
+    said = said_by_first(s, stored, Rule())
+    assert s.threads["shared"].horizon > T0 + 10.5 and s.seen_archive
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        async with mw.memory_client(redis_url) as client:
+            user = f"archive-{uuid.uuid4().hex[:8]}"
+            mw.track(client.workflow_id(user))
+            await dev_env.client.start_workflow(
+                UserMemoryWorkflow.run,
+                UserMemoryInput(user_id=user, config=client.config, state=s),
+                id=client.workflow_id(user),
+                task_queue=mw.task_queue,
+            )
+            late = line("second", 0, T0 + 10.5)
+            await client.submit(user, [late, *said[:50]])
+
+            async def took() -> bool:
+                status = await client.status(user)
+                return (
+                    status is not None
+                    and status.pending_events == 0
+                    and bool(status.watermarks.get("shared"))
+                    and status.watermarks["shared"].accepted > SAID
+                )
+
+            await eventually(took, deadline_s=60, what="the late line absorbed")
+            status = await client.status(user)
+    assert status is not None
+    mark = status.watermarks["shared"]
+    assert mark.accepted == SAID + 1  # the late line, and none of the re-sent ones
+    # its round may already have run (the line was said long ago: mature)
+    assert (mark.indexed, status.pending_turns) in ((SAID, 1), (SAID + 1, 0))
