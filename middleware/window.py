@@ -39,6 +39,10 @@ TURN_KEY = "mnemoflow_turn"
 #: fragment id -> the words of that injected fragment a reply quotes: cut out when the fragment
 #: is forgotten with its quotes before the reply is delivered (docs/ARCHITECTURE.md, forget).
 QUOTES_KEY = "mnemoflow_quotes"
+#: Set on a message the middleware stamped with its own clock although it was said before the
+#: turn that first saw it: when it was said is unknown, so a user workflow that forgot its user
+#: refuses it (`ChatTurn.unstamped`), as it refuses copies re-sent with no stamp.
+TIME_ASSUMED_KEY = "mnemoflow_time_assumed"
 #: Messages other middleware writes from earlier ones (LangChain's summaries): not said by
 #: anyone, so never stored as memory.
 DERIVED_SOURCES = frozenset({"summarization"})
@@ -204,6 +208,7 @@ def stamp_messages(
     """
     owners = message_owners(messages, owner) if owner is not None else None
     times = stamp_times(messages, now)
+    latest = last_human_position(messages)
     stamped: list[AnyMessage] = []
     for position, message in enumerate(messages):
         if message.id is None:
@@ -211,6 +216,10 @@ def stamp_messages(
         kwargs = dict(message.additional_kwargs)
         if message_time(message) is None:
             kwargs[TIME_KEY] = times[position]
+            if owners is not None and not _owner_stamp(message) and position < (latest or 0):
+                # Never seen by memory and before this turn's input (a thread an app restored
+                # from its own database, a failed turn's line): when it was said is unknown.
+                kwargs[TIME_ASSUMED_KEY] = True
         if owners is not None and not _owner_stamp(message):
             kwargs[OWNER_KEY] = owners[position]
             if _stamped_identity(message) is None:
@@ -441,7 +450,8 @@ def to_turns(
                 time=times[position],
                 name=None if message.name is None else clean_text(message.name),
                 message_id=_resent_identity(message) if resent else message_identity(message),
-                unstamped=resent and message_time(message) is None,
+                unstamped=(resent and message_time(message) is None)
+                or message.additional_kwargs.get(TIME_ASSUMED_KEY) is True,
                 turn_of=_turn_of(message),
                 quotes=_quotes(message),
             )

@@ -103,6 +103,42 @@ async def test_unstamped_copies_resynced_after_a_forget_stay_forgotten(
     )
 
 
+async def test_a_thread_restored_unstamped_into_the_agent_after_a_forget_stays_forgotten(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """The same copies restored into a new process's graph state instead (no resync): the
+    middleware stamps them at the next turn with its clock, but marks that it cannot know when
+    they were said, so the forgotten user's workflow refuses them; the new turn is stored."""
+    tag = uuid.uuid4().hex[:8]
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        async with mw.memory_client(redis_url) as client:
+            user = f"restore-{tag}"
+            mw.track(client.workflow_id(user))
+            writer = Writer(client, [], True, time.time() - 2 * HOUR)
+            before = [f"My boat mooring number is {tag}-{n}{n}, berth {n}." for n in range(3)]
+            for text in before:
+                await writer.say(user, "dock", text)
+            assert await writer.memory.flush() == 0
+            await settled(client, user, ["dock"])
+            await client.forget(user, reason="user asked")
+            config = {"configurable": {"thread_id": "dock"}}
+            kept = (await writer.agent.aget_state(config)).values["messages"]
+            restarted = Writer(client, [], True, time.time() + 5)  # a new process, after it
+            copies = [type(m)(content=m.content) for m in kept]  # the app's rows: words only
+            await restarted.agent.aupdate_state(config, {"messages": copies})
+            newer = f"Move my boat {tag} to the east pontoon."
+            said_after = [newer, await restarted.say(user, "dock", newer)]
+            assert await restarted.memory.flush() == 0
+            status = await settled(client, user, ["dock"])
+            text = await stored_text(mw, user)
+            outcome = await said_vs_stored(mw.store, user, status, {"dock": said_after})
+    assert not any(line in text for line in before), text
+    assert (outcome.lost, outcome.duplicated) == (0, 0), (outcome, text)
+    assert status.refused_after_forget >= len(copies)
+
+
 @pytest.mark.parametrize("quotes", [True, False], ids=["with-quotes", "the-fragment-only"])
 async def test_a_reply_quoting_a_memory_still_in_the_outbox_loses_it_when_forgotten_elsewhere(
     quotes: bool,
