@@ -242,6 +242,11 @@ class UserMemoryState(BaseModel):
         "reply that arrives later stamped as quoting one of them (`ChatTurn.quotes`) has those "
         "words cut out",
     )
+    forgotten_lines: list[str] = Field(
+        default_factory=list,
+        description="digests of the lines of rows forgotten with their quotes (bounded, no "
+        "words): a copy of one re-sent without a time stamp is refused",
+    )
     refused_after_forget: int = Field(
         0,
         description="messages refused, or cut to nothing, because a forget covers them (besides "

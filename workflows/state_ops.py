@@ -203,6 +203,18 @@ def forgotten_with_quotes(s: UserMemoryState, fragment_id: str) -> None:
     _remember(s.forgotten_quoting, fragment_id, MAX_FORGOTTEN_FRAGMENTS)
 
 
+def line_digest(text: str) -> str:
+    """What the state keeps of a forgotten line to know a copy of it (no words)."""
+    return identity_digest("line\x1f" + " ".join(text.split()))
+
+
+def forgotten_lines(s: UserMemoryState, texts: Collection[str]) -> None:
+    """The lines of a row forgotten with its quotes (`models.fragments.quoted_texts`): a copy
+    of one re-sent later without a time stamp (`ChatTurn.unstamped`) is refused."""
+    for text in texts:
+        _remember(s.forgotten_lines, line_digest(text), MAX_FENCED_TURNS)
+
+
 def replies_quoting(s: UserMemoryState, fragment_id: str) -> bool:
     """Whether a pending turn is stamped as quoting the fragment (`ChatTurn.quotes`)."""
     return any(fragment_id in t.quotes for ts in s.threads.values() for t in ts.pending)
@@ -239,8 +251,9 @@ def covered_by_forget(
 ) -> ChatTurn | None:
     """The turn as it may be kept, or None when a forget covers it whole
     (docs/ARCHITECTURE.md, "Invariants": forget), however late it arrives:
-    - re-sent without a time stamp (`unstamped`) after the user was forgotten: when it was said
-      is unknown, and a copy of what was forgotten must not come back;
+    - re-sent without a time stamp (`unstamped`) after the user was forgotten, or a copy of a
+      line of a row forgotten with its quotes: when it was said is unknown, and a copy of what
+      was forgotten must not come back;
     - added to a turn whose human message a forget refused or dropped (`turn_of`): a reply
       made after a whole-user forget, in a turn that began before it;
     - quoting a fragment forgotten with its quotes (`quotes`): those words are cut out, and a
@@ -248,9 +261,11 @@ def covered_by_forget(
     `rule` (the workflow's patch) is asked only when the answer changes what is kept; without
     one, or when it says no (histories from before), the turn is kept as it came."""
     out: ChatTurn | None = turn
-    if (turn.unstamped and was_forgotten(s)) or (
-        turn.turn_of and identity_digest(turn.turn_of) in s.fenced_turns
-    ):
+    unknown_time = turn.unstamped and (
+        was_forgotten(s)
+        or (bool(s.forgotten_lines) and line_digest(turn.content) in s.forgotten_lines)
+    )
+    if unknown_time or (turn.turn_of and identity_digest(turn.turn_of) in s.fenced_turns):
         out = None
     elif turn.quotes and s.forgotten_quoting:
         gone = set(s.forgotten_quoting)

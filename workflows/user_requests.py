@@ -230,6 +230,8 @@ def _forget_pending_quotes(run: UserRun, rows: list[Fragment]) -> set[str]:
     threads whose turns were cut: a round of one of them running now may have taken them."""
     cut: set[str] = set()
     for row in rows:
+        # A copy of one of its lines re-sent later without a time stamp is refused.
+        state_ops.forgotten_lines(run.state, quoted_texts(row.content))
         for thread_id, ts in run.state.threads.items():
             if state_ops.forget_turns(run.state, thread_id, state_ops.quoting_parts(ts, row)):
                 cut.add(thread_id)

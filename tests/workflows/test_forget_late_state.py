@@ -98,3 +98,14 @@ def test_words_a_reply_took_from_a_forgotten_fragment_are_cut_on_arrival_and_pen
     absorb(s, "e3", [whole], True)
     assert len(pending_texts(s)) == 3 and s.refused_after_forget == 1
     assert turn_identity(whole) not in {turn_identity(t) for t in s.threads["t"].pending}
+
+
+def test_an_unstamped_copy_of_a_line_forgotten_with_its_quotes_is_refused() -> None:
+    s = UserMemoryState()
+    state_ops.forgotten_lines(s, [CODE])
+    again = turn(0, "human", f"  {CODE}\n", T0 + 99, unstamped=True)  # spacing aside
+    other = turn(1, "human", "a line nobody forgot, copied", T0 + 99, unstamped=True)
+    said = turn(2, "human", CODE, T0 + 99)  # said again, stamped: the user's new word
+    assert absorb(s, "e", [again, other, said], True) == [True]
+    assert pending_texts(s) == [other.content, CODE]
+    assert CODE not in " ".join(s.forgotten_lines)  # digests, no words
