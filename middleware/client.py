@@ -309,14 +309,32 @@ class MemoryClient:
         """Re-send a thread's messages (LangChain messages, e.g. from a checkpointer's state)
         after a process died before delivering them. Idempotent: the workflow accepts each
         message identity once, so messages it has are no-ops. Messages another user's turns
-        stamped, and summaries other middleware wrote, are skipped. Raises
+        stamped, and summaries other middleware wrote, are skipped. Copies without memory's
+        stamps (an app's own database) are known by their id and text, as the middleware first
+        knew them; one without a time stamp is refused by a user workflow that forgot its user
+        (when it was said is unknown: `ResyncResult.unstamped` counts them). Raises
         MemoryUnavailableError when Temporal cannot be reached."""
         uid = validate_user_id(user_id)
         thread = thread_key(thread_id)
-        turns = to_turns(messages, thread, time.time(), uid)
+        turns = to_turns(messages, thread, time.time(), uid, resent=True)
         if turns:
             await self.submit(uid, turns, trigger="explicit")
-        return ResyncResult(thread_id=thread, sent=len(turns), skipped=len(messages) - len(turns))
+        unstamped = sum(t.unstamped for t in turns)
+        if unstamped:
+            log.warning(
+                "resync of thread %r: %d messages have no time stamp (additional_kwargs[%r]); "
+                "if the user was forgotten they are refused, since when they were said is "
+                "unknown (status: refused_after_forget)",
+                thread[:60],
+                unstamped,
+                "time",
+            )
+        return ResyncResult(
+            thread_id=thread,
+            sent=len(turns),
+            skipped=len(messages) - len(turns),
+            unstamped=unstamped,
+        )
 
     async def submit(
         self,

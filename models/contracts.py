@@ -126,6 +126,12 @@ class ResyncResult(BaseModel):
     thread_id: str
     sent: int = Field(0, description="messages re-sent (those already accepted are no-ops)")
     skipped: int = Field(0, description="another user's messages and other middleware's summaries")
+    unstamped: int = Field(
+        0,
+        description="of those sent, messages without a time stamp (copies from an app's own "
+        "database): a user workflow that forgot its user refuses them, since when they were "
+        "said is unknown (status: refused_after_forget); keep additional_kwargs to resync them",
+    )
 
 
 class ReinforceEvent(BaseModel):
@@ -224,6 +230,35 @@ class UserMemoryState(BaseModel):
         default_factory=dict,
         description="digest of a pruned idle thread -> its horizon, so re-sends stay refused",
     )
+    fenced_turns: list[str] = Field(
+        default_factory=list,
+        description="digests of human messages a forget refused (said before it) or dropped "
+        "(pending when it came), bounded: a reply or tool result of their turn that arrives "
+        "later is refused too (`ChatTurn.turn_of`)",
+    )
+    forgotten_quoting: list[str] = Field(
+        default_factory=list,
+        description="fragment ids forgotten (bounded), as soon as their rows are deleted: a "
+        "reply that arrives later stamped as quoting one of them (`ChatTurn.quotes`) has those "
+        "words cut out",
+    )
+    forgotten_lines: list[str] = Field(
+        default_factory=list,
+        description="digests of the lines of rows forgotten with their quotes (bounded, no "
+        "words): a copy of one re-sent without a time stamp is refused",
+    )
+    refused_after_forget: int = Field(
+        0,
+        description="messages refused, or cut to nothing, because a forget covers them (besides "
+        "those said before it)",
+    )
+    seen_archive: str = Field(
+        "",
+        description="identities that left their thread's `seen` (past MAX_SEEN_MESSAGES, or a "
+        "pruned idle thread), oldest first: base64 of a fixed-width hash of (thread, identity) "
+        "each (workflows/state_ops.py, `archived`), so a late message older than the horizon is "
+        "refused only when it was seen",
+    )
     profile_sources: dict[str, list[str]] = Field(
         default_factory=dict,
         description="profile fact key (models.profile.profile_facts) -> fragment ids it came from",
@@ -306,6 +341,12 @@ class UserStatus(BaseModel):
     )
     forget_pending: bool = Field(
         False, description="a forget is under way (waiting for a store: see last_error)"
+    )
+    refused_after_forget: int = Field(
+        0,
+        description="messages delivered after a forget that it covers, refused or cut to "
+        "nothing (besides those said before it): added to a turn it refused, re-sent with no "
+        "time stamp after it, or quoting what it forgot",
     )
 
 

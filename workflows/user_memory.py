@@ -59,6 +59,8 @@ class UserMemoryWorkflow:
     def __init__(self, inp: UserMemoryInput) -> None:
         self._run = UserRun.start(inp)
         self._horizon_rule: bool | None = None  # HORIZON_AT_NOW_PATCH, once asked in this run
+        self._archive_rule: bool | None = None  # SEEN_ARCHIVE_PATCH, once asked in this run
+        self._late_rule: bool | None = None  # FORGET_COVERS_LATE_TURNS_PATCH, likewise
 
     @workflow.run
     async def run(self, inp: UserMemoryInput) -> None:
@@ -99,8 +101,23 @@ class UserMemoryWorkflow:
 
     def _absorb(self) -> None:
         now = workflow.now().timestamp()
-        absorb(self._run, now, self._horizon_at_now(now))
+        absorb(self._run, now, self._horizon_at_now(now), self._seen_archive, self._late_turns)
         describe(self._run)
+
+    def _late_turns(self) -> bool:
+        """Whether what a forget covers is refused or cut however late it is delivered
+        (FORGET_COVERS_LATE_TURNS_PATCH); asked only where the answer changes what is kept."""
+        if self._late_rule is None:
+            self._late_rule = workflow.patched(FORGET_COVERS_LATE_TURNS_PATCH)
+        return self._late_rule
+
+    def _seen_archive(self) -> bool:
+        """Whether a message older than its thread's horizon is refused only when it is in the
+        archive of identities that left `seen` (SEEN_ARCHIVE_PATCH). Asked only where the
+        answer changes what is accepted; once asked, the answer holds for the run."""
+        if self._archive_rule is None:
+            self._archive_rule = workflow.patched(SEEN_ARCHIVE_PATCH)
+        return self._archive_rule
 
     def _horizon_at_now(self, now: float) -> bool:
         """Whether absorbing keeps horizons at or before `now` (HORIZON_AT_NOW_PATCH). The patch
@@ -267,6 +284,16 @@ STORED_FLOOR_PATCH = "fresh-history-numbers-above-stored"
 #: passes the workflow's clock (state_ops.absorb_submit): it changes which lines are accepted,
 #: so histories recorded before it replay the old rule.
 HORIZON_AT_NOW_PATCH = "horizon-at-now"
+
+#: A message older than its thread's horizon is refused only when the archive of identities
+#: that left `seen` holds it (state_ops.absorb_submit): past 4,096 remembered messages a late
+#: line a second writer said earlier was refused with no error. Histories recorded before it
+#: replay the horizon rule.
+SEEN_ARCHIVE_PATCH = "seen-archive"
+
+#: What a forget covers is refused, or cut, however late it is delivered (one patch id with
+#: forget_fragment's cut of pending replies: user_requests.FORGET_COVERS_LATE_TURNS).
+FORGET_COVERS_LATE_TURNS_PATCH = user_requests.FORGET_COVERS_LATE_TURNS
 
 
 #: The longest timer the loop sets: the longest timedelta. A deadline past it (a turn stamped

@@ -61,6 +61,12 @@ FORGET_FAILED_ROUND_TURNS = "forget-failed-round-turns"
 FORGET_FRAGMENT_WAITS_REINFORCE = "forget-fragment-waits-reinforce"
 #: A forgotten row is read first and cut out of the pending turns that quote it (patch id).
 FORGET_PENDING_QUOTES = "forget-pending-quotes"
+#: What a forget covers is refused, or cut, however late it is delivered
+#: (state_ops.covered_by_forget): a copy re-sent without a time stamp after the user was
+#: forgotten, a reply of a turn whose question the forget refused, and the words a reply took
+#: from a fragment forgotten since, on arrival and while it waits for its round
+#: (state_ops.cut_replies_quoting). Histories recorded before it kept such turns.
+FORGET_COVERS_LATE_TURNS = "forget-covers-late-turns"
 
 #: forget_fragment keeps a fact only when another kept fragment states it (privacy first: one
 #: credited to a whole batch goes, and the batch's other fragments are inducted again).
@@ -184,6 +190,14 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
         )
         if rows and not out.deleted:  # there when read: an earlier attempt's reply was lost
             out = out.model_copy(update={"deleted": len(rows)})
+        if out.deleted:
+            # A reply that read it back and is still in an agent's outbox, or waits here for
+            # its round, loses the words it took from it (docs/ARCHITECTURE.md, "Invariants").
+            state_ops.forgotten_with_quotes(run.state, req.fragment_id)
+            if state_ops.replies_quoting(run.state, req.fragment_id) and workflow.patched(
+                FORGET_COVERS_LATE_TURNS
+            ):
+                state_ops.cut_replies_quoting(run.state, req.fragment_id)
         if thread_id is not None and made_in is not None:
             if running is not None and running.thread_id != thread_id:
                 running = None
@@ -216,6 +230,8 @@ def _forget_pending_quotes(run: UserRun, rows: list[Fragment]) -> set[str]:
     threads whose turns were cut: a round of one of them running now may have taken them."""
     cut: set[str] = set()
     for row in rows:
+        # A copy of one of its lines re-sent later without a time stamp is refused.
+        state_ops.forgotten_lines(run.state, quoted_texts(row.content))
         for thread_id, ts in run.state.threads.items():
             if state_ops.forget_turns(run.state, thread_id, state_ops.quoting_parts(ts, row)):
                 cut.add(thread_id)

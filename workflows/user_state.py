@@ -10,6 +10,7 @@ below `state` live for one run only: whatever they hold is absorbed before conti
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mnemoflow.models.config import MemoryConfig
@@ -115,12 +116,21 @@ class UserRun:
         return self.inp.model_copy(update={"state": self.state, "config": self.config})
 
 
-def absorb(run: UserRun, now: float, horizon_at_now: bool = False) -> None:
+def absorb(
+    run: UserRun,
+    now: float,
+    horizon_at_now: bool = False,
+    archive_rule: Callable[[], bool] | None = None,
+    late_rule: Callable[[], bool] | None = None,
+) -> None:
     """Fold every inbox into the durable state, in a fixed order (submits before the requests
     that act on their turns: a consolidate right after a hand-over must see its turns).
-    `horizon_at_now`: see state_ops.absorb_submit (the workflow's patch decides)."""
+    `horizon_at_now`, `archive_rule`, `late_rule`: see state_ops.absorb_submit (the workflow's
+    patches decide)."""
     for event in run.submits:
-        state_ops.absorb_submit(run.state, event, run.config, now, horizon_at_now)
+        state_ops.absorb_submit(
+            run.state, event, run.config, now, horizon_at_now, archive_rule, late_rule
+        )
     for used in run.reinforcements:
         state_ops.absorb_reinforce(run.state, used)
     run.submits.clear()
@@ -170,4 +180,5 @@ def status_of(run: UserRun, history_length: int) -> UserStatus:
         history_length=history_length,
         config=run.config_change or run.config,
         forget_pending=run.forget_request is not None,
+        refused_after_forget=run.state.refused_after_forget,
     )
