@@ -26,7 +26,13 @@ from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from tests.middleware.test_delivery import Writer, settled
-from tests.middleware.test_forget_other_client import Agent, detail, shows, two_clients
+from tests.middleware.test_forget_other_client import (
+    Agent,
+    detail,
+    marks,
+    shows,
+    two_clients,
+)
 from tests.support.drive import eventually
 from tests.support.invariants import said_vs_stored
 from tests.support.memory_worker import memory_worker
@@ -81,7 +87,9 @@ async def test_unstamped_copies_resynced_after_a_forget_stay_forgotten(
             status = await settled(client, user, ["home"])
             text = await stored_text(mw, user)
             resurrected = sum(line in text for line in before)
-            outcome = await said_vs_stored(mw.store, user, status, {"home": said_after})
+            outcome = await said_vs_stored(
+                mw.store, user, status, {"home": said_after}, forgotten=before
+            )
     assert resurrected == 0, text
     assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
     # The copies without ids cannot be matched: refused, and counted where an operator sees it.
@@ -97,8 +105,7 @@ async def test_unstamped_copies_resynced_after_a_forget_stay_forgotten(
         f"without ids had no time stamp and were refused ({status.refused_after_forget} "
         f"counted in status); {resurrected} forgotten lines back, the {len(said_after)} lines "
         "said after the forget stored once",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated + resurrected,
+        outcome=outcome,
         started=started,
     )
 
@@ -174,7 +181,11 @@ async def test_a_reply_quoting_a_memory_still_in_the_outbox_loses_it_when_forgot
         kept = ["You told me before:", "The unit is free.", "Let me check the unit."]
         lost = sum(k not in text for k in kept)
         kept_details = [n for n in (1, 3) if len(shows(text, user, n)) == 3]
+        outcome = await said_vs_stored(
+            mw.store, user, status, {"asks": kept}, forgotten=marks(user, 2)
+        )
     assert back == [], text
+    assert (outcome.lost, outcome.duplicated) == (0, 0), (outcome, text)
     assert lost == 0, text
     assert kept_details == [1, 3]  # what was not forgotten stays
     reliability.record(
@@ -187,8 +198,7 @@ async def test_a_reply_quoting_a_memory_still_in_the_outbox_loses_it_when_forgot
         happened="the reply carried which injected fragment's words it quotes; the workflow "
         f"cut them on arrival ({len(back)} forgotten words stored; the reply's other "
         f"words kept, {status.watermarks['asks'].indexed} lines indexed)",
-        lost=lost,
-        duplicated=len(back),
+        outcome=outcome,
         started=started,
     )
 
@@ -226,7 +236,11 @@ async def test_a_reply_made_after_a_whole_forget_in_a_turn_begun_before_is_not_s
         text = await stored_text(mw, user)
         back = {n: shows(text, user, n) for n in (1, 2, 3)}
         outcome = await said_vs_stored(
-            mw.store, user, status, {"asks": [newer, "Noted the new unit."]}
+            mw.store,
+            user,
+            status,
+            {"asks": [newer, "Noted the new unit."]},
+            forgotten=[m for n in (1, 2, 3) for m in marks(user, n)],
         )
     assert not any(back.values()), text
     assert (outcome.lost, outcome.duplicated) == (0, 0), (outcome, text)
@@ -242,8 +256,7 @@ async def test_a_reply_made_after_a_whole_forget_in_a_turn_begun_before_is_not_s
         f"each message carries, the tool result and the reply made after it "
         f"({status.refused_after_forget} refused); 0 forgotten lines stored; the next turn "
         "stored whole",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated + sum(bool(v) for v in back.values()),
+        outcome=outcome,
         started=started,
     )
 

@@ -26,7 +26,7 @@ from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware import DurableMemoryMiddleware
 from tests.middleware.test_delivery import Ctx, settled
 from tests.support.chat import ReceiptModel, receipt
-from tests.support.invariants import said_vs_stored
+from tests.support.invariants import leaked_to, no_messages, said_vs_stored
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
 
@@ -99,17 +99,16 @@ async def test_unstamped_messages_of_other_middleware_never_reach_another_user(
             note_of = {users[k]: k for k in users}
             mine = {who: [n for u, n in notes.added if note_of[u] == who] for who in users}
             leaked = 0
-            lost = duplicated = 0
+            outcome = no_messages()
             for who, user in users.items():
                 status = await settled(client, user, ["desk"])
                 other = "ben" if who == "ana" else "ana"
                 stored = " ".join(f.content for f in await mw.store.all_for_user(user))
                 leaked += sum(t in stored for t in said[other] + mine[other])
-                outcome = await said_vs_stored(mw.store, user, status, {"desk": said[who]})
-                lost += outcome.lost
-                duplicated += outcome.duplicated
+                outcome += await said_vs_stored(mw.store, user, status, {"desk": said[who]})
+                outcome += await leaked_to(mw.store, user, said[other] + mine[other])
     assert leaked == 0, f"{leaked} lines of one user stored in the other's memory"
-    assert (lost, duplicated) == (0, 0)
+    assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
     reliability.record(
         request,
         key=f"unstamped-other-middleware-{'after' if memory_first else 'before'}",
@@ -119,7 +118,6 @@ async def test_unstamped_messages_of_other_middleware_never_reach_another_user(
         "the list), then the thread is re-sent from the checkpointer (`resync`) for each user",
         happened=f"no line or note of one user in the other's memory ({leaked} leaked); every "
         "line each user said stored once",
-        lost=lost,
-        duplicated=duplicated + leaked,
+        outcome=outcome,
         started=started,
     )

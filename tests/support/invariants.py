@@ -81,6 +81,17 @@ def refused_or_stored(
     return Outcome(lost, duplicated, fragments=len(stored), rounds=0, said=len(said))
 
 
+def identities_once(said: Sequence[str], stored: Sequence[str]) -> Outcome:
+    """State-level runs with no store: `said` are the identities of the messages said (each
+    once), `stored` the identities the rounds took. Lost: said and never stored; duplicated:
+    stored more than once, or stored and never said."""
+    counts = Counter(stored)
+    lost = sum(1 for key in set(said) if counts[key] == 0)
+    duplicated = sum(n - 1 for n in counts.values() if n > 1)
+    duplicated += sum(n for key, n in counts.items() if key not in set(said))
+    return Outcome(lost, duplicated, fragments=0, rounds=0, said=len(said))
+
+
 async def leaked_to(store: FragmentStore, user: str, lines: Sequence[str] | None = None) -> Outcome:
     """Another user's words under `user`: each of `lines` found in their rows counts as a
     duplicate (a copy where none is expected); with `lines` None, `user` said nothing, and

@@ -31,6 +31,7 @@ from mnemoflow.models.usage import PriceTable
 from mnemoflow.workflows import state_ops
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import eventually
+from tests.support.invariants import identities_once
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
 
@@ -124,10 +125,9 @@ def test_a_late_line_older_than_the_horizon_is_stored_past_4096_messages(
 
     kept = [turn_identity(t) for t in stored.turns]
     should = [turn_identity(t) for t in [*said, late]]
-    lost = len(set(should) - set(kept))
-    duplicated = len(kept) - len(set(kept))
+    outcome = identities_once(should, kept)
     assert turn_identity(late) in kept, "the late line was refused"
-    assert (lost, duplicated) == (0, 0), (lost, duplicated)
+    assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
     assert len(kept) == SAID + 1
     assert ts.accepted == ts.indexed == SAID + 1
     assert rule.asked >= 1  # the workflow's patch decided it
@@ -145,8 +145,7 @@ def test_a_late_line_older_than_the_horizon_is_stored_past_4096_messages(
         happened=f"{len(kept):,} of {len(should):,} distinct lines stored, the late one "
         "included; each re-sent line known from `seen` or the archive of identities that left "
         f"it ({len(s.seen_archive) * 3 // 4:,} bytes)",
-        lost=lost,
-        duplicated=duplicated,
+        outcome=outcome,
         started=started,
     )
 
