@@ -61,7 +61,7 @@ HEADLINES: dict[str, list[str]] = {
         "phases.-1.history_per_round.total.workflow_tasks",
         "phases.-1.history_per_round.total.actions",
     ],
-    "round_floor": ["phases.0.rounds_per_s", "phases.0.cpu_ms_per_round_all"],
+    "round_floor": ["phases.0.rounds_per_s", "phases.0.cpu_ms_per_round.all"],
     "hot_path": [
         "by_latency.800ms.mnemoflow.added.p95_ms",
         "by_latency.800ms.mnemoflow_same_priority.added.p95_ms",

@@ -334,9 +334,23 @@ async def _fetch_all(temporal: Any, ids: list[str]) -> list[dict[str, int]]:
     async def one(workflow_id: str) -> dict[str, int]:
         async with gate:
             history = await temporal.get_workflow_handle(workflow_id).fetch_history()
-            return history_figures(history)
+            return {**history_figures(history), **event_types(history)}
 
     return list(await asyncio.gather(*(one(w) for w in ids)))
+
+
+TYPE_PREFIX = "type:"
+
+
+def event_types(history: Any) -> dict[str, int]:
+    """How many events of each type one history holds (keys `type:<EVENT_TYPE>`, short)."""
+    from temporalio.api.enums.v1 import EventType
+
+    out: dict[str, int] = {}
+    for e in history.events:
+        name = TYPE_PREFIX + EventType.Name(e.event_type).removeprefix("EVENT_TYPE_").lower()
+        out[name] = out.get(name, 0) + 1
+    return out
 
 
 def _sum(rows: list[dict[str, int]]) -> dict[str, int]:
@@ -357,10 +371,18 @@ async def histories_per_round(temporal: Any, users: list[str], rounds: int) -> d
     child = _sum(await _fetch_all(temporal, children))
     total = len(users) * rounds
 
-    def per(d: dict[str, int]) -> dict[str, float]:
-        return {k: round(v / total, 2) for k, v in d.items()}
+    def per(d: dict[str, int]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            k: round(v / total, 2) for k, v in d.items() if not k.startswith(TYPE_PREFIX)
+        }
+        # where the events come from: each event type per round, the most frequent first
+        kinds = {k[len(TYPE_PREFIX) :]: v for k, v in d.items() if k.startswith(TYPE_PREFIX)}
+        out["events_by_type"] = {
+            k: round(v / total, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])
+        }
+        return out
 
-    both = {k: parent.get(k, 0) + child.get(k, 0) for k in parent}
+    both = {k: parent.get(k, 0) + child.get(k, 0) for k in {*parent, *child}}
     return {"user_workflow": per(parent), "round_workflow": per(child), "total": per(both)}
 
 
