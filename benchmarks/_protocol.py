@@ -267,6 +267,12 @@ def protocol(name: str, argv: list[str], repeats: int = REPEATS) -> dict[str, An
             )
             rows.append(row)
             results.append(result)
+    return merge(name, rows, results)
+
+
+def merge(name: str, rows: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The repeats' results as one: the median of those not excluded (of all, marked `quiet`
+    false, when every repeat was), with the protocol block."""
     taken = [i for i, r in enumerate(rows) if not r["excluded"]]
     quiet = bool(taken)
     if not quiet:

@@ -56,16 +56,24 @@ def _results(name: str) -> Any:
 
 
 def lookup(data: Any, path: str) -> Any:
-    """The value at a dotted path; FigureError when absent."""
-    node = data
-    for part in path.split("."):
+    """The value at a dotted path; FigureError when absent. A dict key may itself hold dots
+    (the protocol's `figures` are keyed by path): the longest key that matches is taken."""
+    parts = path.split(".")
+    node, i = data, 0
+    while i < len(parts):
         if isinstance(node, list):
             try:
-                node = node[int(part)]
+                node, i = node[int(parts[i])], i + 1
             except (ValueError, IndexError):
                 raise FigureError(f"no {path!r}") from None
-        elif isinstance(node, dict) and part in node:
-            node = node[part]
+            continue
+        if not isinstance(node, dict):
+            raise FigureError(f"no {path!r}")
+        for j in range(len(parts), i, -1):
+            key = ".".join(parts[i:j])
+            if key in node:
+                node, i = node[key], j
+                break
         else:
             raise FigureError(f"no {path!r}")
     return node
