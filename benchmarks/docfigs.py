@@ -5,10 +5,11 @@ A figure a doc quotes from a benchmark sits between markers that say where it co
     <!-- fig:throughput:phases.-1.rounds_per_s -->23.41<!-- /fig -->
 
 `throughput` is the results file (benchmarks/results/throughput.json), the rest a dotted path into
-it (a list index may be negative). An optional format follows a `|`: a Python format spec
-(`|.1f`, `|,.0f`, `|.0%`), and before it an optional scale (`|x1000|,.0f`: the value times
-1,000). Without one, the value is written as the file holds it. docs/MEMORY_QUALITY.md is
-rendered whole from locomo.json (benchmarks/_locomo_report.py).
+it (a list index may be negative; a leading `?` marks a figure only some runs measure, such as
+the full run's one-user figures, which then reads "(not in this run)"). An optional format
+follows a `|`: a Python format spec (`|.1f`, `|,.0f`, `|.0%`), and before it an optional scale
+(`|x1000|,.0f`: the value times 1,000). Without one, the value is written as the file holds
+it. docs/MEMORY_QUALITY.md is rendered whole from locomo.json (benchmarks/_locomo_report.py).
 
     python benchmarks/docfigs.py [--write | --check]
 
@@ -79,10 +80,21 @@ def lookup(data: Any, path: str) -> Any:
     return node
 
 
+#: What an optional figure (`?path`) reads when its results file does not hold it.
+NOT_MEASURED = "(not in this run)"
+
+
 def figure(name: str, spec: str, results: Any = None) -> str:
-    """The text of one figure: `spec` is `path[|xSCALE][|FORMAT]`."""
+    """The text of one figure: `spec` is `[?]path[|xSCALE][|FORMAT]`; with `?` a figure that
+    only some runs measure (the full run's one user, say) reads NOT_MEASURED when absent."""
     path, *fmt = spec.split("|")
-    value = lookup(_results(name) if results is None else results, path)
+    optional = path.startswith("?")
+    try:
+        value = lookup(_results(name) if results is None else results, path.lstrip("?"))
+    except FigureError:
+        if optional and (results is not None or (RESULTS / f"{name}.json").exists()):
+            return NOT_MEASURED
+        raise
     scale = 1.0
     if fmt and fmt[0].startswith("x"):
         try:

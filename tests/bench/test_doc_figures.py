@@ -73,3 +73,11 @@ def test_a_key_holding_dots_is_found() -> None:
     data = {"figures": {"phases.-1.rate": 3.5}, "phases": [{"rate": 1}]}
     assert docfigs.lookup(data, "figures.phases.-1.rate") == 3.5
     assert docfigs.lookup(data, "phases.-1.rate") == 1
+
+
+def test_an_optional_figure_says_it_was_not_measured() -> None:
+    data = {"phases": [{"rate": 1}]}
+    assert docfigs.figure("x", "?one_user.replay_s", data) == docfigs.NOT_MEASURED
+    assert docfigs.figure("x", "?phases.0.rate", data) == "1"
+    with pytest.raises(docfigs.FigureError):
+        docfigs.figure("x", "one_user.replay_s", data)
