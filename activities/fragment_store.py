@@ -41,7 +41,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from langchain_core.embeddings import Embeddings
 from pymilvus import MilvusClient, MilvusException
@@ -101,6 +101,10 @@ QUERY_KEPT_CHARS = 4000
 
 class FragmentStore:
     """Async access to the fragment collection; one instance per worker process."""
+
+    #: Flushes made by the stores of this process (benchmarks/throughput.py counts them per
+    #: round: a flush is the largest part of a round's write, module docstring "Flushing").
+    flushes_total: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -230,6 +234,7 @@ class FragmentStore:
                 return
             client.flush(self.collection, **self._opts())
             self._unflushed = 0
+            FragmentStore.flushes_total += 1
 
     def _write(self, client: MilvusClient, rows: Rows) -> None:
         client.upsert(self.collection, rows, **self._opts())

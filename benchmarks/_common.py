@@ -143,11 +143,15 @@ def meta(args: Any) -> dict[str, Any]:
 
 
 def write_result(name: str, data: dict[str, Any], args: Any) -> Path:
-    """benchmarks/results/<name>.json with a _meta stamp; returns the path."""
+    """benchmarks/results/<name>.json with a _meta stamp; returns the path.
+
+    Under the protocol (benchmarks/_protocol.py) each repeat writes to the file
+    MNEMOFLOW_BENCH_OUT names instead, and the protocol writes <name>.json from the repeats."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    out = os.environ.get("MNEMOFLOW_BENCH_OUT")
+    path = Path(out) if out else RESULTS / f"{name}.json"
     path.write_text(json.dumps({"_meta": meta(args), **data}, indent=2, ensure_ascii=False) + "\n")
-    print(f"results written to {path.relative_to(ROOT)}", flush=True)
+    print(f"results written to {path}", flush=True)
     return path
 
 

@@ -286,8 +286,9 @@ def _hot_path_section() -> list[str]:
     return out
 
 
-def write_report(result: dict[str, Any]) -> None:
-    """docs/MEMORY_QUALITY.md and its plot, from one run's results."""
+def render_report(result: dict[str, Any]) -> str:
+    """The text of docs/MEMORY_QUALITY.md from one run's results (and the results of
+    locomo_ceiling and hot_path it quotes); `make docs` writes it, a test compares it."""
     overall = result["overall"]
     meta = result.get("_meta", {})
     convs = result["conversations"]
@@ -381,8 +382,14 @@ def write_report(result: dict[str, Any]) -> None:
         f"{meta.get('run_at', '?')}.",
         "",
     ]
+    return "\n".join(lines)
+
+
+def write_report(result: dict[str, Any]) -> None:
+    """docs/MEMORY_QUALITY.md and its plot, from one run's results."""
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text("\n".join(lines))
+    DOC.write_text(render_report(result))
+    overall = result["overall"]
     SVG.parent.mkdir(parents=True, exist_ok=True)
     SVG.write_text(_svg(overall))
     print(f"wrote {DOC.relative_to(ROOT)} and {SVG.relative_to(ROOT)}", flush=True)
