@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from _common import ROOT
+from _common import RESULTS, ROOT
 
 DOC = ROOT / "docs" / "MEMORY_QUALITY.md"
 SVG = ROOT / "docs" / "img" / "locomo_recall.svg"
 LABELS = {
     "mnemoflow": "mnemoflow (injected memory)",
     "mnemoflow_reinforced": "mnemoflow, answers drawn on memory (reinforced)",
+    "hybrid": "hybrid over raw turns (dated BM25 + dense)",
     "bm25": "BM25 over raw turns",
     "dense": "dense over raw turns (USE)",
     "recency": "recency (last turns)",
@@ -286,6 +287,42 @@ def _hot_path_section() -> list[str]:
     return out
 
 
+STEP_CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain")
+
+
+def _steps_section() -> list[str]:
+    """The table of issue 30's steps, from the replica runs recorded in locomo_steps.json
+    (`_locomo_offline.py --record NAME`)."""
+    path = RESULTS / "locomo_steps.json"
+    if not path.exists():
+        return []
+    steps = json.loads(path.read_text())["steps"]
+    lines = [
+        "",
+        "## Dated lines and write-time enrichment (issue 30), step by step",
+        "",
+        "Written from `benchmarks/results/locomo_steps.json`: each row one run of the offline "
+        "replica (`python benchmarks/_locomo_offline.py --baselines --record NAME`, its "
+        "`--set` arguments saying which step was off) on the five given conversations, at a "
+        "1,200-token budget; the hybrid baseline packs raw turns to the same budget.",
+        "",
+        "| step | commit | overall | " + " | ".join(STEP_CATEGORIES) + " | median tokens |",
+        "|---|---|---|" + "---|" * len(STEP_CATEGORIES) + "---|",
+    ]
+    for step in steps:
+        f = step["figures"]
+        cats = " | ".join(f"{f.get(c, 0):.3f}" for c in STEP_CATEGORIES)
+        commit = step.get("_meta", {}).get("commit", "?")
+        lines.append(
+            f"| {step['step']} | {commit} | {f['all']:.3f} | {cats} | {f['median_tokens']} |"
+        )
+    last = steps[-1]["figures"] if steps else {}
+    if "hybrid" in last:
+        cats = " | ".join(f"{last.get(f'hybrid {c}', 0):.3f}" for c in STEP_CATEGORIES)
+        lines.append(f"| hybrid baseline (raw dated turns) | | {last['hybrid']:.3f} | {cats} | |")
+    return lines
+
+
 def write_report(result: dict[str, Any]) -> None:
     """docs/MEMORY_QUALITY.md and its plot, from one run's results."""
     overall = result["overall"]
@@ -372,6 +409,7 @@ def write_report(result: dict[str, Any]) -> None:
             f"{s['retrieval']['p95_ms']} |"
         )
     lines += NOTES
+    lines += _steps_section()
     lines += _ceiling_section()
     lines += _hot_path_section()
     lines += [

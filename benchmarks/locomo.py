@@ -12,8 +12,9 @@ memory part of that prompt is what is judged:
   also the any-evidence variant, and whether the gold answer appears verbatim;
 - injected tokens (cl100k_base), retrieval time per question (the whole agent call with an
   instant model: everything the middleware adds), ingest time and rounds per conversation;
-- baselines over the raw turns at the same token budget: BM25, dense (the same USE model) and
-  recency; and the size of the full conversation.
+- baselines over the raw turns at the same token budget: a hybrid (BM25 over each turn with
+  its session date and speaker, fused by reciprocal rank with dense), BM25, dense (the same
+  USE model) and recency; and the size of the full conversation.
 
     python benchmarks/locomo.py [--data DIR] [--conversations N] [--short] [--questions N]
 
@@ -53,7 +54,7 @@ from _locomo_report import token_counter, write_report
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
 CORE = "You are a helpful assistant with a long memory of this conversation."
 SETTLE_DEADLINE_S = 1800.0
-SIDES = ("mnemoflow", "mnemoflow_reinforced", "bm25", "dense", "recency")
+SIDES = ("mnemoflow", "mnemoflow_reinforced", "hybrid", "bm25", "dense", "recency")
 NO_ANSWER = "I will check my notes."
 
 
@@ -197,6 +198,7 @@ async def ask_all(
             texts[side] = _memory_part(model.last_system_prompt)
         texts.update(
             {
+                "hybrid": base.hybrid_text(q["question"], args.budget),
                 "bm25": base.bm25_text(q["question"], args.budget),
                 "dense": base.dense_text(q["question"], args.budget),
                 "recency": base.recency_text(args.budget),
