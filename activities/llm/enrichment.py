@@ -222,9 +222,14 @@ def _notes(draft: FragmentDraft, turns: Sequence[ChatTurn]) -> list[LineNote]:
     return _joined(shown, terms)
 
 
+#: Longest indexed terms of one line: a round's lines are bounded in number
+#: (`max_turns_per_round`), so this bounds what the notes add to a round's payloads.
+MAX_TERMS_CHARS = 600
+
+
 def _joined(shown: list[list[str]], terms: list[list[str]]) -> list[LineNote]:
     return [
-        LineNote(when="; ".join(s), terms=" | ".join(dict.fromkeys(t)))
+        LineNote(when="; ".join(s), terms=" | ".join(dict.fromkeys(t))[:MAX_TERMS_CHARS])
         for s, t in zip(shown, terms, strict=True)
     ]
 

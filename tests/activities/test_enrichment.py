@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from mnemoflow.activities.llm.base import validate_drafts
-from mnemoflow.activities.llm.enrichment import GENERAL_TERMS, heuristic_enrichment, with_notes
+from mnemoflow.activities.llm.enrichment import (
+    GENERAL_TERMS,
+    MAX_TERMS_CHARS,
+    heuristic_enrichment,
+    with_notes,
+)
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.memory.search import split_lines
 from mnemoflow.models.errors import MalformedModelOutputError
@@ -207,3 +212,18 @@ def test_the_general_term_table_names_no_locomo_word() -> None:
     assert not words & proper, sorted(words & proper)
     absent = words - vocabulary
     assert len(absent) >= 0.4 * len(words), (len(absent), len(words))
+
+
+def test_a_lines_terms_are_bounded() -> None:
+    turns = [turn(0, "human", "We met Ann, Bo, Cy and Di.")]
+    facts = [f"fact number {i} about Ann, Bo, Cy and Di, " + "x" * 150 for i in range(16)]
+    draft = FragmentDraft(
+        theme="t",
+        types=["fact"],
+        content="User: We met Ann, Bo, Cy and Di.",
+        start_idx=0,
+        end_idx=0,
+        facts=facts,
+    )
+    (noted,) = with_notes([draft], turns)
+    assert 0 < len(noted.notes[0].terms) <= MAX_TERMS_CHARS
