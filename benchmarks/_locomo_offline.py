@@ -207,6 +207,8 @@ def main() -> int:
     out["median_tokens"] = sorted(tokens)[len(tokens) // 2]
     out["s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out))
+    if ranks:
+        out["ranks"] = {cat: {k: t[k] for k in RANK_BUCKETS if t[k]} for cat, t in ranks.items()}
     if args.record:
         _record(args, out)
     for cat, tally in sorted(ranks.items()):

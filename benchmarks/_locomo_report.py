@@ -326,6 +326,24 @@ def _steps_section() -> list[str]:
     if "hybrid" in last:
         cats = " | ".join(f"{last.get(f'hybrid {c}', 0):.3f}" for c in STEP_CATEGORIES)
         lines.append(f"| hybrid baseline (raw dated turns) | | {last['hybrid']:.3f} | {cats} | |")
+    ranked = [s for s in steps if "ranks" in s["figures"]]
+    if ranked:
+        step = ranked[-1]
+        buckets = ("injected", "missed 1-10", "missed 11-35", "missed 36-100", "missed 101+")
+        lines += [
+            "",
+            f"Where the evidence turns stood after step '{step['step']}' (`--ranks`: injected, "
+            "or the place of the turn's best line in the search's line ranking; the budget "
+            "holds about 8 windows):",
+            "",
+            "| category | " + " | ".join(buckets) + " | questions missed | of them with a turn "
+            "past 100 |",
+            "|---|" + "---|" * (len(buckets) + 2),
+        ]
+        for cat in STEP_CATEGORIES:
+            t = step["figures"]["ranks"].get(cat, {})
+            cells = " | ".join(str(t.get(b, 0)) for b in (*buckets, "questions missed"))
+            lines.append(f"| {cat} | {cells} | {t.get('of them with a turn past 100', 0)} |")
     return lines
 
 
