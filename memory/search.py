@@ -222,17 +222,20 @@ class SearchIndex:
         self.version = version
         self.docs = list(docs)
         noted = [noted_lines(d.fragment.content, d.notes) for d in self.docs]
+        # each line tokenised once; a fragment's terms are its theme's and its lines' (the
+        # same tokens as its whole text: lines never share a word across their break)
+        line_tokens = [[token_list(normalise(text)) for text in indexed] for _, indexed in noted]
         self.bm25 = BM25(
             [
-                token_list(normalise(f"{d.fragment.theme} {' '.join(indexed)}"))
-                for d, (_, indexed) in zip(self.docs, noted, strict=True)
+                [*token_list(normalise(d.fragment.theme)), *(t for line in lines for t in line)]
+                for d, lines in zip(self.docs, line_tokens, strict=True)
             ]
         )
         self.vectors = vectors
         # the lines as injected: verbatim, with the dates their relative expressions name
         self.lines = [shown for shown, _ in noted]
         self.line_refs = [(d, n) for d, lines in enumerate(self.lines) for n in range(len(lines))]
-        self.line_bm25 = BM25([token_list(normalise(noted[d][1][n])) for d, n in self.line_refs])
+        self.line_bm25 = BM25([line_tokens[d][n] for d, n in self.line_refs])
         self._position = {d.fragment.id: i for i, d in enumerate(self.docs)}
         self._said = [d.created_at for d in self.docs]
         self._line_said = [self._said[d] for d, _ in self.line_refs]
