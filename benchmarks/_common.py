@@ -239,10 +239,11 @@ def settings_from(env: dict[str, str]) -> Any:
 
 @asynccontextmanager
 async def stack(
-    *, latency_s: float = 0.0, embedding: str = "use", tag: str = "bench"
+    *, latency_s: float = 0.0, embedding: str = "use", tag: str = "bench", models: str = "heuristic"
 ) -> AsyncIterator[tuple[Any, Any, Any]]:
     """The embedded stack (Temporal dev server, Redis, Milvus Lite, one worker in this process)
-    on free ports in a temporary data dir, heuristic memory models with `latency_s` per call.
+    on free ports in a temporary data dir, heuristic memory models with `latency_s` per call
+    (`models="deepseek"`: DeepSeek, as DEEPSEEK_API_KEY and DEEPSEEK_BASE_URL say).
 
     Yields (StackInfo, Settings, Temporal client); everything is stopped on the way out.
     """
@@ -252,7 +253,7 @@ async def stack(
     with tempfile.TemporaryDirectory(prefix=f"mnemoflow-{tag}-") as tmp:
         env = {
             "MNEMOFLOW_DATA_DIR": tmp,
-            "MNEMOFLOW_MODELS": "heuristic",
+            "MNEMOFLOW_MODELS": models,
             "MNEMOFLOW_HEURISTIC_LATENCY_S": str(latency_s),
             "MILVUS_EMBEDDING": embedding,
         }
