@@ -687,6 +687,11 @@ class ForgetReceipt(BaseModel):
     fence: float = Field(
         0.0, description="messages said at or before this time are refused from now on"
     )
+    workflows_forgotten: int = Field(
+        1,
+        description="the user's memory workflows this forget reached: 2 when one under the "
+        "other id form (readable or pseudonymous) ran too (MemoryClient.forget)",
+    )
 
 
 class ForgetLines(BaseModel):

@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mnemoflow.models.config import Vocation
+from mnemoflow.models.ids import resolve_user_keys
 from mnemoflow.worker.redact import masked
 
 #: What redis-py connects to (`redis.from_url`).
@@ -479,22 +480,13 @@ class Settings(BaseModel):
         return settings
 
     def user_key_secret(self) -> bytes | None:
-        """The pseudonymous-key secret when that mode is on (ValueError if it lacks one)."""
+        """The pseudonymous-key secret when that mode is on (ValueError if it lacks one): the
+        rule every MemoryClient follows too (`models.ids.resolve_user_keys`)."""
         m = self.mnemoflow
-        on = m.pseudonymous_user_keys
-        if on is None:  # the default: pseudonymous whenever payloads are encrypted
-            on = self.temporal.encryption.enabled
-            if on and m.user_key_secret is None:
-                raise ValueError(
-                    "encryption keys are configured, so user keys are pseudonymous by default: "
-                    "set MNEMOFLOW_USER_KEY_SECRET, or MNEMOFLOW_PSEUDONYMOUS_USER_KEYS=false to "
-                    "keep readable workflow ids (docs/PRIVACY.md)"
-                )
-        if not on:
-            return None
-        if m.user_key_secret is None or not m.user_key_secret.get_secret_value():
-            raise ValueError("MNEMOFLOW_PSEUDONYMOUS_USER_KEYS needs MNEMOFLOW_USER_KEY_SECRET")
-        return m.user_key_secret.get_secret_value().encode("utf-8")
+        secret = m.user_key_secret.get_secret_value() if m.user_key_secret is not None else None
+        return resolve_user_keys(
+            secret, m.pseudonymous_user_keys, encrypted=self.temporal.encryption.enabled
+        )
 
     def resolved_models(self) -> ResolvedModels:
         """Which memory models to run, with `auto` decided by the presence of an API key."""
