@@ -31,7 +31,7 @@ class UserKeyActivities:
     ) -> None:
         """`on_destroyed(data_key_user)` drops this process's cached copies of the keys (the
         payload codec's `forget_cached`), so this process stops using them at once; other
-        processes stop within their cache bound (docs/PRIVACY.md)."""
+        processes ask Redis on every decode and stop at once too (docs/PRIVACY.md)."""
         self.redis = redis
         self.prefix = prefix
         self.on_destroyed = on_destroyed

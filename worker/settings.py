@@ -161,9 +161,9 @@ class EncryptionSettings(BaseSettings):
     data_keys_prefix: str | None = None
     """Key prefix of the data keys in that Redis (unset = REDIS_KEY_PREFIX)."""
     data_keys_cache_s: float = Field(30.0, ge=0, allow_inf_nan=False)
-    """How long a process reuses a data key it read to DECRYPT without asking Redis again
-    (encrypting always asks): a destroyed key stays usable this long in processes that had
-    it (docs/PRIVACY.md)."""
+    """How long a process keeps an unwrapped data key it has not used in memory. It never
+    decides from it that the key still exists: every encode and decode asks Redis, so a
+    destroyed key is unusable in every process once the forget returned (docs/PRIVACY.md)."""
 
     _keys: dict[str, bytes] = PrivateAttr(default_factory=dict)
 

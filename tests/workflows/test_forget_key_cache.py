@@ -1,0 +1,126 @@
+"""After a forget returns, no other process decrypts the user's payloads (issue 29, item 4).
+
+Production wiring with encryption keys and per-user data keys on a dev server. A second
+process's client (its own Temporal client, codec and data key cache, as an agent process or the
+codec server has) reads the user's history through its codec before the forget, so its cache
+holds the user's key (`MNEMOFLOW_DATA_KEYS_CACHE_S`, 30 s by default). The operator's client
+forgets the user; right after the receipt, the second client decodes every user-key payload of
+that history again: none opens. It used to open all of them for up to 30 s.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.testing import WorkflowEnvironment
+
+from mnemoflow.activities.embeddings import HashingEmbeddings
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.middleware import MemoryClient
+from mnemoflow.worker.app import Components, running_worker
+from mnemoflow.worker.client import connect
+from mnemoflow.worker.codec import KEY_ID
+from mnemoflow.worker.data_keys import DEK_KID_PREFIX, KeyDestroyedError, close_codec
+from tests.support.memory_worker import fresh_settings
+from tests.support.operations import settled, turns
+from tests.support.reliability import Ledger
+from tests.workflows.test_forget_shredding import encrypted_settings, word
+
+pytestmark = pytest.mark.integration
+
+
+def user_key_payloads(events: list[HistoryEvent]) -> list[Payload]:
+    """Every payload of these events sealed with a user's data key."""
+    found: list[Payload] = []
+
+    def walk(message: object) -> None:
+        if isinstance(message, Payload):
+            if message.metadata.get(KEY_ID, b"").decode().startswith(DEK_KID_PREFIX):
+                found.append(message)
+            return
+        for field, value in message.ListFields():  # type: ignore[attr-defined]
+            if field.message_type is None:
+                continue
+            if isinstance(value, Message):
+                walk(value)
+            else:  # a repeated field, or a map (header fields, memo)
+                for item in value.values() if hasattr(value, "values") else value:
+                    walk(item)
+
+    for event in events:
+        walk(event)
+    return found
+
+
+async def test_no_other_process_decrypts_after_the_forget_returns(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    started = time.monotonic()
+    rng = random.Random()
+    address = dev_env.client.service_client.config.target_host
+    settings = encrypted_settings(fresh_settings(milvus_uri, redis_url), address)
+    operator = await connect(settings.temporal)
+    other = await connect(settings.temporal)  # its own codec and data key cache
+    other_codec = other.data_converter.payload_codec
+    assert other_codec is not None and operator.data_converter.payload_codec is not other_codec
+    components = Components(models=HeuristicMemoryModels(), embeddings=HashingEmbeddings())
+    user, planted = f"ada-{word(rng)}", word(rng)
+    try:
+        async with running_worker(operator, settings, components):
+            memory = MemoryClient(
+                temporal=operator,
+                task_queue=settings.temporal.task_queue,
+                redis=redis_url,
+                key_prefix=settings.redis.key_prefix,
+                user_key_secret="operator-secret",
+            )
+            lines = [f"{planted.title()} {planted} is my pass phrase.", "Noted."]
+            await memory.submit(user, turns("t", lines))
+            status = await settled(memory, user, 1)
+            handle = other.get_workflow_handle(memory.workflow_id(user))
+            history = await handle.fetch_history()
+            sealed = user_key_payloads(list(history.events))
+            assert len(sealed) >= 3
+            # The other process reads them all: its cache now holds the user's key.
+            opened = await other_codec.decode(sealed)
+            read_at = time.monotonic()
+            assert any(planted.encode() in p.data for p in opened)
+
+            receipt = await memory.forget(user)
+            assert receipt.keys_destroyed >= 1
+            readable = 0
+            for payload in sealed:  # right after the receipt, well inside the 30 s cache
+                try:
+                    await other_codec.decode([payload])
+                    readable += 1
+                except KeyDestroyedError:
+                    pass
+            # All inside the cache bound of what the other process read.
+            assert time.monotonic() - read_at < settings.temporal.encryption.data_keys_cache_s
+            assert readable == 0, f"{readable} of {len(sealed)} payloads still decrypt"
+            await memory.aclose()
+            await operator.get_workflow_handle(memory.workflow_id(user)).terminate("test done")
+    finally:
+        await close_codec(other_codec)
+        await close_codec(operator.data_converter.payload_codec)
+    reliability.record(
+        request,
+        key="forget-key-cache-other-process",
+        kind="fault",
+        what=f"another process holding the user's data key in its cache (it had decrypted "
+        f"their {len(sealed)} history payloads) when the operator's forget returned",
+        happened=f"{readable} of {len(sealed)} payloads decrypt in that process after the "
+        "receipt: every decode confirms the key in Redis",
+        lost=len(lines) - status.watermarks["t"].indexed,
+        duplicated=readable,
+        started=started,
+    )
