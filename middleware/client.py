@@ -88,6 +88,7 @@ from mnemoflow.models.contracts import (
     ResyncResult,
     RetryRoundRequest,
     RetryRoundResult,
+    ShredRequest,
     SubmitEvent,
     Trigger,
     UserMemoryInput,
@@ -638,23 +639,39 @@ class MemoryClient:
         if running and not await self._running(primary):
             # The user's memory lives only under the other form: forget it there, and start
             # no second workflow (an empty one would only hide where the memory is).
-            return _merged(
-                [
-                    await self._update(uid, UserMemoryWorkflow.forget, request, workflow_id=w)
-                    for w in running
-                ]
-            )
+            return _merged([await self._forget_in(uid, request, w) for w in running])
         receipts: list[ForgetReceipt] = []
         for other in running:
-            receipts.append(
-                await self._update(uid, UserMemoryWorkflow.forget, request, workflow_id=other)
-            )
-            # Both forms ran: the other one ends here. The user's data keys are shared by
-            # both forms, so this forget destroys the key the other's next run is sealed with.
+            # Both forms ran: the other one is forgotten without its keys, which both forms
+            # share and the primary's forget retires and destroys next; then it ends, so no
+            # run of it ever needs the destroyed keys.
+            keep = request.model_copy(update={"keys": False})
+            receipts.append(await self._forget_in(uid, keep, other))
             await self._terminate(other, f"forgotten; this user's memory is {primary}")
         await self._start(uid)
-        receipts.append(await self._update(uid, UserMemoryWorkflow.forget, request))
+        receipts.append(await self._forget_in(uid, request, None))
         return _merged(receipts)
+
+    async def _forget_in(
+        self, uid: str, request: ForgetRequest, workflow_id: str | None
+    ) -> ForgetReceipt:
+        """The forget saga in one workflow; returns once the data keys it retired are destroyed
+        (by the run it continued as: the `shredded` update)."""
+        deadline = time.monotonic() + self.update_timeout_s
+        receipt: ForgetReceipt = await self._update(
+            uid, UserMemoryWorkflow.forget, request, deadline=deadline, workflow_id=workflow_id
+        )
+        if receipt.keys_pending:
+            shredded = await self._update(
+                uid,
+                UserMemoryWorkflow.shredded,
+                ShredRequest(),
+                deadline=deadline,
+                workflow_id=workflow_id,
+            )
+            if shredded is not None:
+                receipt = shredded
+        return receipt
 
     async def _running(self, workflow_id: str) -> bool:
         """Whether a run of this workflow id is open (MemoryUnavailableError if unknown)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
@@ -34,12 +35,13 @@ from mnemoflow.middleware import MemoryClient
 from mnemoflow.models.ids import pseudonymous_workflow_id, user_workflow_id
 from mnemoflow.worker.app import Components, running_worker
 from mnemoflow.worker.client import connect
-from mnemoflow.worker.data_keys import close_codec
+from mnemoflow.worker.data_keys import KeyDestroyedError, close_codec
 from mnemoflow.worker.settings import Settings
 from tests.support.drive import conversation, eventually
 from tests.support.memory_worker import fresh_settings
 from tests.support.operations import settled, turns
 from tests.support.reliability import Ledger
+from tests.workflows.test_forget_key_cache import user_key_payloads
 from tests.workflows.test_forget_shredding import MASTER_KEY, encrypted_settings, word
 
 pytestmark = pytest.mark.integration
@@ -189,3 +191,69 @@ async def test_operator_forget_reaches_the_workflow_that_holds_the_memory(
         duplicated=len(served) + len(stored),
         started=started,
     )
+
+
+async def test_forget_when_both_id_forms_run(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """Both forms ran (a readable-key agent and a pseudonymous one, before clients refused the
+    mix): the forget reaches both, ends the readable one, destroys the shared keys once, and
+    the user goes on under the pseudonymous id."""
+    rng = random.Random()
+    settings = encrypted_settings(fresh_settings(milvus_uri, redis_url), _address(dev_env))
+    client = await connect(settings.temporal)
+    components = Components(models=HeuristicMemoryModels(), embeddings=HashingEmbeddings())
+    user, said = f"bo-{word(rng)}", [word(rng), word(rng)]
+    common = {
+        "temporal": client,
+        "task_queue": settings.temporal.task_queue,
+        "redis": redis_url,
+        "key_prefix": settings.redis.key_prefix,
+    }
+    try:
+        async with running_worker(client, settings, components) as res:
+            readable = MemoryClient(**common, pseudonymous_user_keys=False)  # type: ignore[arg-type]
+            operator = MemoryClient(**common, user_key_secret=SECRET)  # type: ignore[arg-type]
+            for memory, w in ((readable, said[0]), (operator, said[1])):
+                await memory.submit(user, turns("t", [f"{w.title()} {w} is my code.", "Ok."]))
+                await settled(memory, user, 1)
+            runs = {}
+            for wid in (readable.workflow_id(user), operator.workflow_id(user)):
+                runs[wid] = (await client.get_workflow_handle(wid).describe()).run_id
+            sealed = []
+            for wid, run in runs.items():
+                events = (await client.get_workflow_handle(wid, run_id=run).fetch_history()).events
+                sealed += user_key_payloads(list(events))
+
+            receipt = await operator.forget(user)
+            assert receipt.workflows_forgotten == 2 and receipt.keys_destroyed >= 1
+            ended = await client.get_workflow_handle(readable.workflow_id(user)).describe()
+            assert ended.status == WorkflowExecutionStatus.TERMINATED
+            rows = " ".join(f.content for f in await res.store.all_for_user(user))
+            assert [w for w in said if w in rows] == []
+            codec = client.data_converter.payload_codec
+            assert codec is not None
+            readable_left = 0
+            for payload in sealed:
+                try:
+                    await codec.decode([payload])
+                    readable_left += 1
+                except KeyDestroyedError:
+                    pass
+            assert readable_left == 0, f"{readable_left} of {len(sealed)} payloads decrypt"
+
+            fresh = word(rng)
+            await operator.submit(
+                user, conversation("t2", [f"{fresh.title()} {fresh}.", "Ok."], time.time() + 1)
+            )
+            await operator.consolidate(user, "t2")
+
+            async def indexed() -> bool:
+                return any(fresh in f.content for f in await res.store.all_for_user(user))
+
+            await eventually(indexed, deadline_s=60, what="a line said after the forget stored")
+            await readable.aclose()
+            await operator.aclose()
+            await client.get_workflow_handle(operator.workflow_id(user)).terminate("done")
+    finally:
+        await close_codec(client.data_converter.payload_codec)

@@ -17,11 +17,13 @@ import pytest
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.embeddings import HashingEmbeddings
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware import MemoryClient
+from mnemoflow.models.user_keys import DESTROY_USER_KEY, RETIRE_USER_KEY
 from mnemoflow.worker.app import Components, running_worker
 from mnemoflow.worker.client import connect
 from mnemoflow.worker.codec import KEY_ID
@@ -55,6 +57,38 @@ def user_key_payloads(events: list[HistoryEvent]) -> list[Payload]:
     for event in events:
         walk(event)
     return found
+
+
+def _completed_at(events: list[HistoryEvent], activity_type: str) -> float:
+    """When the (last) activity of this type completed in a history, in seconds."""
+    scheduled = {
+        e.event_id
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity_type
+    }
+    done = [
+        e.event_time.ToDatetime().timestamp()
+        for e in events
+        if e.HasField("activity_task_completed_event_attributes")
+        and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled
+    ]
+    assert done, f"no completed {activity_type}"
+    return done[-1]
+
+
+async def retire_to_destroy_s(client: Client, workflow_id: str, run_id: str) -> float:
+    """Seconds from the forgotten run's retire of the keys to their destroy in the next run."""
+    forgotten = list(
+        (await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()).events
+    )
+    last = forgotten[-1]
+    assert last.HasField("workflow_execution_continued_as_new_event_attributes")
+    next_run = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    following = list(
+        (await client.get_workflow_handle(workflow_id, run_id=next_run).fetch_history()).events
+    )
+    return _completed_at(following, DESTROY_USER_KEY) - _completed_at(forgotten, RETIRE_USER_KEY)
 
 
 async def test_no_other_process_decrypts_after_the_forget_returns(
@@ -95,8 +129,10 @@ async def test_no_other_process_decrypts_after_the_forget_returns(
             read_at = time.monotonic()
             assert any(planted.encode() in p.data for p in opened)
 
+            run_n = (await handle.describe()).run_id
             receipt = await memory.forget(user)
             assert receipt.keys_destroyed >= 1
+            window_s = await retire_to_destroy_s(other, memory.workflow_id(user), run_n)
             readable = 0
             for payload in sealed:  # right after the receipt, well inside the 30 s cache
                 try:
@@ -107,6 +143,7 @@ async def test_no_other_process_decrypts_after_the_forget_returns(
             # All inside the cache bound of what the other process read.
             assert time.monotonic() - read_at < settings.temporal.encryption.data_keys_cache_s
             assert readable == 0, f"{readable} of {len(sealed)} payloads still decrypt"
+            print(f"retired key destroyed {window_s:.3f} s after the retire")
             await memory.aclose()
             await operator.get_workflow_handle(memory.workflow_id(user)).terminate("test done")
     finally:
@@ -119,7 +156,8 @@ async def test_no_other_process_decrypts_after_the_forget_returns(
         what=f"another process holding the user's data key in its cache (it had decrypted "
         f"their {len(sealed)} history payloads) when the operator's forget returned",
         happened=f"{readable} of {len(sealed)} payloads decrypt in that process after the "
-        "receipt: every decode confirms the key in Redis",
+        "receipt: every decode confirms the key in Redis; the retired key was destroyed "
+        f"{window_s:.2f} s after the retire, in the run the forget continued as",
         lost=len(lines) - status.watermarks["t"].indexed,
         duplicated=readable,
         started=started,
