@@ -769,10 +769,8 @@ class MemoryClient:
         """An update's time bound: `timeout_s` if given (checked), else `update_timeout_s`."""
         return _seconds(timeout_s, self.update_timeout_s)
 
-    def _handle(self, uid: str, workflow_id: str | None = None) -> WorkflowHandle[Any, Any]:
-        return self.temporal.get_workflow_handle_for(
-            UserMemoryWorkflow.run, workflow_id or self.workflow_id(uid)
-        )
+    def _handle(self, uid: str) -> WorkflowHandle[Any, Any]:
+        return self.temporal.get_workflow_handle_for(UserMemoryWorkflow.run, self.workflow_id(uid))
 
     def workflow_id(self, user_id: str) -> str:
         """The user's memory workflow id (hash-only when user keys are pseudonymous)."""
@@ -857,6 +855,11 @@ class MemoryClient:
         update is idempotent (remember by its event id)."""
         if deadline is None:
             deadline = time.monotonic() + self.update_timeout_s
+        handle = (
+            self._handle(uid)
+            if workflow_id is None
+            else self.temporal.get_workflow_handle_for(UserMemoryWorkflow.run, workflow_id)
+        )
         pause = 0.1
         while True:
             left = max(deadline - time.monotonic(), 0.05)
@@ -865,9 +868,7 @@ class MemoryClient:
                 # up to twice it); this bounds the whole update. Leaving early is safe: the
                 # workflow still finishes the update, and every update is idempotent.
                 return await asyncio.wait_for(
-                    self._handle(uid, workflow_id).execute_update(
-                        update, request, rpc_timeout=self._rpc(left)
-                    ),
+                    handle.execute_update(update, request, rpc_timeout=self._rpc(left)),
                     timeout=left + 0.25,
                 )
             except WorkflowUpdateFailedError as err:

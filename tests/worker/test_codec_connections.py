@@ -128,6 +128,6 @@ async def test_past_the_connection_cap_is_503_and_closed(
         f"the {HEAD_TIMEOUT_S:.0f} s head timeout (also the trickled head and the idle "
         "keep-alive one), the body 408; authorised requests answered after each",
         lost=opened - refused - idle_closed,
-        duplicated=0,
+        duplicated=refused - (opened - MAX_CONNECTIONS),
         started=started,
     )

@@ -21,6 +21,7 @@ from mnemoflow.devstack.processes import LOOPBACK, free_port
 from mnemoflow.ops.cli import _service_problem
 from mnemoflow.worker.redact import LogRedactor, mask_url, mask_urls_in
 from mnemoflow.worker.settings import Settings
+from tests.support.reliability import Ledger
 from tests.support.worker_cli import WorkerProcess, worker_env
 
 SECRET = f"hunter2-{uuid.uuid4().hex[:8]}"
@@ -77,7 +78,10 @@ def test_log_lines_and_tracebacks_are_masked() -> None:
 
 
 @pytest.mark.integration
-async def test_a_worker_process_logs_no_bare_userinfo(tmp_path: Path) -> None:
+async def test_a_worker_process_logs_no_bare_userinfo(
+    tmp_path: Path, reliability: Ledger, request: pytest.FixtureRequest
+) -> None:
+    started = time.monotonic()
     # Nothing listens on either port: the worker logs its settings, then retries Temporal.
     redis = f"redis://{SECRET}@{LOOPBACK}:{free_port()}/0"
     env = worker_env(f"{LOOPBACK}:{free_port()}", f"http://{LOOPBACK}:{free_port()}", redis)
@@ -93,5 +97,18 @@ async def test_a_worker_process_logs_no_bare_userinfo(tmp_path: Path) -> None:
         log = proc.log(0)
     finally:
         proc.stop()
+    leaked = [line for line in log.splitlines() if SECRET in line]
     assert "settings:" in log and f"redis://***@{LOOPBACK}" in log
-    assert SECRET not in log
+    assert leaked == [], leaked[:3]
+    reliability.record(
+        request,
+        key="redis-url-bare-userinfo",
+        kind="bad input",
+        what="REDIS_URL with the password as bare user-info (`redis://PASSWORD@host:port/0`) "
+        "for a `mnemoflow -v worker` run, and every other user-info form in settings "
+        "printouts, CLI errors, log lines and tracebacks",
+        happened=f"printed as `redis://***@host`; {len(leaked)} log lines hold the password",
+        lost=len(leaked),
+        duplicated=log.count(SECRET) - len(leaked),
+        started=started,
+    )

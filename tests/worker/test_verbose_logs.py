@@ -69,6 +69,6 @@ async def test_verbose_worker_logs_no_conversation_text(
         happened=f"{len(quoted)} log lines quote them (the SDK's DEBUG output stays off under "
         "-v; mnemoflow's DEBUG is on)",
         lost=len(lines) - status.watermarks["t"].indexed,
-        duplicated=0,
+        duplicated=max(status.watermarks["t"].indexed - len(lines), 0),
         started=started,
     )
