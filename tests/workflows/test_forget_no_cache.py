@@ -60,7 +60,7 @@ async def test_forget_completes_when_every_task_replays(
                 redis=redis_url,
                 key_prefix=settings.redis.key_prefix,
                 user_key_secret="operator-secret",
-                update_timeout_s=45,
+                update_timeout_s=120,
             )
             wid = memory.workflow_id(user)
             await memory.submit(user, turns("t", [f"{gone.title()} {gone} is my pin.", "Ok."]))
