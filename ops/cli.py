@@ -295,7 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mnemoflow", description="Durable long-term memory for LangChain agents."
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="DEBUG for mnemoflow's own loggers (libraries stay at INFO: theirs quote payloads)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
         command.arguments(sub.add_parser(name, help=command.help, description=command.help))
