@@ -38,10 +38,10 @@ from mnemoflow.worker.client import connect
 from mnemoflow.worker.data_keys import KeyDestroyedError, close_codec
 from mnemoflow.worker.settings import Settings
 from tests.support.drive import conversation, eventually
+from tests.support.histories import user_key_payloads
 from tests.support.memory_worker import fresh_settings
 from tests.support.operations import settled, turns
 from tests.support.reliability import Ledger
-from tests.workflows.test_forget_key_cache import user_key_payloads
 from tests.workflows.test_forget_shredding import MASTER_KEY, encrypted_settings, word
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,6 @@ import random
 import time
 
 import pytest
-from google.protobuf.message import Message
-from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -26,37 +24,14 @@ from mnemoflow.middleware import MemoryClient
 from mnemoflow.models.user_keys import DESTROY_USER_KEY, RETIRE_USER_KEY
 from mnemoflow.worker.app import Components, running_worker
 from mnemoflow.worker.client import connect
-from mnemoflow.worker.codec import KEY_ID
-from mnemoflow.worker.data_keys import DEK_KID_PREFIX, KeyDestroyedError, close_codec
+from mnemoflow.worker.data_keys import KeyDestroyedError, close_codec
+from tests.support.histories import user_key_payloads
 from tests.support.memory_worker import fresh_settings
 from tests.support.operations import settled, turns
 from tests.support.reliability import Ledger
 from tests.workflows.test_forget_shredding import encrypted_settings, word
 
 pytestmark = pytest.mark.integration
-
-
-def user_key_payloads(events: list[HistoryEvent]) -> list[Payload]:
-    """Every payload of these events sealed with a user's data key."""
-    found: list[Payload] = []
-
-    def walk(message: object) -> None:
-        if isinstance(message, Payload):
-            if message.metadata.get(KEY_ID, b"").decode().startswith(DEK_KID_PREFIX):
-                found.append(message)
-            return
-        for field, value in message.ListFields():  # type: ignore[attr-defined]
-            if field.message_type is None:
-                continue
-            if isinstance(value, Message):
-                walk(value)
-            else:  # a repeated field, or a map (header fields, memo)
-                for item in value.values() if hasattr(value, "values") else value:
-                    walk(item)
-
-    for event in events:
-        walk(event)
-    return found
 
 
 def _completed_at(events: list[HistoryEvent], activity_type: str) -> float:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
@@ -27,10 +28,10 @@ from mnemoflow.worker.app import Components, running_worker
 from mnemoflow.worker.client import connect
 from mnemoflow.worker.data_keys import KeyDestroyedError, close_codec
 from tests.support.drive import conversation, eventually
+from tests.support.histories import user_key_payloads
 from tests.support.memory_worker import fresh_settings
-from tests.support.operations import turns
+from tests.support.operations import settled, turns
 from tests.support.reliability import Ledger
-from tests.workflows.test_forget_key_cache import user_key_payloads
 from tests.workflows.test_forget_shredding import encrypted_settings, word
 
 pytestmark = pytest.mark.integration
@@ -45,49 +46,54 @@ async def test_forget_completes_when_every_task_replays(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     started = time.monotonic()
-    monkeypatch.setattr(app, "MAX_CACHED_WORKFLOWS", 0)  # no cache: every task replays
     rng = random.Random()
     address = dev_env.client.service_client.config.target_host
     settings = encrypted_settings(fresh_settings(milvus_uri, redis_url), address)
     client = await connect(settings.temporal)
-    components = Components(models=HeuristicMemoryModels(), embeddings=HashingEmbeddings())
     user, gone = f"ada-{word(rng)}", word(rng)
+    memory = MemoryClient(
+        temporal=client,
+        task_queue=settings.temporal.task_queue,
+        redis=redis_url,
+        key_prefix=settings.redis.key_prefix,
+        user_key_secret="operator-secret",
+        update_timeout_s=120,
+    )
+    wid = memory.workflow_id(user)
+
+    def worker() -> Any:
+        components = Components(models=HeuristicMemoryModels(), embeddings=HashingEmbeddings())
+        return running_worker(client, settings, components)
+
     try:
-        async with running_worker(client, settings, components) as res:
-            memory = MemoryClient(
-                temporal=client,
-                task_queue=settings.temporal.task_queue,
-                redis=redis_url,
-                key_prefix=settings.redis.key_prefix,
-                user_key_secret="operator-secret",
-                update_timeout_s=120,
-            )
-            wid = memory.workflow_id(user)
+        # 1. A worker as usual: the user's first round (its local activities need a cache).
+        async with worker():
             await memory.submit(user, turns("t", [f"{gone.title()} {gone} is my pin.", "Ok."]))
+            await settled(memory, user, 1)
+        old_run = (await client.get_workflow_handle(wid).describe()).run_id
+        old_history = await client.get_workflow_handle(wid, run_id=old_run).fetch_history()
+        sealed = user_key_payloads(list(old_history.events))
 
-            # Slower than with a cache (each task replays the whole history): a longer bound.
-            async def round_done() -> bool:
-                s = await memory.status(user)
-                return bool(s and s.rounds_completed >= 1 and s.uninducted == 0)
+        # 2. The forget on a worker that keeps no workflow in its cache: every task of the
+        # saga replays the run from its start, as after a restart at any point of it.
+        with monkeypatch.context() as patch:
+            patch.setattr(app, "MAX_CACHED_WORKFLOWS", 0)
+            async with worker() as res:
+                receipt = await memory.forget(user)
+                assert receipt.keys_destroyed >= 1
+                rows = await res.store.all_for_user(user)
+                assert [f for f in rows if gone in f.content] == []
+        readable = 0
+        for payload in sealed:
+            try:
+                await client.data_converter.payload_codec.decode([payload])  # type: ignore[union-attr]
+                readable += 1
+            except KeyDestroyedError:
+                pass
+        assert readable == 0, f"{readable} of {len(sealed)} old payloads still decrypt"
 
-            await eventually(round_done, deadline_s=180, what="the first round")
-            old_run = (await client.get_workflow_handle(wid).describe()).run_id
-            old_history = await client.get_workflow_handle(wid, run_id=old_run).fetch_history()
-            sealed = user_key_payloads(list(old_history.events))
-
-            receipt = await memory.forget(user)
-            assert receipt.keys_destroyed >= 1
-            assert [f for f in await res.store.all_for_user(user) if gone in f.content] == []
-            readable = 0
-            for payload in sealed:
-                try:
-                    await client.data_converter.payload_codec.decode([payload])  # type: ignore[union-attr]
-                    readable += 1
-                except KeyDestroyedError:
-                    pass
-            assert readable == 0, f"{readable} of {len(sealed)} old payloads still decrypt"
-
-            # The workflow goes on (every task still replays): lines said after it are stored.
+        # 3. The workflow goes on: lines said after the forget are stored.
+        async with worker() as res:
             fresh = [word(rng) for _ in range(2)]
             lines = [f"{fresh[0].title()} {fresh[0]} is new.", f"And {fresh[1]} {fresh[1]}."]
             await memory.submit(user, conversation("t2", lines, time.time() + 1, step=1))
