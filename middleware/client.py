@@ -232,10 +232,10 @@ class MemoryClient:
         """`user_key_secret` turns on pseudonymous user keys: workflow ids and search attributes
         then carry hashes, never the raw user id (search attributes are not encrypted).
         `pseudonymous_user_keys` decides it as `MNEMOFLOW_PSEUDONYMOUS_USER_KEYS` does for the
-        processes (`resolve_user_keys`): unset, it is on when the Temporal client has a payload
-        codec (encryption keys) or a secret is given, and on without a secret is a ValueError,
-        so no client addresses the raw-id workflow of a user whose operator addresses the
-        pseudonymous one (docs/PRIVACY.md).
+        processes (`models.ids.resolve_user_keys`): unset, it is on when the Temporal client
+        has a payload codec (encryption keys); on without a secret is a ValueError, and so is a
+        secret without a codec while it is unset, so no client addresses the raw-id workflow of
+        a user whose operator addresses the pseudonymous one (docs/PRIVACY.md).
         `embeddings` (the worker's model) embeds questions for the per-call search in this
         process; without it that search is lexical only (middleware.search).
         `close_timeout_s` bounds how long `aclose` waits for undelivered hand-overs;

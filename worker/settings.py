@@ -485,7 +485,10 @@ class Settings(BaseModel):
         m = self.mnemoflow
         secret = m.user_key_secret.get_secret_value() if m.user_key_secret is not None else None
         return resolve_user_keys(
-            secret, m.pseudonymous_user_keys, encrypted=self.temporal.encryption.enabled
+            secret,
+            m.pseudonymous_user_keys,
+            encrypted=self.temporal.encryption.enabled,
+            refuse_unused_secret=False,
         )
 
     def resolved_models(self) -> ResolvedModels:

@@ -77,6 +77,19 @@ async def test_a_client_with_keys_and_no_secret_is_refused(
         # Readable ids only when chosen explicitly (a deployment that keeps its users' ids).
         readable = MemoryClient(**common, pseudonymous_user_keys=False)  # type: ignore[arg-type]
         assert readable.workflow_id("ada") == user_workflow_id("ada")
+        # A secret without keys is a choice to make explicitly, in a process as in a client.
+        plain = {"temporal": dev_env.client, "task_queue": settings.temporal.task_queue}
+        with pytest.raises(ValueError, match="MNEMOFLOW_PSEUDONYMOUS_USER_KEYS=true"):
+            MemoryClient(**plain, user_key_secret=SECRET)  # type: ignore[arg-type]
+        # Settings without keys ignore a secret set for every process (readable, as always).
+        unencrypted = fresh_settings(milvus_uri, redis_url)
+        secret_only = unencrypted.mnemoflow.model_copy(
+            update={"user_key_secret": SecretStr(SECRET)}
+        )
+        assert unencrypted.model_copy(update={"mnemoflow": secret_only}).user_key_secret() is None
+        chosen = MemoryClient(**plain, user_key_secret=SECRET, pseudonymous_user_keys=True)  # type: ignore[arg-type]
+        assert chosen.workflow_id("ada") == pseudonymous_workflow_id("ada")
+        assert MemoryClient(**plain).workflow_id("ada") == user_workflow_id("ada")  # type: ignore[arg-type]
     finally:
         await close_codec(client.data_converter.payload_codec)
 
