@@ -90,6 +90,7 @@ from mnemoflow.models.contracts import (
     ResyncResult,
     RetryRoundRequest,
     RetryRoundResult,
+    ShredRequest,
     SubmitEvent,
     Trigger,
     UserMemoryInput,
@@ -98,6 +99,7 @@ from mnemoflow.models.contracts import (
 from mnemoflow.models.errors import InvalidInputError, MemoryUnavailableError
 from mnemoflow.models.ids import (
     pseudonymous_workflow_id,
+    resolve_user_keys,
     search_user_value,
     thread_key,
     turns_event_id,
@@ -188,6 +190,26 @@ def _fragment_types(types: Any) -> list[str]:
     return list(dict.fromkeys(types))
 
 
+def _merged(receipts: Sequence[ForgetReceipt]) -> ForgetReceipt:
+    """One receipt for the forgets of one user's workflows (the last one's, counts summed)."""
+    last = receipts[-1]
+    if len(receipts) == 1:
+        return last
+    summed = {
+        name: sum(getattr(r, name) for r in receipts)
+        for name in (
+            "fragments_deleted",
+            "read_model_deleted",
+            "events_dropped",
+            "rounds_cancelled",
+            "keys_destroyed",
+            "profile_facts_removed",
+        )
+    }
+    fence = max(r.fence for r in receipts)
+    return last.model_copy(update={**summed, "fence": fence, "workflows_forgotten": len(receipts)})
+
+
 class MemoryClient:
     """Submit, read and manage one user's memory at a time, through Temporal and Redis."""
 
@@ -209,6 +231,7 @@ class MemoryClient:
         tool_timeout_s: float = TOOL_TIMEOUT_S,
         search_attributes: bool = True,
         user_key_secret: str | bytes | None = None,
+        pseudonymous_user_keys: bool | None = None,
         embeddings: Embeddings | None = None,
         close_timeout_s: float = 10.0,
         max_outbox_messages: int = MAX_OUTBOX_MESSAGES,
@@ -217,6 +240,11 @@ class MemoryClient:
     ) -> None:
         """`user_key_secret` turns on pseudonymous user keys: workflow ids and search attributes
         then carry hashes, never the raw user id (search attributes are not encrypted).
+        `pseudonymous_user_keys` decides it as `MNEMOFLOW_PSEUDONYMOUS_USER_KEYS` does for the
+        processes (`models.ids.resolve_user_keys`): unset, it is on when the Temporal client
+        has a payload codec (encryption keys); on without a secret is a ValueError, and so is a
+        secret without a codec while it is unset, so no client addresses the raw-id workflow of
+        a user whose operator addresses the pseudonymous one (docs/PRIVACY.md).
         `embeddings` (the worker's model) embeds questions for the per-call search in this
         process; without it that search is lexical only (middleware.search).
         `close_timeout_s` bounds how long `aclose` waits for undelivered hand-overs;
@@ -264,9 +292,11 @@ class MemoryClient:
             metrics=OutboxMetrics(metrics_registry),
         )
         self.search_attributes = search_attributes
-        if isinstance(user_key_secret, str):
-            user_key_secret = user_key_secret.encode("utf-8")
-        self._secret: bytes | None = user_key_secret or None
+        self._secret: bytes | None = resolve_user_keys(
+            user_key_secret,
+            pseudonymous_user_keys,
+            encrypted=temporal.data_converter.payload_codec is not None,
+        )
         self.reader = ContextReader(redis, key_prefix, redis_timeout_s, self._query_context)
         self.searcher = (
             FragmentSearch(self.reader.redis, key_prefix, embeddings, timeout_s=redis_timeout_s)
@@ -659,11 +689,79 @@ class MemoryClient:
         that id (a workflow terminated or reset by an operator), and only the workflow's saga
         deletes it. Like every user workflow it then stays, idle on a durable timer (the
         workflow never ends itself; ending it from here could lose a hand-over that arrives
-        between the receipt and the end)."""
+        between the receipt and the end).
+
+        The user's workflow under the other id form (readable when this client's keys are
+        pseudonymous, or the reverse: made by a client configured otherwise, before clients
+        refused that) is forgotten too when it runs: its state would otherwise outlive the
+        forget and still be served. When it is the only one, it is the user's memory and is
+        forgotten in place; when both run, the other is forgotten first and then terminated.
+        The receipt sums their counts (`workflows_forgotten`)."""
         uid = validate_user_id(user_id)
         request = _request(ForgetRequest, reason=reason)
+        primary = self.workflow_id(uid)
+        others = {user_workflow_id(uid), pseudonymous_workflow_id(uid)} - {primary}
+        running = [other for other in sorted(others) if await self._running(other)]
+        if running and not await self._running(primary):
+            # The user's memory lives only under the other form: forget it there, and start
+            # no second workflow (an empty one would only hide where the memory is).
+            return _merged([await self._forget_in(uid, request, w) for w in running])
+        receipts: list[ForgetReceipt] = []
+        for other in running:
+            # Both forms ran: the other one is forgotten without its keys, which both forms
+            # share and the primary's forget retires and destroys next; then it ends, so no
+            # run of it ever needs the destroyed keys.
+            keep = request.model_copy(update={"keys": False})
+            receipts.append(await self._forget_in(uid, keep, other))
+            await self._terminate(other, f"forgotten; this user's memory is {primary}")
         await self._start(uid)
-        return await self._update(uid, UserMemoryWorkflow.forget, request)
+        receipts.append(await self._forget_in(uid, request, None))
+        return _merged(receipts)
+
+    async def _forget_in(
+        self, uid: str, request: ForgetRequest, workflow_id: str | None
+    ) -> ForgetReceipt:
+        """The forget saga in one workflow; returns once the data keys it retired are destroyed
+        (by the run it continued as: the `shredded` update)."""
+        deadline = time.monotonic() + self.update_timeout_s
+        receipt: ForgetReceipt = await self._update(
+            uid, UserMemoryWorkflow.forget, request, deadline=deadline, workflow_id=workflow_id
+        )
+        if receipt.keys_pending:
+            shredded = await self._update(
+                uid,
+                UserMemoryWorkflow.shredded,
+                ShredRequest(),
+                deadline=deadline,
+                workflow_id=workflow_id,
+            )
+            if shredded is not None:
+                receipt = shredded
+        return receipt
+
+    async def _running(self, workflow_id: str) -> bool:
+        """Whether a run of this workflow id is open (MemoryUnavailableError if unknown)."""
+        from temporalio.client import WorkflowExecutionStatus
+
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        try:
+            desc = await handle.describe(rpc_timeout=self._rpc(self.signal_timeout_s))
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise MemoryUnavailableError(f"cannot reach the memory workflow: {err}") from err
+        except (RuntimeError, RPCTimeoutOrCancelledError) as err:
+            raise MemoryUnavailableError(f"cannot reach the memory workflow: {err}") from err
+        return desc.status == WorkflowExecutionStatus.RUNNING
+
+    async def _terminate(self, workflow_id: str, reason: str) -> None:
+        try:
+            await self.temporal.get_workflow_handle(workflow_id).terminate(
+                reason=reason, rpc_timeout=self._rpc(self.signal_timeout_s)
+            )
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise MemoryUnavailableError(f"cannot end the memory workflow: {err}") from err
 
     async def retry_round(self, user_id: str, event_id: str) -> RetryRoundResult:
         """Re-run a failed round (event id from `status().rounds`); ValueError if there is none
@@ -810,6 +908,7 @@ class MemoryClient:
         *,
         deadline: float | None = None,
         update_id: str | None = None,
+        workflow_id: str | None = None,
     ) -> Any:
         """Execute an update by `deadline` (a time.monotonic() value; default `update_timeout_s`
         from now). LookupError when the user has no workflow; InvalidInputError when the
@@ -827,17 +926,22 @@ class MemoryClient:
         update is idempotent (remember by its event id)."""
         if deadline is None:
             deadline = time.monotonic() + self.update_timeout_s
+        handle = (
+            self._handle(uid)
+            if workflow_id is None
+            else self.temporal.get_workflow_handle_for(UserMemoryWorkflow.run, workflow_id)
+        )
         pause = 0.1
         while True:
             left = max(deadline - time.monotonic(), 0.05)
             try:
                 if update_id is not None:
-                    return await self._accepted_update(uid, update, request, deadline, update_id)
+                    return await self._accepted_update(handle, update, request, deadline, update_id)
                 # The rpc timeout bounds each of the SDK's calls (accepted, then the result:
                 # up to twice it); this bounds the whole update. Leaving early is safe: the
                 # workflow still finishes the update, and every update is idempotent.
                 return await asyncio.wait_for(
-                    self._handle(uid).execute_update(update, request, rpc_timeout=self._rpc(left)),
+                    handle.execute_update(update, request, rpc_timeout=self._rpc(left)),
                     timeout=left + 0.25,
                 )
             except WorkflowUpdateFailedError as err:
@@ -863,13 +967,13 @@ class MemoryClient:
                 raise MemoryUnavailableError(f"memory update failed: {err}") from err
 
     async def _accepted_update(
-        self, uid: str, update: Any, request: Any, deadline: float, update_id: str
+        self, handle: Any, update: Any, request: Any, deadline: float, update_id: str
     ) -> Any:
         """`_update`'s body with an id: wait for the workflow to accept the update, then for
         its result until `deadline`; `_Pending` when the deadline ends after the acceptance."""
         left = max(deadline - time.monotonic(), 0.05)
         started = await asyncio.wait_for(
-            self._handle(uid).start_update(
+            handle.start_update(
                 update,
                 request,
                 id=update_id,

@@ -226,6 +226,11 @@ class UserMemoryState(BaseModel):
     fence: float = Field(
         0.0, description="the last forget's time: messages said at or before it are refused"
     )
+    shred: list[str] = Field(
+        default_factory=list,
+        description="data key generations a forget retired; the run they are carried into "
+        "destroys them first (its own history is sealed with a newer one: docs/PRIVACY.md)",
+    )
     retired_threads: dict[str, float] = Field(
         default_factory=dict,
         description="digest of a pruned idle thread -> its horizon, so re-sends stay refused",
@@ -714,6 +719,15 @@ class ForgetRequest(BaseModel):
     """Update: forget the user entirely (right to be forgotten)."""
 
     reason: str = Field("user request", max_length=500)
+    keys: bool = Field(
+        True,
+        description="retire and destroy the user's data keys; False when another workflow of "
+        "the same user (the other id form) is forgotten next and destroys them",
+    )
+
+
+class ShredRequest(BaseModel):
+    """Update: wait until the data keys the last forget retired are destroyed."""
 
 
 class ForgetReceipt(BaseModel):
@@ -736,6 +750,16 @@ class ForgetReceipt(BaseModel):
     )
     fence: float = Field(
         0.0, description="messages said at or before this time are refused from now on"
+    )
+    keys_pending: int = Field(
+        0,
+        description="data keys retired by the forget and destroyed by the run it continued "
+        "as; MemoryClient.forget waits for that (the `shredded` update)",
+    )
+    workflows_forgotten: int = Field(
+        1,
+        description="the user's memory workflows this forget reached: 2 when one under the "
+        "other id form (readable or pseudonymous) ran too (MemoryClient.forget)",
     )
 
 

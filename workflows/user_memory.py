@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         RememberResult,
         RetryRoundRequest,
         RetryRoundResult,
+        ShredRequest,
         SubmitEvent,
         UserMemoryInput,
         UserStatus,
@@ -66,6 +67,9 @@ class UserMemoryWorkflow:
     async def run(self, inp: UserMemoryInput) -> None:
         """Main loop: forget, absorb, round, induction, reinforcement, continue-as-new, sleep."""
         run = self._run
+        # Keys a forget of the previous run retired: destroyed before anything else (this
+        # run's history is sealed with a newer key; docs/PRIVACY.md).
+        await user_forget.shred_retired(run)
         if inp.state is None and workflow.patched(STORED_FLOOR_PATCH):
             self._absorb()  # what the start brought is accepted (and shown) meanwhile
             await number_above_stored(run)
@@ -196,6 +200,11 @@ class UserMemoryWorkflow:
     async def forget(self, req: ForgetRequest) -> ForgetReceipt:
         """Forget the user: the main loop runs the saga, this waits for its receipt."""
         return await user_forget.forget(self._run, req)
+
+    @workflow.update
+    async def shredded(self, req: ShredRequest) -> ForgetReceipt | None:
+        """The last forget's receipt, once the data keys it retired are destroyed."""
+        return await user_forget.shredded(self._run)
 
     @workflow.update
     async def retry_round(self, req: RetryRoundRequest) -> RetryRoundResult:
