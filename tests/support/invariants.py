@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.models.contracts import UserStatus
@@ -90,6 +91,41 @@ def identities_once(said: Sequence[str], stored: Sequence[str]) -> Outcome:
     duplicated = sum(n - 1 for n in counts.values() if n > 1)
     duplicated += sum(n for key, n in counts.items() if key not in set(said))
     return Outcome(lost, duplicated, fragments=0, rounds=0, said=len(said))
+
+
+def secrets_in(text: str, secrets: Sequence[str]) -> Outcome:
+    """Words that must never be written out (log lines, printouts): every copy of one of
+    `secrets` found in `text` counts as duplicated (a copy where none is expected)."""
+    duplicated = sum(text.count(secret) for secret in secrets if secret)
+    return Outcome(0, duplicated, fragments=0, rounds=0, said=len(secrets))
+
+
+async def still_readable(codec: Any, payloads: Sequence[Any]) -> Outcome:
+    """Payloads sealed under a forgotten user's key, decoded one by one with `codec` (another
+    process's, say): each that still decrypts is a copy that outlived the forget (duplicated);
+    the only refusal counted as such is KeyDestroyedError."""
+    from mnemoflow.worker.data_keys import KeyDestroyedError
+
+    readable = 0
+    for payload in payloads:
+        try:
+            await codec.decode([payload])
+            readable += 1
+        except KeyDestroyedError:
+            pass
+    return Outcome(0, readable, fragments=0, rounds=0, said=len(payloads))
+
+
+async def words_stored(store: FragmentStore, user: str, words: Sequence[str]) -> Outcome:
+    """Distinct `words` said (one per line) against the user's rows: lost when in none,
+    duplicated for every row beyond the first that holds one."""
+    fragments = await store.all_for_user(user)
+    lost = duplicated = 0
+    for w in words:
+        holding = sum(1 for f in fragments if w in f.content)
+        lost += holding == 0
+        duplicated += max(holding - 1, 0)
+    return Outcome(lost, duplicated, fragments=len(fragments), rounds=0, said=len(words))
 
 
 async def leaked_to(store: FragmentStore, user: str, lines: Sequence[str] | None = None) -> Outcome:

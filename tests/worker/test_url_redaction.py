@@ -21,6 +21,7 @@ from mnemoflow.devstack.processes import LOOPBACK, free_port
 from mnemoflow.ops.cli import _service_problem
 from mnemoflow.worker.redact import LogRedactor, mask_url, mask_urls_in
 from mnemoflow.worker.settings import Settings
+from tests.support.invariants import secrets_in
 from tests.support.reliability import Ledger
 from tests.support.worker_cli import WorkerProcess, worker_env
 
@@ -108,7 +109,6 @@ async def test_a_worker_process_logs_no_bare_userinfo(
         "for a `mnemoflow -v worker` run, and every other user-info form in settings "
         "printouts, CLI errors, log lines and tracebacks",
         happened=f"printed as `redis://***@host`; {len(leaked)} log lines hold the password",
-        lost=len(leaked),
-        duplicated=log.count(SECRET) - len(leaked),
+        outcome=secrets_in(log, [SECRET]),
         started=started,
     )

@@ -18,6 +18,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.support.drive import conversation, submit, wait_status
+from tests.support.invariants import secrets_in
 from tests.support.reliability import Ledger
 from tests.support.worker_cli import WorkerProcess, worker_env
 
@@ -59,6 +60,7 @@ async def test_verbose_worker_logs_no_conversation_text(
         proc.stop()
     quoted = [line for line in log.splitlines() if any(p in line for p in planted)]
     assert quoted == [], f"{len(quoted)} lines, e.g. {quoted[0][:300]}"
+    assert secrets_in(log, planted).clean
     assert " DEBUG " in log, log[-2000:]  # -v was on
     reliability.record(
         request,
@@ -68,7 +70,6 @@ async def test_verbose_worker_logs_no_conversation_text(
         f"values in {len(lines)} lines through a round",
         happened=f"{len(quoted)} log lines quote them (the SDK's DEBUG output stays off under "
         "-v; mnemoflow's DEBUG is on)",
-        lost=len(lines) - status.watermarks["t"].indexed,
-        duplicated=max(status.watermarks["t"].indexed - len(lines), 0),
+        outcome=secrets_in(log, planted),
         started=started,
     )

@@ -39,6 +39,7 @@ from mnemoflow.worker.data_keys import KeyDestroyedError, close_codec
 from mnemoflow.worker.settings import Settings
 from tests.support.drive import conversation, eventually
 from tests.support.histories import user_key_payloads
+from tests.support.invariants import said_vs_stored
 from tests.support.memory_worker import fresh_settings
 from tests.support.operations import settled, turns
 from tests.support.reliability import Ledger
@@ -186,7 +187,10 @@ async def test_operator_forget_reaches_the_workflow_that_holds_the_memory(
                 return any(fresh in f.content for f in await res.store.all_for_user(user))
 
             await eventually(indexed, deadline_s=60, what="a line said after the forget stored")
-            after = [f for f in await res.store.all_for_user(user) if fresh in f.content]
+            outcome = await said_vs_stored(
+                res.store, user, None, {"t2": [lines[0]]}, forgotten=gone
+            )
+            assert outcome.clean, outcome
             await agent.aclose()
             await client.get_workflow_handle(agent.workflow_id(user)).terminate("test finished")
     finally:
@@ -200,8 +204,7 @@ async def test_operator_forget_reaches_the_workflow_that_holds_the_memory(
         happened=f"the CLI forget reached the agent's workflow: {len(served)} forgotten "
         f"fragments served by context(), {len(stored)} in Milvus, {len(held)} words in its "
         "state; a client with keys and no secret is refused at construction",
-        lost=1 - min(len(after), 1),
-        duplicated=len(served) + len(stored),
+        outcome=outcome,
         started=started,
     )
 

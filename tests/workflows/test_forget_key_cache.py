@@ -24,8 +24,9 @@ from mnemoflow.middleware import MemoryClient
 from mnemoflow.models.user_keys import DESTROY_USER_KEY, RETIRE_USER_KEY
 from mnemoflow.worker.app import Components, running_worker
 from mnemoflow.worker.client import connect
-from mnemoflow.worker.data_keys import KeyDestroyedError, close_codec
+from mnemoflow.worker.data_keys import close_codec
 from tests.support.histories import user_key_payloads
+from tests.support.invariants import still_readable
 from tests.support.memory_worker import fresh_settings
 from tests.support.operations import settled, turns
 from tests.support.reliability import Ledger
@@ -94,7 +95,7 @@ async def test_no_other_process_decrypts_after_the_forget_returns(
             )
             lines = [f"{planted.title()} {planted} is my pass phrase.", "Noted."]
             await memory.submit(user, turns("t", lines))
-            status = await settled(memory, user, 1)
+            await settled(memory, user, 1)
             handle = other.get_workflow_handle(memory.workflow_id(user))
             history = await handle.fetch_history()
             sealed = user_key_payloads(list(history.events))
@@ -108,13 +109,9 @@ async def test_no_other_process_decrypts_after_the_forget_returns(
             receipt = await memory.forget(user)
             assert receipt.keys_destroyed >= 1
             window_s = await retire_to_destroy_s(other, memory.workflow_id(user), run_n)
-            readable = 0
-            for payload in sealed:  # right after the receipt, well inside the 30 s cache
-                try:
-                    await other_codec.decode([payload])
-                    readable += 1
-                except KeyDestroyedError:
-                    pass
+            # Right after the receipt, well inside the 30 s cache.
+            outcome = await still_readable(other_codec, sealed)
+            readable = outcome.duplicated
             # All inside the cache bound of what the other process read.
             assert time.monotonic() - read_at < settings.temporal.encryption.data_keys_cache_s
             assert readable == 0, f"{readable} of {len(sealed)} payloads still decrypt"
@@ -133,7 +130,6 @@ async def test_no_other_process_decrypts_after_the_forget_returns(
         happened=f"{readable} of {len(sealed)} payloads decrypt in that process after the "
         "receipt: every decode confirms the key in Redis; the retired key was destroyed "
         f"{window_s:.2f} s after the retire, in the run the forget continued as",
-        lost=len(lines) - status.watermarks["t"].indexed,
-        duplicated=readable,
+        outcome=outcome,
         started=started,
     )

@@ -29,6 +29,7 @@ from mnemoflow.worker.client import connect
 from mnemoflow.worker.data_keys import KeyDestroyedError, close_codec
 from tests.support.drive import conversation, eventually
 from tests.support.histories import user_key_payloads
+from tests.support.invariants import still_readable, words_stored
 from tests.support.memory_worker import fresh_settings
 from tests.support.operations import settled, turns
 from tests.support.reliability import Ledger
@@ -106,9 +107,8 @@ async def test_forget_completes_when_every_task_replays(
                 return len(stored) == len(fresh)
 
             await eventually(indexed, deadline_s=90, what="lines said after the forget stored")
-            holding = [
-                sum(1 for f in await res.store.all_for_user(user) if w in f.content) for w in fresh
-            ]
+            outcome = await words_stored(res.store, user, fresh)
+            assert outcome.clean, outcome
             desc = await client.get_workflow_handle(wid).describe()
             assert desc.run_id != old_run
             await memory.aclose()
@@ -125,7 +125,6 @@ async def test_forget_completes_when_every_task_replays(
         happened=f"the forget returned ({receipt.keys_destroyed} key destroyed after the "
         f"continue-as-new); {readable} of the old run's {len(sealed)} payloads decrypt; "
         f"{len(stored)} of {len(fresh)} words said after it stored",
-        lost=len(fresh) - len(stored),
-        duplicated=sum(max(n - 1, 0) for n in holding),
+        outcome=outcome + await still_readable(client.data_converter.payload_codec, sealed),
         started=started,
     )
