@@ -44,10 +44,14 @@ demo: venv
 dev: venv
 	$(BIN)/mnemoflow dev
 
-# A benchmark is a script that prints its figures and writes them to benchmarks/results/;
-# short modes by default, `make bench FULL=1` for the full runs; plots go to docs/img/.
-BENCHES    := hot_path throughput round_floor retrieval milvus_flush recall
+# A benchmark is a script that prints its figures and writes them to benchmarks/results/; the
+# protocol (benchmarks/_protocol.py) runs each 3 times on fresh stacks and writes the median with
+# the spread and what else ran on the machine. Short sizes by default, `make bench FULL=1` for
+# the full runs; plots go to docs/img/, then `make docs` puts the figures in the docs.
+BENCHES    := hot_path throughput throughput_split round_floor retrieval milvus_flush recall
 BENCH_MODE := $(if $(FULL),,--short)
+# The full throughput run adds one user's 200 rounds (history growth, docs/PERFORMANCE.md).
+BENCH_ARGS_throughput := $(if $(FULL),-- --one-user 200,)
 BENCH_STAMP := $(VENV)/.bench-stamp
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
@@ -56,8 +60,9 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 
 bench: venv $(BENCH_STAMP)
 	@set -e; for name in $(BENCHES); do \
-		echo "== benchmarks/$$name.py $(BENCH_MODE)"; \
-		$(BIN)/python benchmarks/$$name.py $(BENCH_MODE); \
+		echo "== benchmarks/_protocol.py $$name $(BENCH_MODE)"; \
+		$(BIN)/python benchmarks/_protocol.py $$name $(BENCH_MODE) \
+			$$( [ "$$name" = throughput ] && echo "$(BENCH_ARGS_throughput)" ); \
 	done
 	$(BIN)/python benchmarks/plots.py
 
@@ -65,9 +70,11 @@ fmt: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# Regenerate the README configuration table from worker/settings.py.
+# Regenerate the README configuration table from worker/settings.py, and every benchmark figure
+# of README.md and docs/ from benchmarks/results/ (benchmarks/docfigs.py).
 docs: venv
 	$(BIN)/python -m mnemoflow.worker.settings_doc --write README.md
+	$(BIN)/python benchmarks/docfigs.py --write
 
 # Render the Helm chart for default, dev and prod and validate every manifest strictly for
 # Kubernetes 1.29-1.32 (offline); lint the Dockerfile; check the image's pins match the venv.

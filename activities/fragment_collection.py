@@ -7,6 +7,7 @@ them). The vector index is COSINE and of a type Milvus Lite rebuilds from disk a
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pymilvus import DataType, MilvusClient, MilvusException
@@ -14,6 +15,8 @@ from pymilvus import DataType, MilvusClient, MilvusException
 from mnemoflow.activities.fragment_rows import (
     CALL_ID_MAX_BYTES,
     CONTENT_MAX_BYTES,
+    NOTES_FIELD,
+    NOTES_MAX_BYTES,
     PK_MAX_BYTES,
     THEME_MAX_BYTES,
     THREAD_ID_MAX_BYTES,
@@ -22,6 +25,8 @@ from mnemoflow.activities.fragment_rows import (
     USER_ID_MAX_BYTES,
     USER_KEY_MAX_BYTES,
 )
+
+log = logging.getLogger(__name__)
 
 # Milvus answers at most 16,384 rows per query or search (maxQueryResultWindow).
 QUERY_WINDOW = 16_384
@@ -54,6 +59,7 @@ def build_schema(dim: int) -> Any:
     schema.add_field("end_pos", DataType.INT64)
     schema.add_field("explicit", DataType.BOOL)
     schema.add_field("last_call_id", DataType.VARCHAR, max_length=CALL_ID_MAX_BYTES)
+    schema.add_field(NOTES_FIELD, DataType.VARCHAR, max_length=NOTES_MAX_BYTES, nullable=True)
     return schema
 
 
@@ -90,8 +96,10 @@ def not_loaded(exc: MilvusException) -> bool:
 
 def create_if_missing(
     client: MilvusClient, collection: str, dim: int, index_type: str, opts: dict[str, Any]
-) -> None:
-    """Create the collection unless it exists; refuse one whose vectors have another dim."""
+) -> bool:
+    """Create the collection unless it exists; refuse one whose vectors have another dim.
+    Returns whether it has the notes column: one created before the notes is given it where
+    Milvus can add a column (a server; Milvus Lite cannot, and its rows go on without notes)."""
     if not client.has_collection(collection, **opts):
         schema, index = build_schema(dim), index_params(index_type)
         try:
@@ -100,7 +108,24 @@ def create_if_missing(
             # Another worker may have created it between our check and our create.
             if not client.has_collection(collection, **opts):
                 raise
-    for field in client.describe_collection(collection, **opts).get("fields", []):
+    fields = client.describe_collection(collection, **opts).get("fields", [])
+    names = {field.get("name") for field in fields}
+    if NOTES_FIELD not in names:
+        try:
+            client.add_collection_field(
+                collection,
+                NOTES_FIELD,
+                DataType.VARCHAR,
+                max_length=NOTES_MAX_BYTES,
+                nullable=True,
+                **opts,
+            )
+            names.add(NOTES_FIELD)
+        except Exception as err:  # Milvus Lite: not implemented; an older server: refused
+            log.warning(
+                "collection %r has no notes column, lines stored without: %r", collection, err
+            )
+    for field in fields:
         if field.get("name") != "vector":
             continue
         found = int(field.get("params", {}).get("dim", dim))
@@ -109,6 +134,7 @@ def create_if_missing(
                 f"collection {collection!r} holds {found}-dim vectors but the embedder "
                 f"gives {dim}: use another collection"
             )
+    return NOTES_FIELD in names
 
 
 def query_all(

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from mnemoflow.models.errors import InvalidInputError
-from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.fragments import Fragment, LineNote
 from mnemoflow.models.ids import MAX_USER_ID_CHARS, user_key, validate_user_id
 
 PK_MAX_BYTES = 128
@@ -51,6 +51,11 @@ SCALAR_FIELDS: list[str] = [
     "last_call_id",
 ]
 ALL_FIELDS: list[str] = [*SCALAR_FIELDS, "user_key", "vector"]
+#: The column of each line's notes (`models.fragments.LineNote`, JSON), in collections created
+#: since the notes; a collection created before has none and its rows are stored without them
+#: (docs/ARCHITECTURE.md, "Dated lines and write-time enrichment").
+NOTES_FIELD = "notes"
+NOTES_MAX_BYTES = CONTENT_MAX_BYTES
 
 
 def cosines(vectors: list[list[float]], query: list[float]) -> list[float]:
@@ -102,13 +107,41 @@ def ids_filter(key: str, ids: list[str]) -> str:
     return f"{user_filter(key)} and pk in [{', '.join(json.dumps(i) for i in ids)}]"
 
 
-def to_row(fragment: Fragment, vector: list[float], last_call_id: str = "") -> dict[str, Any]:
-    """A Milvus row for a fragment (text trimmed to the column limits)."""
+def notes_json(notes: list[LineNote], max_bytes: int = NOTES_MAX_BYTES) -> str:
+    """The notes as the column holds them: JSON, within `max_bytes` (the indexed terms are cut
+    from the longest first; the dates shown with the lines are kept)."""
+    items = [[n.when, n.terms] for n in notes]
+    text = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+    while len(text.encode("utf-8")) > max_bytes:
+        longest = max(range(len(items)), key=lambda i: len(items[i][1]))
+        if not items[longest][1]:
+            return "[]"
+        items[longest][1] = items[longest][1][: len(items[longest][1]) // 2]
+        text = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+    return text
+
+
+def notes_of(raw: object) -> list[LineNote]:
+    """The notes a row holds ([] for a row stored without them, or an unreadable value)."""
+    if not isinstance(raw, str) or not raw:
+        return []
+    try:
+        items = json.loads(raw)
+        return [LineNote(when=str(w), terms=str(t)) for w, t in items]
+    except (ValueError, TypeError):
+        return []
+
+
+def to_row(
+    fragment: Fragment, vector: list[float], last_call_id: str = "", *, notes: bool = False
+) -> dict[str, Any]:
+    """A Milvus row for a fragment (text trimmed to the column limits); `notes`: the collection
+    has the notes column."""
     if not is_valid_id(fragment.id):
         raise InvalidInputError(
             f"fragment id {fragment.id[:80]!r} must match [A-Za-z0-9_.:@-]{{1,128}}"
         )
-    return {
+    row = {
         "pk": fragment.id,
         "user_key": checked_user(fragment.user_id),
         "user_id": fragment.user_id,
@@ -126,6 +159,9 @@ def to_row(fragment: Fragment, vector: list[float], last_call_id: str = "") -> d
         "explicit": bool(fragment.explicit),
         "last_call_id": clip(last_call_id, CALL_ID_MAX_BYTES),
     }
+    if notes:
+        row[NOTES_FIELD] = notes_json(fragment.notes)
+    return row
 
 
 def to_fragment(row: dict[str, Any]) -> Fragment:
@@ -144,4 +180,5 @@ def to_fragment(row: dict[str, Any]) -> Fragment:
         start_pos=int(row["start_pos"]),
         end_pos=int(row["end_pos"]),
         explicit=bool(row["explicit"]),
+        notes=notes_of(row.get(NOTES_FIELD)),
     )

@@ -43,7 +43,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from langchain_core.embeddings import Embeddings
 from pymilvus import MilvusClient, MilvusException
@@ -59,6 +59,7 @@ from mnemoflow.activities.fragment_rows import (
     ALL_FIELDS,
     CALL_ID_MAX_BYTES,
     CONTENT_MAX_BYTES,
+    NOTES_FIELD,
     SCALAR_FIELDS,
     checked_user,
     clip,
@@ -110,6 +111,10 @@ QUERY_KEPT_CHARS = 4000
 class FragmentStore:
     """Async access to the fragment collection; one instance per worker process."""
 
+    #: Flushes made by the stores of this process (benchmarks/throughput.py counts them per
+    #: round: a flush is the largest part of a round's write, module docstring "Flushing").
+    flushes_total: ClassVar[int] = 0
+
     def __init__(
         self,
         uri: str,
@@ -144,6 +149,8 @@ class FragmentStore:
         self._symmetric = bool(getattr(embeddings, "symmetric", False))
         self._query_vectors: OrderedDict[str, list[float]] = OrderedDict()
         self._token = token or ""
+        # whether the collection has the notes column (`ensure` finds out)
+        self._notes = False
         self._client: MilvusClient | None = None
         self._connect_lock = threading.Lock()
         self._lite_buckets = False  # set by ensure() when the server is Milvus Lite
@@ -297,6 +304,7 @@ class FragmentStore:
                 return
             client.flush(self.collection, **self._opts())
             self._unflushed = 0
+            FragmentStore.flushes_total += 1
 
     def _write(self, client: MilvusClient, rows: Rows) -> None:
         client.upsert(self.collection, rows, **self._opts())
@@ -309,6 +317,10 @@ class FragmentStore:
         if client is not None:
             await asyncio.to_thread(client.close)
 
+    @property
+    def _scalar_fields(self) -> list[str]:
+        return [*SCALAR_FIELDS, NOTES_FIELD] if self._notes else SCALAR_FIELDS
+
     async def drop(self) -> None:
         """Drop the whole collection (tests and benchmarks; forgetting uses delete_user)."""
         await self._run_write(lambda c: c.drop_collection(self.collection, **self._opts()))
@@ -318,7 +330,9 @@ class FragmentStore:
 
         def work(client: MilvusClient) -> None:
             opts = self._opts()
-            create_if_missing(client, self.collection, self.dim, self.index_type, opts)
+            self._notes = create_if_missing(
+                client, self.collection, self.dim, self.index_type, opts
+            )
             client.load_collection(self.collection, **opts)
             self._lite_buckets = _has_lite_buckets(client, self.collection, opts)
 
@@ -350,7 +364,7 @@ class FragmentStore:
             self._keep_query(query, vectors.pop())  # type: ignore[arg-type]
         # The last of a repeated id wins, within a batch as across batches.
         written = {f.id: (f, v) for f, v in zip(fragments, vectors, strict=True)}
-        rows = [to_row(f, v) for f, v in written.values()]
+        rows = [to_row(f, v, notes=self._notes) for f, v in written.values()]
         guard = self._guard([f for f, _ in written.values()], epoch)
         await self._run_write(lambda c: self._write(c, rows), guard)
         return list(written.values())
@@ -371,13 +385,13 @@ class FragmentStore:
     async def get(self, user_id: str, ids: list[str]) -> list[Fragment]:
         """The user's fragments among `ids`, in the order asked (others' ids are ignored)."""
         wanted = storable_ids(ids)
-        rows = await self._rows(checked_user(user_id), wanted, SCALAR_FIELDS)
+        rows = await self._rows(checked_user(user_id), wanted, self._scalar_fields)
         by_id = {row["pk"]: to_fragment(row) for row in rows}
         return [by_id[i] for i in wanted if i in by_id]
 
     async def all_for_user(self, user_id: str) -> list[Fragment]:
         """Every fragment of the user, oldest first."""
-        rows = await self._user_rows(checked_user(user_id), SCALAR_FIELDS)
+        rows = await self._user_rows(checked_user(user_id), self._scalar_fields)
         return sorted((to_fragment(r) for r in rows), key=lambda f: (f.created_at, f.id))
 
     async def highest_round(self, user_id: str) -> int:
@@ -387,7 +401,7 @@ class FragmentStore:
 
     async def all_with_vectors(self, user_id: str) -> list[tuple[Fragment, list[float]]]:
         """Every fragment of the user with its stored vector (to rebuild the search corpus)."""
-        rows = await self._user_rows(checked_user(user_id), [*SCALAR_FIELDS, "vector"])
+        rows = await self._user_rows(checked_user(user_id), [*self._scalar_fields, "vector"])
         return [(to_fragment(r), [float(x) for x in r["vector"]]) for r in rows]
 
     async def candidates(self, user_id: str, query: str, limit: int | None) -> list[Candidate]:
@@ -404,7 +418,7 @@ class FragmentStore:
             qvec = await asyncio.to_thread(self._embeddings.embed_query, query)
             self._keep_query(query, qvec)
         if limit is None:
-            rows = await self._user_rows(key, [*SCALAR_FIELDS, "vector"])
+            rows = await self._user_rows(key, [*self._scalar_fields, "vector"])
             cos = cosines([r["vector"] for r in rows], qvec) if rows else []
             found = [
                 Candidate(fragment=to_fragment(r), cos=c) for r, c in zip(rows, cos, strict=True)
@@ -413,7 +427,9 @@ class FragmentStore:
             n, opts = min(limit, QUERY_WINDOW), self._read_opts(key)
             expr, kind = user_filter(key), self.index_type
             hits = await self._run(
-                lambda c: nearest(c, self.collection, qvec, expr, n, kind, SCALAR_FIELDS, opts)
+                lambda c: nearest(
+                    c, self.collection, qvec, expr, n, kind, self._scalar_fields, opts
+                )
             )
             found = [
                 Candidate(fragment=to_fragment(h["entity"]), cos=float(h["distance"])) for h in hits
@@ -437,7 +453,8 @@ class FragmentStore:
         signal) skips rows it already changed. The user workflow applies calls one at a time, so
         a retry of call A cannot arrive after call B touched the same row.
         """
-        rows = await self._rows(checked_user(user_id), storable_ids(ids), ALL_FIELDS)
+        fields = [*ALL_FIELDS, NOTES_FIELD] if self._notes else ALL_FIELDS
+        rows = await self._rows(checked_user(user_id), storable_ids(ids), fields)
         stamp = clip(call_id, CALL_ID_MAX_BYTES)
         updated = []
         for row in rows:
@@ -446,7 +463,9 @@ class FragmentStore:
             fragment = to_fragment(row).model_copy(
                 update={"strengthen_count": int(row["strengthen_count"]) + 1, "reinforced_at": now}
             )
-            updated.append(to_row(fragment, list(row["vector"]), last_call_id=call_id))
+            updated.append(
+                to_row(fragment, list(row["vector"]), last_call_id=call_id, notes=self._notes)
+            )
         if updated:
             guard = None if epoch is None else ({user_id: [r["pk"] for r in updated]}, epoch)
             await self._run_write(lambda c: self._write(c, updated), guard)

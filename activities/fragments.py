@@ -50,7 +50,9 @@ from mnemoflow.models.contracts import (
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError, StaleEpochError
 from mnemoflow.models.fragments import (
     Fragment,
+    LineNote,
     SelectionLog,
+    SpokenLine,
     cut_quoted_lines,
     quoted_texts,
     spoken_lines,
@@ -455,8 +457,9 @@ class FragmentActivities:
 
     @activity.defn(name=ActivityName.DELETE_FRAGMENTS)
     async def delete_fragments(self, inp: DeleteFragmentsInput) -> DeleteFragmentsOutput:
-        """Delete some (ids) or all (ids None) of the user's fragments; idempotent."""
-        async with _permanent_errors():
+        """Delete some (ids) or all (ids None) of the user's fragments; idempotent. Heartbeats
+        while it runs, so a forget whose worker died is retried elsewhere in seconds."""
+        async with _permanent_errors(), heartbeating():
             if inp.ids is None:
                 deleted = await self.store.delete_user(inp.user_id, epoch=inp.epoch)
                 if self.corpus is not None:
@@ -503,7 +506,8 @@ class FragmentActivities:
                 if content is None:
                     gone.append(row.id)
                 elif content != row.content:
-                    kept.append(row.model_copy(update={"content": content}))
+                    # the notes may hold the cut words (facts, keywords): they go with them
+                    kept.append(row.model_copy(update={"content": content, "notes": []}))
             rows = []
         # The rows most inside the span first: that is where the forgotten turns went.
         inside = min(spec.end_pos, max(spec.start_pos, 0))
@@ -518,7 +522,10 @@ class FragmentActivities:
             if len(left) == len(lines):
                 continue
             if any(ln.role for ln in left):
-                kept.append(row.model_copy(update={"content": "\n".join(ln.raw for ln in left)}))
+                content = "\n".join(ln.raw for ln in left)
+                kept.append(
+                    row.model_copy(update={"content": content, "notes": _kept_dates(row, left)})
+                )
             else:
                 gone.append(row.id)
         if gone:
@@ -530,3 +537,17 @@ class FragmentActivities:
             if self.corpus is not None:
                 await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
         return gone, kept
+
+
+def _kept_dates(row: Fragment, left: list[SpokenLine]) -> list[LineNote]:
+    """The notes of a row rewritten without some lines: for each line left, only the dates
+    shown with it (its own words name them); the indexed terms go, since the fragment's facts
+    and keywords may hold the forgotten lines' words. None when the notes did not match the
+    lines one for one."""
+    lines = spoken_lines(row.content)
+    if len(row.notes) != len(lines):
+        return []
+    when: dict[str, str] = {}
+    for line, note in zip(lines, row.notes, strict=True):
+        when.setdefault(line.raw, note.when)
+    return [LineNote(when=when.get(line.raw, "")) for line in left]

@@ -29,6 +29,7 @@ from mnemoflow.activities.llm.base import (
     with_every_turn,
     within_bytes,
 )
+from mnemoflow.activities.llm.enrichment import with_notes
 from mnemoflow.activities.llm.errors import INVALID_INPUT_TYPE, to_activity_error
 from mnemoflow.memory.params import renormalise
 from mnemoflow.memory.profile_merge import merge_profile
@@ -154,6 +155,8 @@ class LLMActivities:
             drafts = validate_drafts(sliced.drafts, len(inp.turns), inp.max_fragments)
             # Whatever the model left out or only paraphrased is kept verbatim as well.
             drafts = within_bytes(with_every_turn(drafts, inp.turns, inp.max_fragments))
+            # Each line's date, resolved relative dates and the enrichment, to be indexed.
+            drafts = with_notes(drafts, inp.turns)
             return SliceOutput(drafts=drafts, usage=sliced.usage, model=self.models.name)
 
         try:
@@ -173,7 +176,9 @@ class LLMActivities:
                 err,
             )
             return SliceOutput(
-                drafts=within_bytes(with_every_turn([], inp.turns, inp.max_fragments)),
+                drafts=with_notes(
+                    within_bytes(with_every_turn([], inp.turns, inp.max_fragments)), inp.turns
+                ),
                 model=self.models.name,
                 refused=_refusal(err),
             )

@@ -143,11 +143,15 @@ def meta(args: Any) -> dict[str, Any]:
 
 
 def write_result(name: str, data: dict[str, Any], args: Any) -> Path:
-    """benchmarks/results/<name>.json with a _meta stamp; returns the path."""
+    """benchmarks/results/<name>.json with a _meta stamp; returns the path.
+
+    Under the protocol (benchmarks/_protocol.py) each repeat writes to the file
+    MNEMOFLOW_BENCH_OUT names instead, and the protocol writes <name>.json from the repeats."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    out = os.environ.get("MNEMOFLOW_BENCH_OUT")
+    path = Path(out) if out else RESULTS / f"{name}.json"
     path.write_text(json.dumps({"_meta": meta(args), **data}, indent=2, ensure_ascii=False) + "\n")
-    print(f"results written to {path.relative_to(ROOT)}", flush=True)
+    print(f"results written to {path}", flush=True)
     return path
 
 
@@ -235,10 +239,11 @@ def settings_from(env: dict[str, str]) -> Any:
 
 @asynccontextmanager
 async def stack(
-    *, latency_s: float = 0.0, embedding: str = "use", tag: str = "bench"
+    *, latency_s: float = 0.0, embedding: str = "use", tag: str = "bench", models: str = "heuristic"
 ) -> AsyncIterator[tuple[Any, Any, Any]]:
     """The embedded stack (Temporal dev server, Redis, Milvus Lite, one worker in this process)
-    on free ports in a temporary data dir, heuristic memory models with `latency_s` per call.
+    on free ports in a temporary data dir, heuristic memory models with `latency_s` per call
+    (`models="deepseek"`: DeepSeek, as DEEPSEEK_API_KEY and DEEPSEEK_BASE_URL say).
 
     Yields (StackInfo, Settings, Temporal client); everything is stopped on the way out.
     """
@@ -248,7 +253,7 @@ async def stack(
     with tempfile.TemporaryDirectory(prefix=f"mnemoflow-{tag}-") as tmp:
         env = {
             "MNEMOFLOW_DATA_DIR": tmp,
-            "MNEMOFLOW_MODELS": "heuristic",
+            "MNEMOFLOW_MODELS": models,
             "MNEMOFLOW_HEURISTIC_LATENCY_S": str(latency_s),
             "MILVUS_EMBEDDING": embedding,
         }

@@ -194,6 +194,27 @@ class Baselines:
         order = sorted(range(len(cos)), key=lambda i: (-float(cos[i]), i))
         return pack_turns(order, self.lines, budget, self.count)
 
+    def hybrid_text(self, question: str, budget: int) -> str:
+        """Dense + BM25 over the raw turns, fused by reciprocal rank (k = 60, equal weights),
+        BM25 over each turn as packed, its session date and speaker included (`turn_line`):
+        the hybrid baseline of issue 30."""
+        import numpy as np
+
+        from mnemoflow.memory.search import rrf
+
+        if not hasattr(self, "_dated"):
+            from mnemoflow.memory.search import BM25
+
+            self._dated = BM25([self._tokens(line) for line in self.lines])
+        scores = self._dated.scores(self._tokens(question))
+        lexical = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
+        q = np.asarray(self.embeddings.embed_query(question))
+        cos = self.vectors @ (q / np.linalg.norm(q))
+        dense = sorted(range(len(cos)), key=lambda i: (-float(cos[i]), i))
+        fused = rrf([lexical, dense])
+        order = sorted(fused, key=lambda i: (-fused[i], i))
+        return pack_turns(order, self.lines, budget, self.count)
+
     def recency_text(self, budget: int) -> str:
         order = list(range(len(self.lines) - 1, -1, -1))
         return pack_turns(order, self.lines, budget, self.count)

@@ -44,6 +44,7 @@ CACHE = Path("/tmp/locomo_offline_vectors")
 async def fragments_of(conv: Any, user: str) -> list[Any]:
     from mnemoflow.activities.fragments import new_information
     from mnemoflow.activities.llm.base import validate_drafts
+    from mnemoflow.activities.llm.enrichment import with_notes
     from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
     from mnemoflow.models.contracts import RoundInput
     from mnemoflow.workflows.memory_round import build_fragments
@@ -56,6 +57,7 @@ async def fragments_of(conv: Any, user: str) -> list[Any]:
         for start in range(0, len(turns), 64):
             batch = turns[start : start + 64]
             drafts = validate_drafts((await models.slice(batch, 16)).drafts, len(batch), 16)
+            drafts = with_notes(drafts, batch)  # as the slice activity does
             inp = RoundInput.model_construct(
                 user_id=user,
                 round_no=len(stored) + 1000 * n + start,
@@ -109,6 +111,12 @@ def main() -> int:
     parser.add_argument("--question-threads", action="store_true")
     parser.add_argument("--ranks", action="store_true", help="where missed evidence ranked")
     parser.add_argument(
+        "--record",
+        default="",
+        help="store this run's figures as the step named here in "
+        "benchmarks/results/locomo_steps.json (docs/MEMORY_QUALITY.md's table of steps)",
+    )
+    parser.add_argument(
         "--window-schedule",
         default="",
         help="neighbours by rank instead of LINE_WINDOW, e.g. 3:2,8:1,9999:0 (tried, left out)",
@@ -150,7 +158,7 @@ def main() -> int:
     for conv in convs:
         frags = asyncio.run(fragments_of(conv, "u"))
         vectors = _unit(emb.embed_documents([f.content for f in frags]))
-        docs = [SearchDoc(ContextFragment.of(f), f.created_at, 0) for f in frags]
+        docs = [SearchDoc(ContextFragment.of(f), f.created_at, 0, tuple(f.notes)) for f in frags]
         index = SearchIndex(docs, vectors)
         profile = merge_profile(UserProfile(), extract_profile(f.content for f in frags))
         context = InjectedContext(user_id="u", version=1, generated_at=0, profile=profile)
@@ -191,14 +199,37 @@ def main() -> int:
             if base is not None:
                 b = judge(base.bm25_text(q["question"], args.budget), evidence, "")["all"]
                 totals.setdefault("bm25", []).append(b)
+                h = judge(base.hybrid_text(q["question"], args.budget), evidence, "")["all"]
+                totals.setdefault("hybrid", []).append(h)
+                totals.setdefault(f"hybrid {cat}", []).append(h)
         print(f"[{conv.name}] {len(frags)} fragments, profile {count(str(profile))} chars-ish")
     out = {k: round(sum(v) / len(v), 3) for k, v in totals.items()}
     out["median_tokens"] = sorted(tokens)[len(tokens) // 2]
     out["s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out))
+    if ranks:
+        out["ranks"] = {cat: {k: t[k] for k in RANK_BUCKETS if t[k]} for cat, t in ranks.items()}
+    if args.record:
+        _record(args, out)
     for cat, tally in sorted(ranks.items()):
         print(cat, json.dumps({k: tally[k] for k in RANK_BUCKETS if tally[k]}))
     return 0
+
+
+def _record(args: Any, out: dict[str, Any]) -> None:
+    """Add (or replace) this run as the step `args.record` of locomo_steps.json, with where
+    it came from (commit, arguments, machine), in the order steps were first recorded."""
+    from _common import RESULTS, meta
+
+    path = RESULTS / "locomo_steps.json"
+    steps = json.loads(path.read_text()) if path.exists() else {"steps": []}
+    step = {"step": args.record, "figures": out, "_meta": meta(args)}
+    names = [s["step"] for s in steps["steps"]]
+    if args.record in names:
+        steps["steps"][names.index(args.record)] = step
+    else:
+        steps["steps"].append(step)
+    path.write_text(json.dumps(steps, indent=1) + "\n")
 
 
 def _narrowing_windows(schedule: str) -> None:

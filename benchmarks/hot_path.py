@@ -23,6 +23,10 @@ seconds (its own, its children's apart); the parent records what the stack's pro
 worker in the parent, each service) spent during each child's run.
 
     python benchmarks/hot_path.py [--short] [--reps N]
+
+`--store-puts` runs only a separate section (`store_puts`): the latency of `MnemoflowStore.aput`
+beside LangGraph's InMemoryStore, while rounds with the simulated LLM latency run for the same
+user, so a put that waited for a round would show; results in results/hot_path_store.json.
 """
 
 from __future__ import annotations
@@ -378,11 +382,79 @@ def _print(figures: dict[str, Any], latency: float) -> None:
         print(f"  {config:24s} {agent['process']} ({agent['children']}); {spent}")
 
 
+# --- a separate section: MnemoflowStore.aput beside InMemoryStore.aput -----------------------
+
+
+async def store_puts(args: argparse.Namespace) -> int:
+    """p50/p95 of a store put (a new key, and an overwrite) for MnemoflowStore on the embedded
+    stack and for InMemoryStore, measured while the user's rounds run with 800 ms LLM calls."""
+    from langgraph.store.memory import InMemoryStore
+
+    from mnemoflow.devstack.demo_story import SESSION_ONE
+    from mnemoflow.middleware.store import MnemoflowStore
+    from mnemoflow.models.turns import ChatTurn
+    from mnemoflow.worker.memory_client import memory_client
+
+    n = args.reps or (30 if args.short else 150)
+    user = f"bench-store-{uuid.uuid4().hex[:8]}"
+    ns = ("memories", user)
+    results: dict[str, Any] = {
+        "puts": n,
+        "llm_latency_ms": 800,
+        "load_avg_1_5_15_at_start": _load(),
+    }
+    async with stack(latency_s=0.8, tag="store") as (_info, settings, temporal):
+        async with memory_client(temporal, settings) as client:
+            store, baseline = MnemoflowStore(client), InMemoryStore()
+
+            async def feed_rounds() -> None:
+                # The story, a few turns at a time, each hand-over urgent: rounds keep running.
+                t0 = time.time() - 3 * 3600
+                for start in range(0, len(SESSION_ONE), 4):
+                    turns = [
+                        ChatTurn(thread_id="talk", position=i, role="human", content=text,
+                                 time=t0 + 35 * i, message_id=f"talk-{i}")
+                        for i, text in enumerate(SESSION_ONE[start : start + 4], start)
+                    ]  # fmt: skip
+                    await client.submit(user, turns, urgent=True)
+                    await asyncio.sleep(1.0)
+
+            feeder = asyncio.create_task(feed_rounds())
+            timings: dict[str, dict[str, list[float]]] = {}
+            for name, target in (("mnemoflow", store), ("in_memory", baseline)):
+                timed = timings.setdefault(name, {"new_key": [], "overwrite": []})
+                for i in range(n):
+                    key = f"k{i}" if i % 3 else "same"  # a third overwrite one key
+                    began = time.perf_counter()
+                    await target.aput(ns, key, {"content": f"fact {i}: order {7000 + i} is late"})
+                    kind = "overwrite" if key == "same" and i else "new_key"
+                    timed[kind].append(time.perf_counter() - began)
+            await feeder
+            status = await client.status(user)
+    results["rounds_completed_during_run"] = status.rounds_completed if status else 0
+    results["load_avg_1_5_15_at_end"] = _load()
+    for name, timed in timings.items():
+        results[name] = {kind: summary_ms(values) for kind, values in timed.items()}
+    print(f"-- store put latency ({n} puts, rounds running with 800 ms LLM calls) --")
+    for name in timings:
+        for kind, f in results[name].items():
+            print(f"{name:10s} {kind:10s} p50 {f['p50_ms']:8.2f} ms  p95 {f['p95_ms']:8.2f} ms")
+    print(
+        f"rounds completed meanwhile: {results['rounds_completed_during_run']}; load average "
+        f"{results['load_avg_1_5_15_at_start']} -> {results['load_avg_1_5_15_at_end']}"
+    )
+    write_result("hot_path_store", results, args)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", action="store_true", help="2 conversations per agent")
     parser.add_argument("--reps", type=int, default=0, help="conversations per agent")
     parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
+    parser.add_argument(
+        "--store-puts", action="store_true", help="only the MnemoflowStore put section"
+    )
     parser.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--latency", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -392,6 +464,8 @@ def main() -> int:
         result = asyncio.run(child(args.child, args.latency, args.reps or 1))
         print(json.dumps(result))
         return 0
+    if args.store_puts:
+        return asyncio.run(store_puts(args))
     return asyncio.run(parent(args))
 
 

@@ -12,14 +12,23 @@ memory part of that prompt is what is judged:
   also the any-evidence variant, and whether the gold answer appears verbatim;
 - injected tokens (cl100k_base), retrieval time per question (the whole agent call with an
   instant model: everything the middleware adds), ingest time and rounds per conversation;
-- baselines over the raw turns at the same token budget: BM25, dense (the same USE model) and
-  recency; and the size of the full conversation.
+- baselines over the raw turns at the same token budget: a hybrid (BM25 over each turn with
+  its session date and speaker, fused by reciprocal rank with dense), BM25, dense (the same
+  USE model) and recency; and the size of the full conversation.
 
     python benchmarks/locomo.py [--data DIR] [--conversations N] [--short] [--questions N]
 
 --short: one conversation, its first 30 questions. Results: benchmarks/results/locomo.json (per
 question: locomo_questions.jsonl) and
 docs/MEMORY_QUALITY.md (table, plus docs/img/locomo_recall.svg).
+
+--llm: the same benchmark with the DeepSeek memory models (slice with its enrichment, tune,
+induct) instead of the offline ones, for a user with a key (DEEPSEEK_API_KEY; DEEPSEEK_BASE_URL
+and DEEPSEEK_MODEL as the worker reads them). It calls the API for every round of every
+conversation, so it never runs in CI. Only the mnemoflow side without reinforcement is asked
+(the reinforced side would double the bill). Its report gives the memory models' tokens and
+cost per conversation (the user workflow's ledger); results go to
+benchmarks/results/locomo_llm.json and locomo_llm_questions.jsonl, never to the docs.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -53,7 +63,7 @@ from _locomo_report import token_counter, write_report
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
 CORE = "You are a helpful assistant with a long memory of this conversation."
 SETTLE_DEADLINE_S = 1800.0
-SIDES = ("mnemoflow", "mnemoflow_reinforced", "bm25", "dense", "recency")
+SIDES = ("mnemoflow", "mnemoflow_reinforced", "hybrid", "bm25", "dense", "recency")
 NO_ANSWER = "I will check my notes."
 
 
@@ -120,7 +130,23 @@ async def ingest(client: Any, conv: Conversation, user: str) -> dict[str, Any]:
         await client.submit(user, turns)
         threads.append(thread)
     status = await _settle(client, user, threads)
+    ledger = status.ledger
+    total = ledger.total()
+    cost = {
+        "calls": total.calls,
+        "input_tokens": total.input_tokens,
+        "output_tokens": total.output_tokens,
+        "cache_hit_tokens": total.cache_hit_tokens,
+        "cache_miss_tokens": total.cache_miss_tokens,
+        "cost": round(ledger.cost, 6),
+        "currency": ledger.currency,
+        "by_operation": {
+            op: {"calls": u.calls, "input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
+            for op, u in sorted(ledger.by_operation.items())
+        },
+    }
     return {
+        "memory_models": cost,
         "ingest_s": round(time.perf_counter() - started, 1),
         "sessions": len(threads),
         "turns": len(conv.turns),
@@ -197,6 +223,7 @@ async def ask_all(
             texts[side] = _memory_part(model.last_system_prompt)
         texts.update(
             {
+                "hybrid": base.hybrid_text(q["question"], args.budget),
                 "bm25": base.bm25_text(q["question"], args.budget),
                 "dense": base.dense_text(q["question"], args.budget),
                 "recency": base.recency_text(args.budget),
@@ -291,7 +318,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     config = MemoryConfig(memory_budget_tokens=args.budget)
     per_conv: dict[str, Any] = {}
     all_rows: list[dict[str, Any]] = []
-    async with stack(latency_s=0.0, tag="locomo") as (_info, settings, temporal):
+    models = "deepseek" if args.llm else "heuristic"
+    async with stack(latency_s=0.0, tag="locomo", models=models) as (_info, settings, temporal):
         embeddings = UniversalSentenceEncoderEmbeddings()
         client = memory_client(temporal, settings, config, embeddings=embeddings)
         client.searcher.warm()
@@ -316,6 +344,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await client.aclose()
     return {
+        "models": models,
         "budget_tokens": args.budget,
         "tokenizer": token_counter().name,  # type: ignore[attr-defined]
         "overall": summarise(all_rows),
@@ -326,14 +355,49 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def write_questions(result: dict[str, Any]) -> None:
-    """Per-question rows, one JSON line each, to benchmarks/results/locomo_questions.jsonl;
+def write_questions(result: dict[str, Any], name: str = "locomo") -> None:
+    """Per-question rows, one JSON line each, to benchmarks/results/<name>_questions.jsonl;
     the results JSON keeps the summaries (the rows would make it 24,000 lines)."""
     lines = []
-    for name, conv in result["conversations"].items():
+    for conv_name, conv in result["conversations"].items():
         for row in conv.pop("rows"):
-            lines.append(json.dumps({"conversation": name, **row}, separators=(",", ":")))
-    (RESULTS / "locomo_questions.jsonl").write_text("\n".join(lines) + "\n")
+            lines.append(json.dumps({"conversation": conv_name, **row}, separators=(",", ":")))
+    (RESULTS / f"{name}_questions.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def cost_report(result: dict[str, Any]) -> str:
+    """What the memory models cost, per conversation and in all (markdown), with the evidence
+    recall they bought: `--llm`'s report."""
+    lines = [
+        f"Memory models: {result.get('models', '?')}; memory budget {result['budget_tokens']} "
+        "tokens.",
+        "",
+        "| conversation | turns | calls | input tokens (cache hit) | output tokens | cost | "
+        "evidence recall | median injected tokens |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    totals = Counter[str]()
+    currency = ""
+    for name, conv in result["conversations"].items():
+        ing, s = conv["ingest"], conv["summary"]["mnemoflow"]
+        m = ing["memory_models"]
+        currency = m["currency"]
+        totals.update(
+            {k: m[k] for k in ("calls", "input_tokens", "cache_hit_tokens", "output_tokens")}
+        )
+        totals["cost_micro"] += round(m["cost"] * 1e6)
+        lines.append(
+            f"| {name} | {ing['turns']} | {m['calls']} | {m['input_tokens']} "
+            f"({m['cache_hit_tokens']}) | {m['output_tokens']} | {m['cost']:.4f} {currency} | "
+            f"{s['evidence_recall_all']:.3f} | {s['median_tokens']:.0f} |"
+        )
+    overall = result["overall"]["mnemoflow"]
+    lines.append(
+        f"| all | | {totals['calls']} | {totals['input_tokens']} ({totals['cache_hit_tokens']}) "
+        f"| {totals['output_tokens']} | {totals['cost_micro'] / 1e6:.4f} {currency} | "
+        f"{overall['evidence_recall_all']:.3f} | {overall['median_tokens']:.0f} |"
+    )
+    return "\n".join(lines)
 
 
 def _line(s: dict[str, Any]) -> str:
@@ -363,6 +427,12 @@ def main() -> int:
         default="both",
         help="both: also a side whose answers draw on memory (so fragments are reinforced)",
     )
+    parser.add_argument(
+        "--llm",
+        action="store_true",
+        help="DeepSeek memory models (needs DEEPSEEK_API_KEY; calls the API, never in CI); "
+        "reports the token cost per conversation",
+    )
     parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
     parser.add_argument(
         "--report-only", action="store_true", help="rewrite the doc from the last results"
@@ -373,9 +443,18 @@ def main() -> int:
         return 0
     if args.short:
         args.conversations, args.questions = 1, args.questions or 30
+    if args.llm:
+        if not os.environ.get("DEEPSEEK_API_KEY"):
+            raise SystemExit("--llm needs DEEPSEEK_API_KEY (DeepSeek memory models)")
+        args.reinforcement = "off"
     if args.dry_run:
         return 0
     result = asyncio.run(run(args))
+    if args.llm:
+        print(cost_report(result))
+        write_questions(result, "locomo_llm")
+        write_result("locomo_llm", result, args)
+        return 0
     print("overall (all/any evidence recall, median tokens):", _line(result["overall"]))
     write_questions(result)
     write_result("locomo", result, args)

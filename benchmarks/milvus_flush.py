@@ -195,10 +195,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", action="store_true", help="200 rounds per policy")
-    parser.add_argument("--name", default="milvus_flush")
     args = parser.parse_args()
     out = asyncio.run(run(args))
-    write_result(args.name, out, args)
+    write_result("milvus_flush", out, args)
     return 0
 
 

@@ -56,10 +56,10 @@ Measured per shape:
   the round's last step.
 
     python benchmarks/round_floor.py [--short] [--users 100] [--rounds 10]
-        [--shapes production,child_local,no_child] [--name round_floor]
+        [--shapes production,child_local,no_child]
 
 `--short` (20 users x 3 rounds, as `make bench` runs it) is a quick smoke run. Results:
-benchmarks/results/<name>.json.
+benchmarks/results/round_floor.json.
 """
 
 from __future__ import annotations
@@ -729,7 +729,6 @@ def main() -> int:
         default=",".join(SHAPES),
         help="measured in this order, on one dev server: " + ", ".join(SHAPES),
     )
-    parser.add_argument("--name", default="round_floor", help="results file name")
     args = parser.parse_args()
     args.users = args.users or (20 if args.short else 100)
     args.rounds = args.rounds or (3 if args.short else 10)
@@ -746,7 +745,7 @@ def main() -> int:
             f"machine busy {p['cpu_s_machine']} CPU-s ({p['cpu_s_others']} others) in "
             f"{p['wall_s']} s; drain {p['settled']['drain_s']} s; nice {p['nice']}"
         )
-    write_result(args.name, result, args)
+    write_result("round_floor", result, args)
     return 0
 
 

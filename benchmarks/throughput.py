@@ -51,7 +51,9 @@ import json
 import os
 import random
 import re
+import signal
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -60,18 +62,31 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine_busy_s, process_cpu_s, process_nice, stack, summary_ms, write_result
+from _common import (
+    ROOT,
+    machine_busy_s,
+    process_cpu_s,
+    process_nice,
+    stack,
+    summary_ms,
+    write_result,
+)
 
 TARGET_ROUNDS_PER_S = 20.0
 TARGET_CPU_MS_PER_ROUND = 60.0
 TARGET_EVENTS_PER_ROUND = 20.0
 TARGET_WORKFLOW_TASKS_PER_ROUND = 4.0
+#: The production layout (split LLM queue, two worker processes): issue 31's targets.
+TARGET_SPLIT_EVENTS_PER_ROUND = 24.0
+TARGET_SPLIT_WORKFLOW_TASKS_PER_ROUND = 4.0
 #: Events are marked urgent (due at once) and stamped now, so fragments reach the long-term gate
 #: ~53 min later, as in a real conversation: induction is not part of each measured round.
 URGENT = True
 #: The Watcher's sweep of every awaited key, behind the keyspace notifications.
 SWEEP_S = 1.0
 HISTORY_FETCHES = 16
+#: Seconds the stack is measured idle before each phase (its CPU per second doing nothing).
+IDLE_S = 3.0
 
 
 class Watcher:
@@ -216,27 +231,114 @@ async def _user(
 # --- histories -----------------------------------------------------------------------------
 
 
+#: Marker of a local activity's result (the Python SDK's core).
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+#: The versioning search attribute; an upsert of it alone is not billed (below).
+CHANGE_VERSION = "TemporalChangeVersion"
+#: Activities that heartbeat while they run (activities/heartbeat.py): the SDK sends the first
+#: heartbeat at once and throttles the rest to one per 0.8 x the 10 s heartbeat timeout, so each
+#: attempt records at least one heartbeat, a billed action that no history shows.
+HEARTBEATING = {"mnemoflow.slice", "mnemoflow.tune", "mnemoflow.induct", "mnemoflow.index"}
+
+
 def history_figures(history: Any) -> dict[str, int]:
-    """Events, workflow tasks (completed) and bytes (serialized events) of one history."""
-    from temporalio.api.enums.v1 import EventType
+    """Events, workflow tasks (completed) and bytes (serialized events) of one history, and what
+    explains a round that costs more than its shape: replays, retries, timeouts, and actions.
+
+    - `sticky_misses`: workflow tasks scheduled on the normal queue after the first one. The
+      worker keeps a workflow's state in its cache and is handed the next task on its sticky
+      queue; a task on the normal queue means that worker evicted it (cache full, or an error)
+      or the sticky queue timed out, and whichever worker takes the task replays the whole
+      history first. `workflow_task_failures`: failed or timed-out workflow tasks (each also
+      replayed).
+    - `activity_retries`: attempts past the first (ActivityTaskStarted carries the attempt).
+    - `local_activity_failures` / `local_activity_timeouts`: local-activity markers holding a
+      failure / a timeout failure.
+    - `actions`: Temporal Cloud billable actions as the published definition counts them
+      (docs/CAPACITY.md, "Temporal Cloud actions"): one per workflow run started (client start,
+      signal-with-start, child start, continue-as-new), per signal received, per timer started,
+      per search-attribute upsert (TemporalChangeVersion alone excepted), per update accepted,
+      per activity attempt (retries included), and one per workflow task that recorded local
+      activities (all of a workflow task's local activities are one action).
+      `heartbeats_min`: attempts of heartbeating activities, each at least one heartbeat (an
+      action too; histories do not record heartbeats), so `actions_with_heartbeats` is a floor.
+    """
+    from temporalio.api.enums.v1 import EventType, TaskQueueKind
 
     events = list(history.events)
-    return {
+    out = {
         "events": len(events),
-        "workflow_tasks": sum(
-            1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-        ),
+        "workflow_tasks": 0,
         "bytes": sum(e.ByteSize() for e in events),
-        "activities": sum(
-            1 for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        ),
-        "markers": sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED),
-        "upserts": sum(
-            1
-            for e in events
-            if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
-        ),
+        "activities": 0,
+        "markers": 0,
+        "upserts": 0,
+        "signals": 0,
+        "timers": 0,
+        "sticky_misses": 0,
+        "workflow_task_failures": 0,
+        "activity_retries": 0,
+        "local_activity_failures": 0,
+        "local_activity_timeouts": 0,
+        "actions": 0,
+        "heartbeats_min": 0,
     }
+    types: dict[int, str] = {}  # scheduled event id -> activity type
+    scheduled = 0
+    task_with_local: set[int] = set()
+    last_task = 0  # event id of the last completed workflow task
+    for e in events:
+        t = e.event_type
+        if t == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            scheduled += 1
+            kind = e.workflow_task_scheduled_event_attributes.task_queue.kind
+            if scheduled > 1 and kind != TaskQueueKind.TASK_QUEUE_KIND_STICKY:
+                out["sticky_misses"] += 1
+        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            out["workflow_tasks"] += 1
+            last_task = e.event_id
+        elif t in (
+            EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+            EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+        ):
+            out["workflow_task_failures"] += 1
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            out["activities"] += 1
+            types[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            started = e.activity_task_started_event_attributes
+            attempt = max(1, started.attempt)
+            out["activity_retries"] += attempt - 1
+            out["actions"] += attempt
+            if types.get(started.scheduled_event_id) in HEARTBEATING:
+                out["heartbeats_min"] += attempt
+        elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
+            out["markers"] += 1
+            marker = e.marker_recorded_event_attributes
+            if marker.marker_name == LOCAL_ACTIVITY_MARKER:
+                task_with_local.add(last_task)
+                if marker.HasField("failure"):
+                    out["local_activity_failures"] += 1
+                    if marker.failure.HasField("timeout_failure_info"):
+                        out["local_activity_timeouts"] += 1
+        elif t == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            out["upserts"] += 1
+            fields = e.upsert_workflow_search_attributes_event_attributes.search_attributes
+            if set(fields.indexed_fields) - {CHANGE_VERSION}:
+                out["actions"] += 1
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            out["actions"] += 1
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            out["signals"] += 1
+            out["actions"] += 1
+        elif t == EventType.EVENT_TYPE_TIMER_STARTED:
+            out["timers"] += 1
+            out["actions"] += 1
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            out["actions"] += 1
+    out["actions"] += len(task_with_local)
+    out["actions_with_heartbeats"] = out["actions"] + out["heartbeats_min"]
+    return out
 
 
 async def _fetch_all(temporal: Any, ids: list[str]) -> list[dict[str, int]]:
@@ -245,9 +347,23 @@ async def _fetch_all(temporal: Any, ids: list[str]) -> list[dict[str, int]]:
     async def one(workflow_id: str) -> dict[str, int]:
         async with gate:
             history = await temporal.get_workflow_handle(workflow_id).fetch_history()
-            return history_figures(history)
+            return {**history_figures(history), **event_types(history)}
 
     return list(await asyncio.gather(*(one(w) for w in ids)))
+
+
+TYPE_PREFIX = "type:"
+
+
+def event_types(history: Any) -> dict[str, int]:
+    """How many events of each type one history holds (keys `type:<EVENT_TYPE>`, short)."""
+    from temporalio.api.enums.v1 import EventType
+
+    out: dict[str, int] = {}
+    for e in history.events:
+        name = TYPE_PREFIX + EventType.Name(e.event_type).removeprefix("EVENT_TYPE_").lower()
+        out[name] = out.get(name, 0) + 1
+    return out
 
 
 def _sum(rows: list[dict[str, int]]) -> dict[str, int]:
@@ -268,14 +384,37 @@ async def histories_per_round(temporal: Any, users: list[str], rounds: int) -> d
     child = _sum(await _fetch_all(temporal, children))
     total = len(users) * rounds
 
-    def per(d: dict[str, int]) -> dict[str, float]:
-        return {k: round(v / total, 2) for k, v in d.items()}
+    def per(d: dict[str, int]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            k: round(v / total, 2) for k, v in d.items() if not k.startswith(TYPE_PREFIX)
+        }
+        # where the events come from: each event type per round, the most frequent first
+        kinds = {k[len(TYPE_PREFIX) :]: v for k, v in d.items() if k.startswith(TYPE_PREFIX)}
+        out["events_by_type"] = {
+            k: round(v / total, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])
+        }
+        return out
 
-    both = {k: parent.get(k, 0) + child.get(k, 0) for k in parent}
+    both = {k: parent.get(k, 0) + child.get(k, 0) for k in {*parent, *child}}
     return {"user_workflow": per(parent), "round_workflow": per(child), "total": per(both)}
 
 
 # --- one measured phase ----------------------------------------------------------------------
+
+
+#: The load driver's process (the benchmark itself), read without its children: the services
+#: and worker processes it started are read by their own pids.
+DRIVER = ("worker_and_driver", "driver")
+
+
+def sqlite_bytes(data_dir: str | None) -> int:
+    """Bytes of the dev server's SQLite files (the database and its write-ahead log)."""
+    if not data_dir:
+        return 0
+    base = Path(data_dir) / "temporal.db"
+    return sum(
+        p.stat().st_size for p in (base, Path(f"{base}-wal"), Path(f"{base}-shm")) if p.exists()
+    )
 
 
 class CpuMeter:
@@ -284,15 +423,13 @@ class CpuMeter:
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
         self.t0 = time.perf_counter()
-        self.cpu0 = {
-            k: process_cpu_s(p, children=k != "worker_and_driver") for k, p in pids.items()
-        }
+        self.cpu0 = {k: process_cpu_s(p, children=k not in DRIVER) for k, p in pids.items()}
         self.busy0 = machine_busy_s()
 
     def read(self) -> dict[str, Any]:
         wall = time.perf_counter() - self.t0
         cpu = {
-            k: round(process_cpu_s(p, children=k != "worker_and_driver") - self.cpu0[k], 2)
+            k: round(process_cpu_s(p, children=k not in DRIVER) - self.cpu0[k], 2)
             for k, p in self.pids.items()
         }
         ours = sum(cpu.values())
@@ -317,6 +454,9 @@ async def _phase(
     shape: int,
     users: int,
     rounds: int,
+    *,
+    data_dir: str | None = None,
+    in_process: bool = True,
 ) -> dict[str, Any]:
     from mnemoflow.workflows import user_rounds
 
@@ -325,12 +465,24 @@ async def _phase(
     names = [f"tput-{tag}-{u}" for u in range(users)]
     # Warm-up (not measured): the first workflows of this shape, their sandboxes.
     await asyncio.gather(*(_user(client, watcher, f"warm-{tag}-{i}", 1, []) for i in range(4)))
+    from mnemoflow.activities.fragment_store import FragmentStore
+
     load0 = [round(x, 2) for x in os.getloadavg()]
     lat: list[float] = []
     print(f"shape {shape}: {users} users x {rounds} rounds ...", flush=True)
+    # What the stack costs doing nothing (pollers, timers, the Go and Python runtimes): a cost
+    # per second, not per round, which a slower run spreads over fewer rounds per second.
+    idle = CpuMeter(pids)
+    await asyncio.sleep(IDLE_S)
+    idle_usage = idle.read()
+    idle_ms_per_s = {
+        k: round(1000 * v / idle_usage["wall_s"], 1) for k, v in idle_usage["cpu_s"].items()
+    }
+    db0, flushes0 = sqlite_bytes(data_dir), FragmentStore.flushes_total
     meter = CpuMeter(pids)
     await asyncio.gather(*(_user(client, watcher, n, rounds, lat) for n in names))
     usage = meter.read()
+    db1, flushes1 = sqlite_bytes(data_dir), FragmentStore.flushes_total
     total = users * rounds
     wall = usage["wall_s"]
     result: dict[str, Any] = {
@@ -346,6 +498,18 @@ async def _phase(
         "load_avg_1_5_15": {"start": load0, "end": [round(x, 2) for x in os.getloadavg()]},
         "nice": {k: process_nice(p) for k, p in pids.items()},
         "worker_rss_mb": _rss_mb(),
+        # CPU-ms per second of each process with no rounds running, measured just before, and
+        # what the run's CPU per round is without that idle cost over its wall time
+        "idle_cpu_ms_per_s": idle_ms_per_s,
+        "cpu_ms_per_round_less_idle": round(
+            1000 * usage["cpu_s_ours"] / total - sum(idle_ms_per_s.values()) * wall / total,
+            1,
+        ),
+        # the dev server's SQLite files at the phase's start and end (they grow with histories)
+        "sqlite_bytes": {"start": db0, "end": db1},
+        # flushes of the in-process worker's fragment store (None: the workers are processes of
+        # their own, whose store this process does not see)
+        "milvus_flushes_per_round": round((flushes1 - flushes0) / total, 3) if in_process else None,
     }
     result["history_per_round"] = await histories_per_round(temporal, names, rounds)
     # Floor of this shape on these cores: rounds/s if our processes had both cores to
@@ -427,13 +591,17 @@ async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -
         for i, e in enumerate(history.events)
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
     ]
+    # Keyed by the nominal length (the docs quote these keys); the events actually replayed,
+    # cut after the first workflow task past it, are in `replay_events_at`.
     replay_at: dict[str, float] = {}
+    replay_events: dict[str, int] = {}
     for n in (250, 500, 1000, 2000):
         cut = next((i for i in completed if i + 1 >= n), None)
         if cut is None:
             break
         prefix = WorkflowHistory(history.workflow_id, list(history.events[: cut + 1]))
-        replay_at[str(cut + 1)] = round(await asyncio.to_thread(_replay_seconds, prefix), 3)
+        replay_at[str(n)] = round(await asyncio.to_thread(_replay_seconds, prefix), 3)
+        replay_events[str(n)] = cut + 1
 
     def at(values: list[int], n: int) -> int:
         return values[min(n, len(values)) - 1]
@@ -497,6 +665,7 @@ async def _one_user(client: Any, temporal: Any, watcher: Watcher, rounds: int) -
         "status_query": summary_ms(queries),
         "replay_s": round(replay_s, 3),
         "replay_s_at_events": replay_at,
+        "replay_events_at": replay_events,
         "replay_ms_per_1000_events": round(1000 * replay_s / len(history.events) * 1000, 1),
     }
 
@@ -550,6 +719,122 @@ def _replay_seconds(history: Any) -> float:
     return time.perf_counter() - t
 
 
+# --- the production layout: two worker processes, split queues --------------------------------
+
+
+def chart_llm_rate() -> float:
+    """The LLM queue's activities per second as the Helm chart sets it (workers.llm)."""
+    import yaml
+
+    values = ROOT / "deploy" / "chart" / "mnemoflow" / "values.yaml"
+    return float(yaml.safe_load(values.read_text())["workers"]["llm"]["activitiesPerSecond"])
+
+
+class SplitWorker:
+    """`mnemoflow worker` in a process of its own with one role, configured by environment
+    variables only, as the chart's Deployments run it (deploy/chart)."""
+
+    def __init__(self, role: str, env: dict[str, str], log: Path) -> None:
+        from mnemoflow.devstack.processes import free_port
+
+        self.role = role
+        self.health_port = free_port()
+        self.log_path = log
+        full = {
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith(("TEMPORAL_", "MILVUS_", "REDIS_", "MNEMOFLOW_"))
+            },
+            **env,
+            "MNEMOFLOW_WORKER_ROLE": role,
+            "MNEMOFLOW_HEALTH_PORT": str(self.health_port),
+            "MNEMOFLOW_METRICS_PORT": str(free_port()),
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
+            ),
+        }
+        self._log = log.open("wb")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "mnemoflow.ops.cli", "worker"],
+            cwd=ROOT,
+            env=full,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    async def ready(self, deadline_s: float = 120.0) -> None:
+        import urllib.request
+
+        def get() -> int:
+            try:
+                url = f"http://127.0.0.1:{self.health_port}/readyz"
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    return int(resp.status)
+            except OSError:
+                return 0
+
+        end = time.monotonic() + deadline_s
+        while await asyncio.to_thread(get) != 200:
+            if self.popen.poll() is not None or time.monotonic() > end:
+                raise SystemExit(
+                    f"{self.role} worker not ready:\n{self.log_path.read_text()[-3000:]}"
+                )
+            await asyncio.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=30)
+        self._log.close()
+
+
+async def start_split_workers(
+    info: Any, settings: Any, args: argparse.Namespace
+) -> tuple[Any, list[SplitWorker]]:
+    """Two worker processes (role workflow, role llm) on queues of their own, the LLM queue at
+    the chart's rate limit; the settings a client of theirs uses. The embedded stack's own
+    worker stays idle on its queue (its polling is counted in the driver's CPU)."""
+    queue = f"split-{uuid.uuid4().hex[:8]}"
+    llm_queue = f"{queue}-llm"
+    rate = args.llm_rate if args.llm_rate is not None else chart_llm_rate()
+    env = {
+        "TEMPORAL_ADDRESS": info.temporal_address,
+        "TEMPORAL_NAMESPACE": info.namespace,
+        "TEMPORAL_TASK_QUEUE": queue,
+        "TEMPORAL_LLM_TASK_QUEUE": llm_queue,
+        "MILVUS_URI": info.milvus_uri,
+        "MILVUS_EMBEDDING": "use",
+        "REDIS_URL": info.redis_url,
+        "REDIS_KEY_PREFIX": settings.redis.key_prefix,
+        "MNEMOFLOW_MODELS": "heuristic",
+        "MNEMOFLOW_HEURISTIC_LATENCY_S": str(args.llm_latency_ms / 1000),
+        "MNEMOFLOW_HTTP_HOST": "127.0.0.1",
+        "MNEMOFLOW_DATA_DIR": info.data_dir,
+    }
+    if rate > 0:
+        env["MNEMOFLOW_LLM_ACTIVITIES_PER_SECOND"] = str(rate)
+    workers = [
+        SplitWorker(role, env, Path(info.data_dir) / f"worker-{role}.log")
+        for role in ("workflow", "llm")
+    ]
+    await asyncio.gather(*(w.ready() for w in workers))
+    split = settings.model_copy(
+        update={
+            "temporal": settings.temporal.model_copy(
+                update={"task_queue": queue, "llm_task_queue": llm_queue}
+            )
+        }
+    )
+    print(f"split layout: queues {queue} / {llm_queue}, LLM rate {rate}/s", flush=True)
+    return split, workers
+
+
 #: `--sqlite` modes: the dev server's SQLite pragmas (devstack/temporal_dev.py).
 SQLITE_MODES: dict[str, dict[str, str] | None] = {
     "wal": None,  # the dev stack's own (SQLITE_PRAGMAS)
@@ -577,21 +862,37 @@ async def _on_stack(
             settings,
             temporal,
         ):
+            split = args.layout == "split"
+            workers: list[SplitWorker] = []
+            if split:
+                settings, workers = await start_split_workers(info, settings, args)
             client = memory_client(temporal, settings)
             redis = aioredis.Redis.from_url(info.redis_url)
             watcher = Watcher(redis, settings.redis.key_prefix)
             poller = asyncio.create_task(watcher.run())
             await asyncio.wait_for(watcher.subscribed.wait(), timeout=30)
             pids = {
-                "worker_and_driver": os.getpid(),
+                "driver" if split else "worker_and_driver": os.getpid(),
+                **{f"worker_{w.role}": w.popen.pid for w in workers},
                 "temporal": info.service_pids.get("temporal", 0),
                 "milvus": info.service_pids.get("milvus-lite", 0),
                 "redis": info.service_pids.get("redis", 0),
             }
             phases = []
             for shape in shapes:
-                print(f"[sqlite {mode}]", end=" ", flush=True)
-                phase = await _phase(client, temporal, watcher, pids, shape, users, rounds)
+                print(f"[sqlite {mode}, layout {args.layout}]", end=" ", flush=True)
+                phase = await _phase(
+                    client,
+                    temporal,
+                    watcher,
+                    pids,
+                    shape,
+                    users,
+                    rounds,
+                    data_dir=info.data_dir,
+                    in_process=not split,
+                )
+                phase["layout"] = args.layout
                 phases.append({"sqlite": mode, **phase})
                 print(
                     f"  {phase['rounds_per_s']} rounds/s, {phase['cpu_ms_per_round_all']} "
@@ -609,6 +910,8 @@ async def _on_stack(
             poller.cancel()
             await redis.aclose()
             await client.aclose()
+            for w in workers:
+                w.stop()
     finally:
         temporal_dev.SQLITE_PRAGMAS = saved
     return phases, pids, one
@@ -626,6 +929,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--sqlite takes {', '.join(SQLITE_MODES)}; got {args.sqlite!r}")
     if args.cache:
         app.MAX_CACHED_WORKFLOWS = args.cache
+    if args.layout == "split":
+        from mnemoflow.workflows.user_rounds import ROUND_SHAPE
+
+        # The worker processes run the shape their code sets; this process cannot change it.
+        if shapes != [ROUND_SHAPE]:
+            raise SystemExit(f"--layout split measures the shape in use ({ROUND_SHAPE}) only")
     phases: list[dict[str, Any]] = []
     one = None
     for n, mode in enumerate(modes):
@@ -648,6 +957,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "workflow_tasks_per_round": TARGET_WORKFLOW_TASKS_PER_ROUND,
         },
         "chosen_shape": chosen["shape"],
+        "layout": args.layout,
         "met": {
             "rounds_per_s": chosen["rounds_per_s"] >= TARGET_ROUNDS_PER_S,
             "cpu_ms_per_round": chosen["cpu_ms_per_round_all"] <= TARGET_CPU_MS_PER_ROUND,
@@ -657,6 +967,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             <= TARGET_WORKFLOW_TASKS_PER_ROUND,
         },
     }
+    if args.layout == "split":
+        out["llm_activities_per_second"] = (
+            args.llm_rate if args.llm_rate is not None else chart_llm_rate()
+        )
+        out["targets"] = {
+            "events_per_round": TARGET_SPLIT_EVENTS_PER_ROUND,
+            "workflow_tasks_per_round": TARGET_SPLIT_WORKFLOW_TASKS_PER_ROUND,
+        }
+        out["met"] = {
+            "events_per_round": chosen["history_per_round"]["total"]["events"]
+            <= TARGET_SPLIT_EVENTS_PER_ROUND,
+            "workflow_tasks_per_round": chosen["history_per_round"]["total"]["workflow_tasks"]
+            <= TARGET_SPLIT_WORKFLOW_TASKS_PER_ROUND,
+        }
     if len(phases) > 1:
         base = phases[0]
         out["ratios_last_to_first"] = {
@@ -684,7 +1008,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=0)
     parser.add_argument(
         "--shapes",
-        default="3,4",
+        default="5",
         help="round shapes measured in turn (1 classic, 2 lean, 3 lean with local LLM attempts, "
         "4 as 3 with earlier fragments by reference)",
     )
@@ -704,8 +1028,21 @@ def main() -> int:
     parser.add_argument(
         "--llm-latency-ms", type=float, default=0.0, help="per memory-LLM call (0: no-op LLM)"
     )
+    parser.add_argument(
+        "--layout",
+        choices=("embedded", "split"),
+        default="embedded",
+        help="embedded: one worker in this process, one queue (dev defaults); split: the "
+        "chart's layout, a workflow worker and an LLM worker process on split queues, the LLM "
+        "queue rate limited (results: throughput_split.json)",
+    )
+    parser.add_argument(
+        "--llm-rate",
+        type=float,
+        default=None,
+        help="split layout: LLM activities per second (default: the chart's; 0: unlimited)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
-    parser.add_argument("--name", default="throughput", help="results file name")
     args = parser.parse_args()
     global ONE_USER_DISTINCT
     ONE_USER_DISTINCT = not args.one_user_story
@@ -724,7 +1061,7 @@ def main() -> int:
             f"{p['utilisation_machine']:.0%} busy (ours {p['utilisation_ours']:.0%})"
         )
     print(f"targets met: {result['met']}")
-    write_result(args.name, result, args)
+    write_result("throughput_split" if args.layout == "split" else "throughput", result, args)
     return 0
 
 

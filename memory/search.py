@@ -63,7 +63,7 @@ from mnemoflow.memory.text import (
 )
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment, InjectedContext
-from mnemoflow.models.fragments import Candidate, Fragment
+from mnemoflow.models.fragments import Candidate, Fragment, LineNote
 from mnemoflow.models.params import TunedParams
 from mnemoflow.models.profile import UserProfile
 
@@ -76,6 +76,7 @@ __all__ = [
     "choose_fragments",
     "fragment_cost",
     "near_duplicate",
+    "noted_lines",
     "pack",
     "rrf",
     "split_lines",
@@ -186,11 +187,26 @@ _ITEM_BREAK_UNITS = _units("\n")
 
 @dataclass(frozen=True)
 class SearchDoc:
-    """A searchable fragment: what is injected, plus when it was said and how often used."""
+    """A searchable fragment: what is injected, plus when it was said, how often used, and
+    per line what it is indexed with (`notes`, one per `split_lines(content)`; none for a
+    fragment stored before them or rewritten since: then each line is its words alone)."""
 
     fragment: ContextFragment
     created_at: float
     strengthen_count: int = 0
+    notes: Sequence[LineNote] = ()
+
+
+def noted_lines(content: str, notes: Sequence[LineNote]) -> tuple[list[str], list[str]]:
+    """A fragment's lines as they are shown (each with its resolved dates, `LineNote.when`,
+    in brackets after it) and as they are indexed (shown text and `LineNote.terms`). Notes
+    that do not match the lines one for one are ignored."""
+    lines = split_lines(content)
+    if len(notes) != len(lines):
+        return lines, list(lines)
+    shown = [f"{line} [{n.when}]" if n.when else line for line, n in zip(lines, notes, strict=True)]
+    indexed = [f"{s} {n.terms}" if n.terms else s for s, n in zip(shown, notes, strict=True)]
+    return shown, indexed
 
 
 class SearchIndex:
@@ -205,13 +221,21 @@ class SearchIndex:
             raise ValueError(f"{len(vectors)} vectors for {len(docs)} documents")
         self.version = version
         self.docs = list(docs)
+        noted = [noted_lines(d.fragment.content, d.notes) for d in self.docs]
+        # each line tokenised once; a fragment's terms are its theme's and its lines' (the
+        # same tokens as its whole text: lines never share a word across their break)
+        line_tokens = [[token_list(normalise(text)) for text in indexed] for _, indexed in noted]
         self.bm25 = BM25(
-            [token_list(normalise(f"{d.fragment.theme} {d.fragment.content}")) for d in docs]
+            [
+                [*token_list(normalise(d.fragment.theme)), *(t for line in lines for t in line)]
+                for d, lines in zip(self.docs, line_tokens, strict=True)
+            ]
         )
         self.vectors = vectors
-        self.lines = [split_lines(d.fragment.content) for d in self.docs]
+        # the lines as injected: verbatim, with the dates their relative expressions name
+        self.lines = [shown for shown, _ in noted]
         self.line_refs = [(d, n) for d, lines in enumerate(self.lines) for n in range(len(lines))]
-        self.line_bm25 = BM25([token_list(normalise(self.lines[d][n])) for d, n in self.line_refs])
+        self.line_bm25 = BM25([line_tokens[d][n] for d, n in self.line_refs])
         self._position = {d.fragment.id: i for i, d in enumerate(self.docs)}
         self._said = [d.created_at for d in self.docs]
         self._line_said = [self._said[d] for d, _ in self.line_refs]

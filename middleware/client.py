@@ -14,8 +14,8 @@ the workflow refused), checked before any call to Temporal.
 Timeouts: the hot path's (`query_timeout_s`, at most 2 s: a turn must not wait longer), the
 operator's (`operator_timeout_s`, for scripts: `status`, `settle`), the updates'
 (`update_timeout_s`, 60 s, for scripts) and the memory tools' (`tool_timeout_s`, 10 s: a tool
-call inside a turn waits at most this long for its update, then tells the model memory is
-unavailable).
+call inside a turn waits at most this long for its updates, then tells the model what it knows:
+a forget the workflow accepted and has not finished yet is pending, not failed).
 
 Delivery (docs/ARCHITECTURE.md, "Delivery"): the middleware hands messages to `hand_over`,
 which never raises; the client's outbox (middleware/outbox.py) retries every hand-over in the
@@ -33,6 +33,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -45,6 +46,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import PydanticPayloadConverter
@@ -88,6 +90,7 @@ from mnemoflow.models.contracts import (
     ResyncResult,
     RetryRoundRequest,
     RetryRoundResult,
+    ShredRequest,
     SubmitEvent,
     Trigger,
     UserMemoryInput,
@@ -96,6 +99,7 @@ from mnemoflow.models.contracts import (
 from mnemoflow.models.errors import InvalidInputError, MemoryUnavailableError
 from mnemoflow.models.ids import (
     pseudonymous_workflow_id,
+    resolve_user_keys,
     search_user_value,
     thread_key,
     turns_event_id,
@@ -119,6 +123,13 @@ TOOL_TIMEOUT_S = 10.0
 #: Failure types of an update the workflow refused as bad input: InvalidInputError's, and what
 #: an update validator raising ValueError or TypeError turns into.
 REFUSED_TYPES = frozenset({InvalidInputError.type, "ValueError", "TypeError"})
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An update the workflow accepted and had not finished by the caller's deadline."""
+
+    run_id: str | None
 
 
 def check_timeout(name: str, value: Any) -> float:
@@ -179,6 +190,26 @@ def _fragment_types(types: Any) -> list[str]:
     return list(dict.fromkeys(types))
 
 
+def _merged(receipts: Sequence[ForgetReceipt]) -> ForgetReceipt:
+    """One receipt for the forgets of one user's workflows (the last one's, counts summed)."""
+    last = receipts[-1]
+    if len(receipts) == 1:
+        return last
+    summed = {
+        name: sum(getattr(r, name) for r in receipts)
+        for name in (
+            "fragments_deleted",
+            "read_model_deleted",
+            "events_dropped",
+            "rounds_cancelled",
+            "keys_destroyed",
+            "profile_facts_removed",
+        )
+    }
+    fence = max(r.fence for r in receipts)
+    return last.model_copy(update={**summed, "fence": fence, "workflows_forgotten": len(receipts)})
+
+
 class MemoryClient:
     """Submit, read and manage one user's memory at a time, through Temporal and Redis."""
 
@@ -200,6 +231,7 @@ class MemoryClient:
         tool_timeout_s: float = TOOL_TIMEOUT_S,
         search_attributes: bool = True,
         user_key_secret: str | bytes | None = None,
+        pseudonymous_user_keys: bool | None = None,
         embeddings: Embeddings | None = None,
         close_timeout_s: float = 10.0,
         max_outbox_messages: int = MAX_OUTBOX_MESSAGES,
@@ -208,6 +240,11 @@ class MemoryClient:
     ) -> None:
         """`user_key_secret` turns on pseudonymous user keys: workflow ids and search attributes
         then carry hashes, never the raw user id (search attributes are not encrypted).
+        `pseudonymous_user_keys` decides it as `MNEMOFLOW_PSEUDONYMOUS_USER_KEYS` does for the
+        processes (`models.ids.resolve_user_keys`): unset, it is on when the Temporal client
+        has a payload codec (encryption keys); on without a secret is a ValueError, and so is a
+        secret without a codec while it is unset, so no client addresses the raw-id workflow of
+        a user whose operator addresses the pseudonymous one (docs/PRIVACY.md).
         `embeddings` (the worker's model) embeds questions for the per-call search in this
         process; without it that search is lexical only (middleware.search).
         `close_timeout_s` bounds how long `aclose` waits for undelivered hand-overs;
@@ -255,9 +292,11 @@ class MemoryClient:
             metrics=OutboxMetrics(metrics_registry),
         )
         self.search_attributes = search_attributes
-        if isinstance(user_key_secret, str):
-            user_key_secret = user_key_secret.encode("utf-8")
-        self._secret: bytes | None = user_key_secret or None
+        self._secret: bytes | None = resolve_user_keys(
+            user_key_secret,
+            pseudonymous_user_keys,
+            encrypted=temporal.data_converter.payload_codec is not None,
+        )
         self.reader = ContextReader(redis, key_prefix, redis_timeout_s, self._query_context)
         self.searcher = (
             FragmentSearch(self.reader.redis, key_prefix, embeddings, timeout_s=redis_timeout_s)
@@ -300,14 +339,32 @@ class MemoryClient:
         """Re-send a thread's messages (LangChain messages, e.g. from a checkpointer's state)
         after a process died before delivering them. Idempotent: the workflow accepts each
         message identity once, so messages it has are no-ops. Messages another user's turns
-        stamped, and summaries other middleware wrote, are skipped. Raises
+        stamped, and summaries other middleware wrote, are skipped. Copies without memory's
+        stamps (an app's own database) are known by their id and text, as the middleware first
+        knew them; one without a time stamp is refused by a user workflow that forgot its user
+        (when it was said is unknown: `ResyncResult.unstamped` counts them). Raises
         MemoryUnavailableError when Temporal cannot be reached."""
         uid = validate_user_id(user_id)
         thread = thread_key(thread_id)
-        turns = to_turns(messages, thread, time.time(), uid)
+        turns = to_turns(messages, thread, time.time(), uid, resent=True)
         if turns:
             await self.submit(uid, turns, trigger="explicit")
-        return ResyncResult(thread_id=thread, sent=len(turns), skipped=len(messages) - len(turns))
+        unstamped = sum(t.unstamped for t in turns)
+        if unstamped:
+            log.warning(
+                "resync of thread %r: %d messages have no time stamp (additional_kwargs[%r]); "
+                "if the user was forgotten they are refused, since when they were said is "
+                "unknown (status: refused_after_forget)",
+                thread[:60],
+                unstamped,
+                "time",
+            )
+        return ResyncResult(
+            thread_id=thread,
+            sent=len(turns),
+            skipped=len(messages) - len(turns),
+            unstamped=unstamped,
+        )
 
     async def submit(
         self,
@@ -567,23 +624,62 @@ class MemoryClient:
         *,
         timeout_s: float | None = None,
         quotes: bool = False,
+        update_id: str | None = None,
+        deadline: float | None = None,
     ) -> ForgetFragmentResult:
         """Delete one of the user's fragments (0 deleted when it is not theirs); waits up to
-        `timeout_s` (default `update_timeout_s`). With `quotes`, its words are also cut out of
-        the messages not stored yet and of the other conversation rows that quote them (the
-        "remember this" line a remembered fact came from, a reply that read it back)."""
+        `timeout_s` (default `update_timeout_s`), or until `deadline` (a time.monotonic()
+        value) when given. With `quotes`, its words are also cut out of the messages not stored
+        yet and of the other conversation rows that quote them (the "remember this" line a
+        remembered fact came from, a reply that read it back).
+
+        With `update_id` the forget is sent under that id (sent again with it, it is the same
+        forget) and a deadline that ends after the workflow accepted it but before it finished
+        (a worker killed mid-forget: the forget completes once another worker takes the user
+        workflow over) returns `pending=True` instead of raising; `forget_fragment_result`
+        waits for the outcome. MemoryUnavailableError only when it was not even accepted."""
         uid = validate_user_id(user_id)
         seconds = self._update_seconds(timeout_s)
         request = _request(ForgetFragmentRequest, fragment_id=fragment_id, quotes=quotes)
         try:
-            return await self._update(
+            out = await self._update(
                 uid,
                 UserMemoryWorkflow.forget_fragment,
                 request,
-                deadline=time.monotonic() + seconds,
+                deadline=deadline if deadline is not None else time.monotonic() + seconds,
+                update_id=update_id,
             )
         except LookupError:
             return ForgetFragmentResult(deleted=0)
+        if isinstance(out, _Pending):
+            return ForgetFragmentResult(
+                deleted=0, pending=True, update_id=update_id, run_id=out.run_id
+            )
+        return out  # type: ignore[no-any-return]
+
+    async def forget_fragment_result(
+        self, user_id: str, pending: ForgetFragmentResult, *, timeout_s: float | None = None
+    ) -> ForgetFragmentResult:
+        """The outcome of a forget that `forget_fragment` reported `pending`, waiting up to
+        `timeout_s` (default `update_timeout_s`); MemoryUnavailableError when it has not
+        finished by then (it still will)."""
+        uid = validate_user_id(user_id)
+        seconds = self._update_seconds(timeout_s)
+        if pending.update_id is None:
+            raise InvalidInputError("not a pending forget: it names no update")
+        handle = self._handle(uid).get_update_handle_for(
+            UserMemoryWorkflow.forget_fragment, pending.update_id, workflow_run_id=pending.run_id
+        )
+        try:
+            return await asyncio.wait_for(
+                handle.result(rpc_timeout=self._rpc(seconds)), timeout=seconds + 0.25
+            )
+        except WorkflowUpdateFailedError as err:
+            raise MemoryUnavailableError(f"memory update failed: {err.cause or err}") from err
+        except (WorkflowUpdateRPCTimeoutOrCancelledError, TimeoutError, RPCError) as err:
+            raise MemoryUnavailableError(
+                f"the forget {pending.update_id} has not finished within {seconds:.3g} s: {err!r}"
+            ) from err
 
     async def forget(self, user_id: str, reason: str = "user request") -> ForgetReceipt:
         """Forget the user entirely (the workflow's forget saga); returns its receipt.
@@ -593,13 +689,38 @@ class MemoryClient:
         that id (a workflow terminated or reset by an operator), and only the workflow's saga
         deletes it. Like every user workflow it then stays, idle on a durable timer (the
         workflow never ends itself; ending it from here could lose a hand-over that arrives
-        between the receipt and the end)."""
+        between the receipt and the end).
+
+        The user's workflow under the other id form (readable when this client's keys are
+        pseudonymous, or the reverse: made by a client configured otherwise, before clients
+        refused that) is forgotten too when it runs: its state would otherwise outlive the
+        forget and still be served. When it is the only one, it is the user's memory and is
+        forgotten in place; when both run, the other is forgotten first and then terminated.
+        The receipt sums their counts (`workflows_forgotten`)."""
         uid = validate_user_id(user_id)
         request = _request(ForgetRequest, reason=reason)
+        primary = self.workflow_id(uid)
+        others = {user_workflow_id(uid), pseudonymous_workflow_id(uid)} - {primary}
+        running = [other for other in sorted(others) if await self._running(other)]
+        if running and not await self._running(primary):
+            # The user's memory lives only under the other form: forget it there, and start
+            # no second workflow (an empty one would only hide where the memory is).
+            receipt = _merged([await self._forget_in(uid, request, w) for w in running])
+            self.reader.saw_epoch(uid, receipt.epoch)
+            return receipt
+        receipts: list[ForgetReceipt] = []
+        for other in running:
+            # Both forms ran: the other one is forgotten without its keys, which both forms
+            # share and the primary's forget retires and destroys next; then it ends, so no
+            # run of it ever needs the destroyed keys.
+            keep = request.model_copy(update={"keys": False})
+            receipts.append(await self._forget_in(uid, keep, other))
+            await self._terminate(other, f"forgotten; this user's memory is {primary}")
         await self._start(uid)
-        receipt: ForgetReceipt = await self._update(uid, UserMemoryWorkflow.forget, request)
+        receipt = await self._forget_in(uid, request, None)
         self.reader.saw_epoch(uid, receipt.epoch)  # what this process says next is after it
-        return receipt
+        receipts.append(receipt)
+        return _merged(receipts)
 
     async def forget_epoch(self, user_id: str) -> int | None:
         """The user's forget epoch for the messages of a turn starting now (docs/ARCHITECTURE.md,
@@ -611,6 +732,51 @@ class MemoryClient:
         """The highest forget epoch of the user this client saw, without I/O (None: none, or
         a client without Redis, which stamps none)."""
         return self.reader.known_epoch(user_id) if self.reader.redis is not None else None
+
+    async def _forget_in(
+        self, uid: str, request: ForgetRequest, workflow_id: str | None
+    ) -> ForgetReceipt:
+        """The forget saga in one workflow; returns once the data keys it retired are destroyed
+        (by the run it continued as: the `shredded` update)."""
+        deadline = time.monotonic() + self.update_timeout_s
+        receipt: ForgetReceipt = await self._update(
+            uid, UserMemoryWorkflow.forget, request, deadline=deadline, workflow_id=workflow_id
+        )
+        if receipt.keys_pending:
+            shredded = await self._update(
+                uid,
+                UserMemoryWorkflow.shredded,
+                ShredRequest(),
+                deadline=deadline,
+                workflow_id=workflow_id,
+            )
+            if shredded is not None:
+                receipt = shredded
+        return receipt
+
+    async def _running(self, workflow_id: str) -> bool:
+        """Whether a run of this workflow id is open (MemoryUnavailableError if unknown)."""
+        from temporalio.client import WorkflowExecutionStatus
+
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        try:
+            desc = await handle.describe(rpc_timeout=self._rpc(self.signal_timeout_s))
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise MemoryUnavailableError(f"cannot reach the memory workflow: {err}") from err
+        except (RuntimeError, RPCTimeoutOrCancelledError) as err:
+            raise MemoryUnavailableError(f"cannot reach the memory workflow: {err}") from err
+        return desc.status == WorkflowExecutionStatus.RUNNING
+
+    async def _terminate(self, workflow_id: str, reason: str) -> None:
+        try:
+            await self.temporal.get_workflow_handle(workflow_id).terminate(
+                reason=reason, rpc_timeout=self._rpc(self.signal_timeout_s)
+            )
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise MemoryUnavailableError(f"cannot end the memory workflow: {err}") from err
 
     async def retry_round(self, user_id: str, event_id: str) -> RetryRoundResult:
         """Re-run a failed round (event id from `status().rounds`); ValueError if there is none
@@ -750,7 +916,14 @@ class MemoryClient:
             raise MemoryUnavailableError(f"memory query failed: {err!r}") from err
 
     async def _update(
-        self, uid: str, update: Any, request: Any, *, deadline: float | None = None
+        self,
+        uid: str,
+        update: Any,
+        request: Any,
+        *,
+        deadline: float | None = None,
+        update_id: str | None = None,
+        workflow_id: str | None = None,
     ) -> Any:
         """Execute an update by `deadline` (a time.monotonic() value; default `update_timeout_s`
         from now). LookupError when the user has no workflow; InvalidInputError when the
@@ -759,20 +932,31 @@ class MemoryClient:
         a store down so the workflow cannot finish the request, Temporal unreachable) or the
         update failed for any other reason.
 
+        With `update_id`: sent under that id, and once the workflow accepted it (durably, an
+        UpdateAccepted event in its history), a deadline that ends before its result returns
+        `_Pending`: the workflow finishes an accepted update, on another worker if one dies.
+
         An update the server aborted because the workflow run closed under it (it continued as
         new while the update waited) is sent again to the new run, within the deadline: every
         update is idempotent (remember by its event id)."""
         if deadline is None:
             deadline = time.monotonic() + self.update_timeout_s
+        handle = (
+            self._handle(uid)
+            if workflow_id is None
+            else self.temporal.get_workflow_handle_for(UserMemoryWorkflow.run, workflow_id)
+        )
         pause = 0.1
         while True:
             left = max(deadline - time.monotonic(), 0.05)
             try:
+                if update_id is not None:
+                    return await self._accepted_update(handle, update, request, deadline, update_id)
                 # The rpc timeout bounds each of the SDK's calls (accepted, then the result:
                 # up to twice it); this bounds the whole update. Leaving early is safe: the
                 # workflow still finishes the update, and every update is idempotent.
                 return await asyncio.wait_for(
-                    self._handle(uid).execute_update(update, request, rpc_timeout=self._rpc(left)),
+                    handle.execute_update(update, request, rpc_timeout=self._rpc(left)),
                     timeout=left + 0.25,
                 )
             except WorkflowUpdateFailedError as err:
@@ -796,6 +980,30 @@ class MemoryClient:
                 raise MemoryUnavailableError(f"memory update failed: {err}") from err
             except (RuntimeError, RPCTimeoutOrCancelledError) as err:  # the lazy connect failed
                 raise MemoryUnavailableError(f"memory update failed: {err}") from err
+
+    async def _accepted_update(
+        self, handle: Any, update: Any, request: Any, deadline: float, update_id: str
+    ) -> Any:
+        """`_update`'s body with an id: wait for the workflow to accept the update, then for
+        its result until `deadline`; `_Pending` when the deadline ends after the acceptance."""
+        left = max(deadline - time.monotonic(), 0.05)
+        started = await asyncio.wait_for(
+            handle.start_update(
+                update,
+                request,
+                id=update_id,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                rpc_timeout=self._rpc(left),
+            ),
+            timeout=left + 0.25,
+        )
+        left = max(deadline - time.monotonic(), 0.05)
+        try:
+            return await asyncio.wait_for(
+                started.result(rpc_timeout=self._rpc(left)), timeout=left + 0.25
+            )
+        except (WorkflowUpdateRPCTimeoutOrCancelledError, TimeoutError):
+            return _Pending(started.workflow_run_id)  # accepted: the workflow finishes it
 
     async def _query_context(self, uid: str) -> InjectedContext:
         return await self._query(uid, UserMemoryWorkflow.context)  # type: ignore[no-any-return]

@@ -59,9 +59,12 @@ from mnemoflow.middleware.window import (
     EPOCH_KEY,
     IDENTITY_KEY,
     OWNER_KEY,
+    QUOTES_KEY,
     TIME_KEY,
+    TURN_KEY,
     fresh_identity,
     handover_trigger,
+    last_human_position,
     legacy_identity,
     message_identity,
     message_text,
@@ -69,6 +72,7 @@ from mnemoflow.middleware.window import (
     next_stamp,
     owned_by,
     owner_of,
+    quoted_fragments,
     resolve_thread_id,
     resolve_user_id,
     stamp_messages,
@@ -265,7 +269,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             overrides["system_message"] = SystemMessage(content=prompt) if prompt else None
         response = await handler(request.override(**overrides) if overrides else request)
         replies = list(getattr(response, "result", None) or [])
-        self._capture(user_id, thread, replies, history)
+        self._capture(user_id, thread, replies, history, fragments)
         usage = response_usage(response)
         if usage is not None:
             self.metrics.record(usage)
@@ -367,17 +371,23 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         thread: str,
         messages: list[BaseMessage],
         before: Sequence[BaseMessage],
+        injected: Sequence[ContextFragment] = (),
     ) -> None:
         """Give new messages an id, time and owner now, and hold them in the outbox until the
         turn ends: other middleware may rewrite the list before then. `before` is the list they
         follow: they sit at its end, and their time is never earlier than its stamps
         (window.next_stamp: a caller's clock ahead of this host's keeps replies after
-        questions)."""
+        questions). Each is stamped with its turn (the identity of the latest human message:
+        a forget that refuses it refuses them too) and with the words of `injected` fragments
+        it quotes (cut out if such a fragment is forgotten before it is delivered;
+        docs/ARCHITECTURE.md, "Invariants": forget)."""
         position = len(before)
         try:
             now = next_stamp(before, self._clock())
             owner = owner_of(user_id)
             epoch = self._turn_epochs.get((user_id, thread))
+            asked = last_human_position(before)
+            turn = message_identity(before[asked]) if asked is not None else None
             for message in messages:
                 if message.id is None:
                     message.id = f"mf-{uuid.uuid4().hex}"
@@ -388,6 +398,11 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
                     message.additional_kwargs[IDENTITY_KEY] = fresh_identity(message)
                     if epoch is not None:
                         message.additional_kwargs.setdefault(EPOCH_KEY, epoch)
+                if turn is not None and not message.additional_kwargs.get(TURN_KEY):
+                    message.additional_kwargs[TURN_KEY] = turn
+                quoted = quoted_fragments(message_text(message), injected)
+                if quoted:
+                    message.additional_kwargs[QUOTES_KEY] = quoted
             turns = [
                 t.model_copy(update={"position": position + t.position})
                 for t in to_turns(messages, thread, now, user_id)

@@ -52,6 +52,7 @@ def build_index(raw: dict[Any, Any], version: int = 0) -> SearchIndex:
             fragment=e.injected(),
             created_at=e.created_at,
             strengthen_count=e.strengthen_count,
+            notes=tuple(e.notes),
         )
         for e in entries
     ]

@@ -8,19 +8,25 @@ the rest of the turn too.
 
 A tool never fails the turn because of memory: it waits at most the client's `tool_timeout_s`
 for an update (`memory_stats`: the hot path's `query_timeout_s`), and any memory error becomes a
-message to the model (UNAVAILABLE, or what was wrong with its arguments).
+message to the model (UNAVAILABLE, or what was wrong with its arguments). A forget is told as
+it stands when the time is up: done, accepted and still under way (the user workflow recorded
+it and finishes it, on another worker if this one died: FORGET_PENDING), or not confirmed
+(FORGET_UNCONFIRMED); never failed or done when it was not (docs/ARCHITECTURE.md, "Invariants").
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import time
+import uuid
 from typing import Any, Literal
 
 from langchain.tools import BaseTool, ToolRuntime, tool
 from langchain_core.messages import ToolMessage
 
 from mnemoflow.middleware.client import MemoryClient
+from mnemoflow.middleware.store_items import STORE_THEME_PREFIX
 from mnemoflow.middleware.window import resolve_user_id
 from mnemoflow.models.errors import InvalidInputError
 from mnemoflow.models.ids import validate_user_id
@@ -37,6 +43,21 @@ UNCONFIRMED = (
     "Memory did not confirm in time; it may still be saved. Do not ask to remember it again"
     " in this conversation."
 )
+#: A forget the user workflow accepted (durably: in its history) and had not finished when the
+#: tool's time was up, e.g. while another worker takes over from one that died mid-forget.
+FORGET_PENDING = (
+    "Forgetting memory {id} is accepted and under way: memory has recorded the request and will"
+    " finish it shortly. It is not used in this conversation any more."
+)
+#: A forget memory did not even accept in time (no worker, Temporal unreachable): it may still
+#: happen (the request may be waiting for a worker), so the model is told neither way.
+FORGET_UNCONFIRMED = (
+    "Memory did not confirm forgetting {id} in time: it may not be forgotten yet. It is not"
+    " used in this conversation any more; ask to forget it again later to make sure."
+)
+#: How long the other memories holding the same words may still take to be accepted once the
+#: tool's time is up (the named one was accepted or answered by then).
+COPIES_GRACE_S = 2.0
 #: Key of a forgetting tool's artifact: the fragment ids the user asked to forget.
 FORGET_ARTIFACT = "mnemoflow_forget"
 
@@ -48,6 +69,13 @@ def forgotten_by(message: ToolMessage) -> list[str] | None:
     if not isinstance(artifact, dict) or FORGET_ARTIFACT not in artifact:
         return None
     return [str(i) for i in artifact[FORGET_ARTIFACT] or ()]
+
+
+def _tool_theme(theme: str) -> str:
+    """The theme the model asked for; the store's own (`store:<key>`, middleware/store_items.py)
+    is not the model's to write, or a remembered fact would pass for a store item."""
+    theme = theme.strip()
+    return "remembered" if not theme or theme.startswith(STORE_THEME_PREFIX) else theme
 
 
 def _user(runtime: ToolRuntime[Any, Any]) -> str:
@@ -79,7 +107,7 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
             result = await client.remember(
                 user_id,
                 text,
-                theme=theme.strip() or "remembered",
+                theme=_tool_theme(theme),
                 types=IMPORTANCE_TYPES[importance],
                 event_id=event_id,
                 timeout_s=client.tool_timeout_s,
@@ -118,29 +146,54 @@ def memory_tools(client: MemoryClient) -> list[BaseTool]:
         """Delete one of the user's memories by its id (as shown by recall_memories), and any
         other memory that holds the same words (the conversation it was said in)."""
         user_id = _user(runtime)
+        # One deadline for the whole call: the named memory, then its copies.
+        deadline = time.monotonic() + client.tool_timeout_s
         copies = await _copies(client, user_id, fragment_id)
         # Whatever the outcome, the rest of the turn must not inject them (forgotten_by).
         artifact = {FORGET_ARTIFACT: [fragment_id, *copies]}
-        timeout_s = client.tool_timeout_s
+        # The tool call id names the updates: a retried call is the same forget.
+        call = runtime.tool_call_id or uuid.uuid4().hex
+
+        def update_id(fid: str) -> str:
+            return f"forget-{call}-{hashlib.sha256(fid.encode('utf-8')).hexdigest()[:12]}"
+
         try:
             # quotes: the words go from what is not stored yet, and from rows a round stored
             # after the copies were looked up, too
             result = await client.forget_fragment(
-                user_id, fragment_id, timeout_s=timeout_s, quotes=True
-            )
-            also = [
-                c
-                for c in copies
-                if (await client.forget_fragment(user_id, c, timeout_s=timeout_s)).deleted
-            ]
+                user_id, fragment_id, quotes=True, update_id=update_id(fragment_id),
+                deadline=deadline,
+            )  # fmt: skip
         except InvalidInputError as err:  # e.g. an empty id, or the user is being forgotten
             return f"Not forgotten: {err}", artifact
-        except Exception as err:  # memory down or slow: never fail the turn
-            return _unavailable("forget_memory", err), artifact
-        more = f" and {len(also)} other memory holding the same words" if also else ""
+        except Exception as err:  # not accepted in time: never fail the turn, never guess
+            _unavailable("forget_memory", err)
+            return FORGET_UNCONFIRMED.format(id=fragment_id), artifact
+        also, pending, unconfirmed = 0, 0, 0
+        until = max(deadline, time.monotonic() + COPIES_GRACE_S)
+        for copy in copies:
+            try:
+                out = await client.forget_fragment(
+                    user_id, copy, update_id=update_id(copy), deadline=until
+                )
+            except Exception as err:  # the named memory's outcome still stands
+                log.warning("memory tool forget_memory: copy %s not confirmed: %r", copy, err)
+                unconfirmed += 1
+                continue
+            pending += out.pending
+            also += bool(out.deleted)
+        tail = ""
+        if pending or unconfirmed:
+            state = "not confirmed yet" if unconfirmed else "under way"
+            n = pending + unconfirmed
+            tail = f" Forgetting {n} other memory holding the same words is {state}."
+        more = f" and {also} other memory holding the same words" if also else ""
+        if result.pending:
+            done = f" Forgot {also} other memory holding the same words." if also else ""
+            return FORGET_PENDING.format(id=fragment_id) + done + tail, artifact
         if result.deleted:
-            return f"Forgot memory {fragment_id}{more}.", artifact
-        return f"No memory with id {fragment_id}{more}.", artifact
+            return f"Forgot memory {fragment_id}{more}.{tail}", artifact
+        return f"No memory with id {fragment_id}{more}.{tail}", artifact
 
     @tool
     async def memory_stats(runtime: ToolRuntime[Any, Any]) -> str:

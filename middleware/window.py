@@ -21,6 +21,7 @@ from mnemoflow.memory.text import estimate_tokens
 from mnemoflow.memory.triggers import budget_reached, ceiling_reached, trim_start
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import Trigger
+from mnemoflow.models.fragments import piece_at, quoted_texts
 from mnemoflow.models.ids import thread_key, user_key, validate_user_id
 from mnemoflow.models.turns import MAX_MESSAGE_ID_CHARS, ChatTurn, Role, content_identity
 
@@ -36,6 +37,16 @@ OWNER_KEY = "mnemoflow_owner"
 #: read by the middleware at the start of the turn that added it, never overwritten. A message
 #: of an older epoch than the user workflow's is refused, whatever its time stamp says.
 EPOCH_KEY = "mnemoflow_epoch"
+#: The identity of the human message whose turn added a reply or tool result: a forget that
+#: refuses that message (said before it) refuses the rest of its turn too.
+TURN_KEY = "mnemoflow_turn"
+#: fragment id -> the words of that injected fragment a reply quotes: cut out when the fragment
+#: is forgotten with its quotes before the reply is delivered (docs/ARCHITECTURE.md, forget).
+QUOTES_KEY = "mnemoflow_quotes"
+#: Set on a message the middleware stamped with its own clock although it was said before the
+#: turn that first saw it: when it was said is unknown, so a user workflow that forgot its user
+#: refuses it (`ChatTurn.unstamped`), as it refuses copies re-sent with no stamp.
+TIME_ASSUMED_KEY = "mnemoflow_time_assumed"
 #: Messages other middleware writes from earlier ones (LangChain's summaries): not said by
 #: anyone, so never stored as memory.
 DERIVED_SOURCES = frozenset({"summarization"})
@@ -214,6 +225,7 @@ def stamp_messages(
     """
     owners = message_owners(messages, owner) if owner is not None else None
     times = stamp_times(messages, now)
+    latest = last_human_position(messages)
     stamped: list[AnyMessage] = []
     for position, message in enumerate(messages):
         if message.id is None:
@@ -221,6 +233,10 @@ def stamp_messages(
         kwargs = dict(message.additional_kwargs)
         if message_time(message) is None:
             kwargs[TIME_KEY] = times[position]
+            if owners is not None and not _owner_stamp(message) and position < (latest or 0):
+                # Never seen by memory and before this turn's input (a thread an app restored
+                # from its own database, a failed turn's line): when it was said is unknown.
+                kwargs[TIME_ASSUMED_KEY] = True
         if owners is not None and not _owner_stamp(message):
             kwargs[OWNER_KEY] = owners[position]
             if _stamped_identity(message) is None:
@@ -242,24 +258,33 @@ def message_owners(messages: Sequence[BaseMessage], owner: str) -> list[str]:
 
     A stamped message has its stamp. An unstamped one was added by a turn that failed before
     the middleware stamped it (a sync invoke, a bad user id), or before owner stamps existed,
-    or it is the current turn's input:
-    - from the latest human message on, it is the current turn's: the current user's;
-    - earlier, after the current user's messages only (or none), it is theirs: a user's
-      failed turn is stored with their next one;
-    - earlier, after another user's message, it is nobody's (`UNKNOWN_OWNER`): it may be a
-      line of that user's failed turn or a line of the current user's input (a list of
-      several messages), and the list alone cannot tell which, so it is stored for neither.
+    or by other middleware after memory's last hook saw the list, or it is the current turn's
+    input. It belongs to the user whose turn added it, and when the list cannot tell whose that
+    was, to nobody (`UNKNOWN_OWNER`): a thread id several users share must never hand one
+    user's line to another (docs/ARCHITECTURE.md, "Message identity", ownership):
+    - from the latest human message on, it is the current turn's, the current user's, when
+      that human message is theirs (stamped with `owner`, or unstamped: the turn's input);
+      after another user's stamped question it was added in that user's turn: nobody's here;
+    - earlier, after the current user's messages only, it is theirs: a user's failed turn is
+      stored with their next one; with no stamped message before it, it is theirs only when no
+      message of the list is stamped another user's;
+    - earlier, after another user's message, it is nobody's: it may be a line of that user's
+      failed turn or a line of the current user's input (a list of several messages), and the
+      list alone cannot tell which, so it is stored for neither.
     """
     latest = last_human_position(messages)
+    stamps = [_owner_stamp(m) for m in messages]
+    asker = stamps[latest] if latest is not None else None
+    turn_is_theirs = asker is None or asker == owner
+    shared = any(s is not None and s != owner for s in stamps)
     owners: list[str] = []
     previous: str | None = None
-    for position, message in enumerate(messages):
-        stamp = _owner_stamp(message)
+    for position, stamp in enumerate(stamps):
         if stamp is not None:
             previous = stamp
         elif latest is not None and position >= latest:
-            stamp = owner
-        elif previous is None or previous == owner:
+            stamp = owner if turn_is_theirs else UNKNOWN_OWNER
+        elif previous == owner or (previous is None and not shared):
             stamp = owner
         else:
             stamp = UNKNOWN_OWNER
@@ -408,11 +433,23 @@ def message_role(message: BaseMessage) -> Role:
 
 
 def to_turns(
-    messages: Sequence[BaseMessage], thread_id: str, now: float, user_id: str | None = None
+    messages: Sequence[BaseMessage],
+    thread_id: str,
+    now: float,
+    user_id: str | None = None,
+    *,
+    resent: bool = False,
 ) -> list[ChatTurn]:
     """ChatTurns of the messages to remember: with `user_id`, only that user's (see
     `message_owners`); never summaries other middleware wrote. Each carries its identity; its
-    position is where it sits in this list (informational)."""
+    position is where it sits in this list (informational).
+
+    `resent` (`MemoryClient.resync`): copies the middleware never saw in this form, such as an
+    app's own database keeps them, without memory's stamps. One with none of them is known by
+    the identity the middleware stamps when it first sees a message (`fresh_identity`: its id
+    and a digest of its text), so a copy of a message it handed over is the same message; one
+    without a time stamp is marked `unstamped` (when it was said is unknown: a user workflow
+    that forgot its user refuses it)."""
     if user_id is not None:
         keep = owned_by(messages, owner_of(user_id))
     else:
@@ -431,11 +468,55 @@ def to_turns(
                 content=message_text(message),
                 time=times[position],
                 name=None if message.name is None else clean_text(message.name),
-                message_id=message_identity(message),
+                message_id=_resent_identity(message) if resent else message_identity(message),
                 epoch=message_epoch(message),
+                unstamped=(resent and message_time(message) is None)
+                or message.additional_kwargs.get(TIME_ASSUMED_KEY) is True,
+                turn_of=_turn_of(message),
+                quotes=_quotes(message),
             )
         )
     return turns
+
+
+def _resent_identity(message: BaseMessage) -> str:
+    """The identity of a re-sent copy: its stamped one, else (no stamp of memory's at all) the
+    one the middleware would have stamped on it (`fresh_identity`)."""
+    if _stamped_identity(message) is None and _owner_stamp(message) is None:
+        return fresh_identity(message)
+    return message_identity(message)
+
+
+def _turn_of(message: BaseMessage) -> str:
+    value = message.additional_kwargs.get(TURN_KEY)
+    if isinstance(value, str) and len(value) <= MAX_MESSAGE_ID_CHARS:
+        return clean_text(value)
+    return ""
+
+
+def _quotes(message: BaseMessage) -> dict[str, list[str]]:
+    value = message.additional_kwargs.get(QUOTES_KEY)
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        clean_text(str(k)): [clean_text(q) for q in v if isinstance(q, str)]
+        for k, v in value.items()
+        if isinstance(v, list)
+    }
+
+
+def quoted_fragments(text: str, fragments: Sequence[Any]) -> dict[str, list[str]]:
+    """Which injected fragments (`ContextFragment`s) `text` quotes, and their words it quotes
+    whole (`models.fragments.quoted_texts`, found as `piece_at` finds them)."""
+    found: dict[str, list[str]] = {}
+    for fragment in fragments:
+        content = getattr(fragment, "content", "")
+        if not content:
+            continue
+        texts = [q for q in quoted_texts(content) if piece_at(text, q) is not None]
+        if texts:
+            found[str(fragment.id)] = texts
+    return found
 
 
 def window_tokens(messages: Sequence[BaseMessage]) -> int:

@@ -6,6 +6,9 @@ The public API, importable from here:
   side (and what `MemoryClient.settle` raises when memory has not caught up in time);
 - `connect`, `Settings` and `memory_client`: connect a Temporal client with the project's data
   converter, from settings read once at process start, and build a `MemoryClient` on them;
+- `MnemoflowStore`: LangGraph's `BaseStore` over a `MemoryClient` (for `create_agent(store=...)`
+  and LangMem's memory tools), and `MemoryOutageGuard`, which keeps a turn going when such a
+  tool finds memory down;
 - `MemoryConfig`: the memory model's knobs (preset, budgets, gates).
 
 Names resolve lazily (PEP 562): the Temporal worker's sandbox imports `mnemoflow.workflows...`,
@@ -23,6 +26,8 @@ if TYPE_CHECKING:
         DurableMemoryMiddleware,
         MemoryClient,
         MemoryNotSettledError,
+        MemoryOutageGuard,
+        MnemoflowStore,
         memory_tools,
     )
     from mnemoflow.models.config import MemoryConfig
@@ -35,6 +40,8 @@ _EXPORTS = {
     "MemoryClient": "mnemoflow.middleware",
     "memory_tools": "mnemoflow.middleware",
     "MemoryNotSettledError": "mnemoflow.middleware",
+    "MnemoflowStore": "mnemoflow.middleware",
+    "MemoryOutageGuard": "mnemoflow.middleware",
     "memory_client": "mnemoflow.worker.memory_client",
     "MemoryConfig": "mnemoflow.models.config",
     "connect": "mnemoflow.worker.client",
@@ -46,6 +53,8 @@ __all__ = [
     "MemoryClient",
     "MemoryConfig",
     "MemoryNotSettledError",
+    "MemoryOutageGuard",
+    "MnemoflowStore",
     "Settings",
     "connect",
     "memory_client",

@@ -131,6 +131,12 @@ class ResyncResult(BaseModel):
     thread_id: str
     sent: int = Field(0, description="messages re-sent (those already accepted are no-ops)")
     skipped: int = Field(0, description="another user's messages and other middleware's summaries")
+    unstamped: int = Field(
+        0,
+        description="of those sent, messages without a time stamp (copies from an app's own "
+        "database): a user workflow that forgot its user refuses them, since when they were "
+        "said is unknown (status: refused_after_forget); keep additional_kwargs to resync them",
+    )
 
 
 class ReinforceEvent(BaseModel):
@@ -225,9 +231,43 @@ class UserMemoryState(BaseModel):
     fence: float = Field(
         0.0, description="the last forget's time: messages said at or before it are refused"
     )
+    shred: list[str] = Field(
+        default_factory=list,
+        description="data key generations a forget retired; the run they are carried into "
+        "destroys them first (its own history is sealed with a newer one: docs/PRIVACY.md)",
+    )
     retired_threads: dict[str, float] = Field(
         default_factory=dict,
         description="digest of a pruned idle thread -> its horizon, so re-sends stay refused",
+    )
+    fenced_turns: list[str] = Field(
+        default_factory=list,
+        description="digests of human messages a forget refused (said before it) or dropped "
+        "(pending when it came), bounded: a reply or tool result of their turn that arrives "
+        "later is refused too (`ChatTurn.turn_of`)",
+    )
+    forgotten_quoting: list[str] = Field(
+        default_factory=list,
+        description="fragment ids forgotten (bounded), as soon as their rows are deleted: a "
+        "reply that arrives later stamped as quoting one of them (`ChatTurn.quotes`) has those "
+        "words cut out",
+    )
+    forgotten_lines: list[str] = Field(
+        default_factory=list,
+        description="digests of the lines of rows forgotten with their quotes (bounded, no "
+        "words): a copy of one re-sent without a time stamp is refused",
+    )
+    refused_after_forget: int = Field(
+        0,
+        description="messages refused, or cut to nothing, because a forget covers them (besides "
+        "those said before it)",
+    )
+    seen_archive: str = Field(
+        "",
+        description="identities that left their thread's `seen` (past MAX_SEEN_MESSAGES, or a "
+        "pruned idle thread), oldest first: base64 of a fixed-width hash of (thread, identity) "
+        "each (workflows/state_ops.py, `archived`), so a late message older than the horizon is "
+        "refused only when it was seen",
     )
     profile_sources: dict[str, list[str]] = Field(
         default_factory=dict,
@@ -323,6 +363,12 @@ class UserStatus(BaseModel):
     forget_epoch: int = Field(0, description="whole-user forgets made (UserMemoryState)")
     refused_stale: int = Field(
         0, description="messages refused: stamped with an epoch from before a forget"
+    )
+    refused_after_forget: int = Field(
+        0,
+        description="messages delivered after a forget that it covers, refused or cut to "
+        "nothing (besides those said before it): added to a turn it refused, re-sent with no "
+        "time stamp after it, or quoting what it forgot",
     )
 
 
@@ -686,17 +732,35 @@ class ForgetFragmentRequest(BaseModel):
 
 class ForgetFragmentResult(BaseModel):
     """How many rows were deleted (0 when the id was not the user's), the profile facts that
-    came only from that fragment and were removed, and whether the read model was republished."""
+    came only from that fragment and were removed, and whether the read model was republished.
+
+    `pending` (set by MemoryClient, never by the workflow): the workflow accepted the forget
+    (an UpdateAccepted event in its history) but had not finished it when the caller's deadline
+    ended; it finishes it (a worker that dies is replaced), and `update_id` (of the run
+    `run_id`) names it for `MemoryClient.forget_fragment_result`. `deleted` is then 0: not
+    known yet."""
 
     deleted: int
     profile_facts_removed: int = 0
     republished: bool = False
+    pending: bool = False
+    update_id: str | None = None
+    run_id: str | None = None
 
 
 class ForgetRequest(BaseModel):
     """Update: forget the user entirely (right to be forgotten)."""
 
     reason: str = Field("user request", max_length=500)
+    keys: bool = Field(
+        True,
+        description="retire and destroy the user's data keys; False when another workflow of "
+        "the same user (the other id form) is forgotten next and destroys them",
+    )
+
+
+class ShredRequest(BaseModel):
+    """Update: wait until the data keys the last forget retired are destroyed."""
 
 
 class ForgetReceipt(BaseModel):
@@ -725,6 +789,16 @@ class ForgetReceipt(BaseModel):
         0,
         description="the forget epoch from now on: messages stamped with an older one are "
         "refused, and so is every store write asked for before the forget",
+    )
+    keys_pending: int = Field(
+        0,
+        description="data keys retired by the forget and destroyed by the run it continued "
+        "as; MemoryClient.forget waits for that (the `shredded` update)",
+    )
+    workflows_forgotten: int = Field(
+        1,
+        description="the user's memory workflows this forget reached: 2 when one under the "
+        "other id form (readable or pseudonymous) ran too (MemoryClient.forget)",
     )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pydantic import Field
 
 from mnemoflow.models.contracts import ContextFragment
-from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.fragments import Fragment, LineNote
 from mnemoflow.models.ids import user_key
 
 
@@ -27,13 +27,19 @@ class CorpusEntry(ContextFragment):
 
     strengthen_count: int = 0
     vector: str = Field("", description="base64 of little-endian float16 values; '' for none")
+    notes: list[LineNote] = Field(
+        default_factory=list, description="per line: dates shown, terms indexed ([]: none)"
+    )
 
     @classmethod
     def of_stored(cls, fragment: Fragment, vector: Sequence[float]) -> CorpusEntry:
         """The corpus entry of a stored fragment and its embedding."""
         published = ContextFragment.of(fragment).model_dump(exclude={"score"})
         return cls(
-            **published, strengthen_count=fragment.strengthen_count, vector=encode_vector(vector)
+            **published,
+            strengthen_count=fragment.strengthen_count,
+            vector=encode_vector(vector),
+            notes=list(fragment.notes),
         )
 
     def injected(self) -> ContextFragment:

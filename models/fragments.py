@@ -101,14 +101,43 @@ def theme_key(theme: str) -> str:
     return " ".join(theme.split()).casefold()[:MAX_THEME_KEY_CHARS]
 
 
+#: Bounds of a model's enrichment: characters per item, items per list.
+MAX_ENRICHMENT_CHARS = 200
+MAX_ENRICHMENT_ITEMS = 16
+
+
+class Keyword(BaseModel):
+    """A keyword of a fragment in the words said, with general terms for it ("mountaineering"
+    -> "outdoor activity", "hiking"): a question asks in the general terms."""
+
+    said: str = Field(min_length=1, max_length=MAX_ENRICHMENT_CHARS)
+    general: list[str] = Field(default_factory=list)
+
+
+class LineNote(BaseModel):
+    """What a fragment's line is indexed with besides its words (docs/ARCHITECTURE.md, "Dated
+    lines and write-time enrichment"): `when`, the absolute dates of its relative expressions
+    (and its own date when it differs from its fragment's), shown with the line; `terms`, its
+    date, names, numbers, facts and keywords, indexed and never shown."""
+
+    when: str = ""
+    terms: str = ""
+
+
 class FragmentDraft(BaseModel):
-    """What a slicer proposes: a theme, types, the content, and the turns it came from."""
+    """What a slicer proposes: a theme, types, the content, and the turns it came from; what the
+    slicer found in it (facts, entities, keywords), and per line what it is indexed with
+    (`notes`, one per line of `memory.search.split_lines(content)`, made after the slice)."""
 
     theme: str = Field(min_length=1, max_length=200)
     types: list[str] = Field(min_length=1)
     content: str = Field(min_length=1)
     start_idx: int = Field(ge=0, description="first turn index within the sliced batch")
     end_idx: int = Field(ge=0, description="last turn index within the sliced batch (inclusive)")
+    facts: list[str] = Field(default_factory=list)
+    entities: list[str] = Field(default_factory=list)
+    keywords: list[Keyword] = Field(default_factory=list)
+    notes: list[LineNote] = Field(default_factory=list)
 
 
 class Fragment(BaseModel):
@@ -127,6 +156,10 @@ class Fragment(BaseModel):
     start_pos: int = 0
     end_pos: int = 0
     explicit: bool = False
+    notes: list[LineNote] = Field(
+        default_factory=list,
+        description="one per line of the content, or none (stored before notes, or rewritten)",
+    )
 
 
 class Candidate(BaseModel):

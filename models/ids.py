@@ -168,6 +168,53 @@ def search_user_value(user_id: str, secret: bytes | None = None) -> str:
     return user_id
 
 
+def resolve_user_keys(
+    secret: str | bytes | None,
+    pseudonymous: bool | None,
+    *,
+    encrypted: bool,
+    refuse_unused_secret: bool = True,
+) -> bytes | None:
+    """The pseudonymous-key secret, or None for readable user keys: the one rule every client,
+    worker and CLI command follows (`Settings.user_key_secret` calls it), so a user's workflow
+    id never depends on how a client was built.
+
+    `pseudonymous` None means on when payloads are encrypted; on without a secret is refused
+    (ValueError) rather than falling back to the raw-id workflow, which a forget by an
+    operator with the secret would not reach (docs/PRIVACY.md). A secret without encryption
+    and without an explicit choice is refused too (a client given one means something by it),
+    or ignored with `refuse_unused_secret=False` (the processes' settings: a secret set for
+    every process of a deployment without keys has always been unused).
+    """
+    if isinstance(secret, str):
+        secret = secret.encode("utf-8")
+    secret = secret or None
+    if pseudonymous is None:
+        if not encrypted and secret is not None and refuse_unused_secret:
+            raise ValueError(
+                "a user-key secret (MNEMOFLOW_USER_KEY_SECRET, MemoryClient(user_key_secret=...)) "
+                "without encryption keys: set MNEMOFLOW_PSEUDONYMOUS_USER_KEYS=true "
+                "(pseudonymous_user_keys=True) to use it, or =false to keep readable workflow "
+                "ids (docs/PRIVACY.md)"
+            )
+        pseudonymous = encrypted
+        if pseudonymous and secret is None:
+            raise ValueError(
+                "encryption keys are configured (the Temporal client has a payload codec), so "
+                "user keys are pseudonymous by default: set MNEMOFLOW_USER_KEY_SECRET "
+                "(MemoryClient(user_key_secret=...)), or MNEMOFLOW_PSEUDONYMOUS_USER_KEYS=false "
+                "(pseudonymous_user_keys=False) to keep readable workflow ids (docs/PRIVACY.md)"
+            )
+    if not pseudonymous:
+        return None
+    if secret is None:
+        raise ValueError(
+            "MNEMOFLOW_PSEUDONYMOUS_USER_KEYS needs MNEMOFLOW_USER_KEY_SECRET "
+            "(MemoryClient(user_key_secret=...))"
+        )
+    return secret
+
+
 def pseudonymous_workflow_id(user_id: str) -> str:
     """Workflow id without any of the raw user id (for MNEMOFLOW_PSEUDONYMOUS_USER_KEYS)."""
     return f"{USER_WORKFLOW_PREFIX}-{user_key(user_id)}"

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 Role = Literal["human", "ai", "system", "tool"]
 
@@ -43,6 +49,39 @@ class ChatTurn(BaseModel):
         "never stamped (an older client, messages imported through resync), judged by the time "
         'fence (docs/ARCHITECTURE.md, "Forget epochs")',
     )
+    unstamped: bool = Field(
+        False,
+        description="re-sent without a time stamp (`MemoryClient.resync` of copies from an app's "
+        "own database): `time` is when it was re-sent, not when it was said, so a user workflow "
+        'that forgot its user refuses it (docs/ARCHITECTURE.md, "Invariants": forget)',
+    )
+    turn_of: str = Field(
+        "",
+        max_length=MAX_MESSAGE_ID_CHARS,
+        description="identity of the human message whose turn added this one (a reply, a tool "
+        "result): refused with it when a forget refused or dropped that message",
+    )
+    quotes: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="fragment id -> its words this message quotes (a reply reading back an "
+        "injected memory): cut out when that fragment is forgotten with its quotes",
+    )
+
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Fields at their defaults that turns before them lacked are left out: payloads of
+        ordinary turns keep their bytes (rounds, histories)."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for key, empty in (
+                ("epoch", None),
+                ("unstamped", False),
+                ("turn_of", ""),
+                ("quotes", {}),
+            ):
+                if key in data and data[key] == empty:
+                    del data[key]
+        return data
 
     @field_validator("time")
     @classmethod

@@ -295,7 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mnemoflow", description="Durable long-term memory for LangChain agents."
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="DEBUG for mnemoflow's own loggers (libraries stay at INFO: theirs quote payloads)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
         command.arguments(sub.add_parser(name, help=command.help, description=command.help))
@@ -367,6 +372,34 @@ def _service_problem(err: Exception, settings: Settings) -> str:
     return f"{type(err).__name__}: {text} (run with -v for the traceback)"
 
 
+#: Loggers `-v` turns to DEBUG: mnemoflow's own, whose lines carry counts, ids and error
+#: types, never message text (docs/PRIVACY.md, "logs").
+VERBOSE_LOGGERS = ("mnemoflow",)
+
+
+def configure_logging(verbose: bool) -> None:
+    """INFO for everything; with `verbose`, DEBUG for mnemoflow's own loggers only.
+
+    Libraries stay at INFO whatever `-v` says: their DEBUG output quotes payloads (the
+    Temporal SDK logs each activity completion with its result, which without encryption keys
+    is the conversation in plain JSON; HTTP clients log request bodies sent to the LLM). URL
+    credentials are masked in every line (`worker.redact.LogRedactor`).
+    """
+    from mnemoflow.worker.redact import redact_logs
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if verbose:
+        for name in VERBOSE_LOGGERS:
+            logging.getLogger(name).setLevel(logging.DEBUG)
+        logging.getLogger("mnemoflow").debug(
+            "verbose: DEBUG for %s; libraries at INFO (their DEBUG lines quote payloads)",
+            ", ".join(VERBOSE_LOGGERS),
+        )
+    redact_logs()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, read the settings once, run the command; returns its exit code.
 
@@ -382,10 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.verbose)
     try:
         settings = Settings.load()
     except ValueError as err:  # pydantic's ValidationError included

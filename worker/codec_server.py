@@ -10,6 +10,11 @@ including the OPTIONS preflight that browsers send before a POST with an Authori
 Served by aiohttp. A request is authorised from its headers before its body is read (a refused
 upload costs no memory), bodies are capped at MAX_BODY_BYTES (413) and at most MAX_CONCURRENT
 authorised requests run at once (503 past it); anything unexpected is answered with a 4xx.
+Connections are bounded whoever opens them, authorised or not (`worker.web.ConnectionLimits`):
+at most MAX_CONNECTIONS open (past it a 503 and the connection closed), a request head must be
+complete within HEAD_TIMEOUT_S of the connection's opening or of its previous answer (a
+trickled head and an idle keep-alive connection are closed then), and an authorised body must
+arrive within BODY_TIMEOUT_S (408).
 
 A payload sealed with the data key of a forgotten user (`worker.data_keys`) cannot be decoded
 by anyone; /decode answers it with a `json/plain` string that starts with "[key destroyed]"
@@ -36,7 +41,7 @@ from temporalio.converter import PayloadCodec
 
 from mnemoflow.worker.codec import CodecError, payload_codec
 from mnemoflow.worker.settings import TemporalSettings
-from mnemoflow.worker.web import serving
+from mnemoflow.worker.web import ConnectionLimits, serving
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +50,15 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 #: Authorised requests served at once; past it 503. With the body cap this bounds the memory
 #: the server spends on bodies (refused requests never read theirs).
 MAX_CONCURRENT = 8
-#: An idle keep-alive connection is closed after this long.
-KEEPALIVE_S = 15.0
+#: Connections open at once, authorised or not; past it a 503 and the connection is closed.
+MAX_CONNECTIONS = 64
+#: A request head must be complete this long after the connection opened or its previous
+#: answer was given; an idle keep-alive connection is closed after this long too.
+HEAD_TIMEOUT_S = 5.0
+#: An authorised request's body must arrive within this long (408 otherwise).
+BODY_TIMEOUT_S = 10.0
+#: An idle keep-alive connection is closed after this long (the head timeout comes first).
+KEEPALIVE_S = HEAD_TIMEOUT_S
 CORS_HEADERS = {
     "Access-Control-Allow-Methods": "POST, OPTIONS",
     "Access-Control-Allow-Headers": "Authorization, Content-Type, X-Namespace",
@@ -74,6 +86,9 @@ class CodecServer:
     namespace: str = "default"
     max_body: int = MAX_BODY_BYTES
     max_concurrent: int = MAX_CONCURRENT
+    max_connections: int = MAX_CONNECTIONS
+    head_timeout_s: float = HEAD_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
     _busy: int = field(default=0, init=False)
 
     def app(self) -> web.Application:
@@ -122,7 +137,13 @@ class CodecServer:
                 )
             self._busy += 1  # held until the answer is built: the body lives that long
             try:
-                return await self._code(await request.read(), method)
+                try:
+                    body = await asyncio.wait_for(request.read(), self.body_timeout_s)
+                except TimeoutError:
+                    raise HTTPError(
+                        HTTPStatus.REQUEST_TIMEOUT, f"body not sent within {self.body_timeout_s} s"
+                    ) from None
+                return await self._code(body, method)
             finally:
                 self._busy -= 1
 
@@ -199,7 +220,11 @@ async def running_codec_server(server: CodecServer, host: str, port: int) -> Asy
     from mnemoflow.worker.data_keys import close_codec
 
     try:
-        async with serving(server.app(), host, port, keepalive_timeout=KEEPALIVE_S) as bound:
+        limits = ConnectionLimits(server.max_connections, server.head_timeout_s)
+        keepalive = min(KEEPALIVE_S, server.head_timeout_s)
+        async with serving(
+            server.app(), host, port, limits=limits, keepalive_timeout=keepalive
+        ) as bound:
             yield bound
     finally:
         await close_codec(server.codec)

@@ -15,13 +15,17 @@ of a workflow, of its child, or of the workflow that scheduled an activity), map
 payload names its key in `encryption-key-id`: `dek:<user key>:<generation>`, so decoding needs
 no context (the codec server has none).
 
-Caching: a process keeps unwrapped DEKs in memory. Encrypting always asks Redis for the
-active generation (one round trip, which also creates the first one atomically), so nothing is
-sealed with a destroyed key once the destroy returned. Decrypting reuses a DEK it read less
-than `data_keys_cache_s` ago and asks Redis otherwise: a destroyed key stays usable that long
-in a process that already had it. Master-key rotation: new DEKs are wrapped with the active
-master key; a DEK wrapped with an older one unwraps as long as that key is in the keyring, and
-`DataKeyStore.rewrap_all` re-wraps them all with the active key so the older one can go.
+Caching: a process keeps unwrapped DEKs in memory, but never decides from its memory that a
+key still exists. Encrypting always asks Redis for the active generation (one round trip,
+which also creates the first one atomically), so nothing is sealed with a destroyed key once
+the destroy returned. Decrypting asks Redis too: one pipelined round trip per decode call for
+every key the call's payloads name, and a cached DEK is used only while Redis still holds the
+same wrapped key. So once a forget's destroy returned, no process decrypts that user's
+payloads again, whatever it had cached (the cache saves the unwrap, not the read). A DEK
+unused for `data_keys_cache_s` is dropped from memory. Master-key rotation: new DEKs are
+wrapped with the active master key; a DEK wrapped with an older one unwraps as long as that key
+is in the keyring, and `DataKeyStore.rewrap_all` re-wraps them all with the active key so the
+older one can go.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -131,7 +135,12 @@ def unwrap(keyring: Keyring, data_user: str, generation: str, stored: str) -> by
 @dataclass
 class _Cached:
     cipher: AESGCM
+    wrapped: str  # the stored form it was unwrapped from: reused only while Redis holds it
     read_at: float
+
+
+#: Past this many cached DEKs, those unused for `cache_s` are dropped (memory only).
+_CACHE_PRUNE_AT = 1024
 
 
 class DataKeyStore:
@@ -198,9 +207,9 @@ class DataKeyStore:
             raise CodecError(f"data key store unreachable: {type(err).__name__}: {err}") from None
         active, stored = _text(reply[0]), _text(reply[1])
         cached = self._ciphers.get((data_user, active))
-        if cached is None:
+        if cached is None or cached.wrapped != stored:
             dek = fresh if active == generation else unwrap(self.keyring, data_user, active, stored)
-            cached = _Cached(AESGCM(dek), time.monotonic())
+            cached = _Cached(AESGCM(dek), stored, time.monotonic())
             self._ciphers[(data_user, active)] = cached
         else:
             cached.read_at = time.monotonic()  # Redis just confirmed it exists
@@ -208,25 +217,51 @@ class DataKeyStore:
 
     async def cipher(self, data_user: str, generation: str) -> AESGCM:
         """The cipher of one generation, to decrypt; KeyDestroyedError when it is gone."""
-        cached = self._ciphers.get((data_user, generation))
-        if cached is not None and time.monotonic() - cached.read_at < self.cache_s:
-            return cached.cipher
+        found = (await self.ciphers([(data_user, generation)]))[(data_user, generation)]
+        if isinstance(found, KeyDestroyedError):
+            raise found
+        return found
+
+    async def ciphers(
+        self, wanted: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], AESGCM | KeyDestroyedError]:
+        """The cipher of each (user, generation), read from Redis in one pipelined round trip
+        (a cached DEK is reused only if Redis still holds the wrapped key it came from); a
+        KeyDestroyedError in place of each one that is gone."""
+        keys = list(dict.fromkeys(wanted))
         try:
-            stored = await self.redis().hget(  # type: ignore[misc]
-                data_key_name(self.prefix, data_user), f"g:{generation}"
-            )
+            async with self.redis().pipeline(transaction=False) as pipe:
+                for data_user, generation in keys:
+                    pipe.hget(data_key_name(self.prefix, data_user), f"g:{generation}")
+                values = await pipe.execute()
         except (RedisError, OSError) as err:
             raise CodecError(f"data key store unreachable: {type(err).__name__}: {err}") from None
-        if stored is None:
-            self._ciphers.pop((data_user, generation), None)
-            raise KeyDestroyedError(
-                f"key destroyed: the data key {DEK_KID_PREFIX}{data_user}:{generation} of this "
-                "payload was erased (its user was forgotten); the payload cannot be decrypted"
-            )
-        dek = unwrap(self.keyring, data_user, generation, _text(stored))
-        cached = _Cached(AESGCM(dek), time.monotonic())
-        self._ciphers[(data_user, generation)] = cached
-        return cached.cipher
+        now = time.monotonic()
+        found: dict[tuple[str, str], AESGCM | KeyDestroyedError] = {}
+        for (data_user, generation), value in zip(keys, values, strict=True):
+            if value is None:
+                self._ciphers.pop((data_user, generation), None)
+                found[(data_user, generation)] = KeyDestroyedError(
+                    f"key destroyed: the data key {DEK_KID_PREFIX}{data_user}:{generation} of "
+                    "this payload was erased (its user was forgotten); the payload cannot be "
+                    "decrypted"
+                )
+                continue
+            stored = _text(value)
+            cached = self._ciphers.get((data_user, generation))
+            if cached is None or cached.wrapped != stored:
+                dek = unwrap(self.keyring, data_user, generation, stored)
+                cached = _Cached(AESGCM(dek), stored, now)
+                self._ciphers[(data_user, generation)] = cached
+            cached.read_at = now
+            found[(data_user, generation)] = cached.cipher
+        self._prune(now)
+        return found
+
+    def _prune(self, now: float) -> None:
+        if len(self._ciphers) > _CACHE_PRUNE_AT:
+            for key in [k for k, c in self._ciphers.items() if now - c.read_at >= self.cache_s]:
+                del self._ciphers[key]
 
     async def destroy(self, data_user: str) -> int:
         """Erase every generation of the user's data key; the number erased."""
@@ -314,26 +349,39 @@ class UserKeyCodec(EncryptionCodec, WithSerializationContext):
         return sealed
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        """Open each payload with the key it names (a user's data key or a master key)."""
+        """Open each payload with the key it names (a user's data key or a master key); the
+        user keys of the whole call are confirmed in Redis in one round trip."""
+        named = [self._user_kid(payload) for payload in payloads]
+        wanted = [key for key in named if key is not None]
+        ciphers = await self.store.ciphers(wanted) if wanted else {}
         opened = []
-        for payload in payloads:
-            kid = payload.metadata.get(KEY_ID, b"").decode(errors="replace")
-            if payload.metadata.get("encoding") != ENCODING or not kid.startswith(DEK_KID_PREFIX):
+        for payload, key in zip(payloads, named, strict=True):
+            if key is None:
                 opened.append(self._open(payload))
                 continue
-            try:
-                opened.append(await self._open_user(payload, kid))
-            except KeyDestroyedError as err:
+            found = ciphers[key]
+            if isinstance(found, KeyDestroyedError):
                 if not self.placeholders:
-                    raise
-                opened.append(placeholder(err))
+                    raise found
+                opened.append(placeholder(found))
+                continue
+            opened.append(self._open_user(payload, key, found))
         return opened
 
-    async def _open_user(self, payload: Payload, kid: str) -> Payload:
+    @staticmethod
+    def _user_kid(payload: Payload) -> tuple[str, str] | None:
+        """(user, generation) of a payload sealed with a user's data key, else None."""
+        kid = payload.metadata.get(KEY_ID, b"").decode(errors="replace")
+        if payload.metadata.get("encoding") != ENCODING or not kid.startswith(DEK_KID_PREFIX):
+            return None
         data_user, _, generation = kid[len(DEK_KID_PREFIX) :].partition(":")
         if not data_user or not generation:
             raise CodecError(f"malformed data key id {kid[:80]!r}")
-        cipher = await self.store.cipher(data_user, generation)
+        return data_user, generation
+
+    @staticmethod
+    def _open_user(payload: Payload, key: tuple[str, str], cipher: AESGCM) -> Payload:
+        kid = f"{DEK_KID_PREFIX}{key[0]}:{key[1]}"
         nonce, sealed = payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:]
         try:
             plain = cipher.decrypt(nonce, sealed, kid.encode())

@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mnemoflow.models.config import Vocation
+from mnemoflow.models.ids import resolve_user_keys
 from mnemoflow.worker.redact import masked
 
 #: What redis-py connects to (`redis.from_url`).
@@ -160,9 +161,9 @@ class EncryptionSettings(BaseSettings):
     data_keys_prefix: str | None = None
     """Key prefix of the data keys in that Redis (unset = REDIS_KEY_PREFIX)."""
     data_keys_cache_s: float = Field(30.0, ge=0, allow_inf_nan=False)
-    """How long a process reuses a data key it read to DECRYPT without asking Redis again
-    (encrypting always asks): a destroyed key stays usable this long in processes that had
-    it (docs/PRIVACY.md)."""
+    """How long a process keeps an unwrapped data key it has not used in memory. It never
+    decides from it that the key still exists: every encode and decode asks Redis, so a
+    destroyed key is unusable in every process once the forget returned (docs/PRIVACY.md)."""
 
     _keys: dict[str, bytes] = PrivateAttr(default_factory=dict)
 
@@ -479,22 +480,16 @@ class Settings(BaseModel):
         return settings
 
     def user_key_secret(self) -> bytes | None:
-        """The pseudonymous-key secret when that mode is on (ValueError if it lacks one)."""
+        """The pseudonymous-key secret when that mode is on (ValueError if it lacks one): the
+        rule every MemoryClient follows too (`models.ids.resolve_user_keys`)."""
         m = self.mnemoflow
-        on = m.pseudonymous_user_keys
-        if on is None:  # the default: pseudonymous whenever payloads are encrypted
-            on = self.temporal.encryption.enabled
-            if on and m.user_key_secret is None:
-                raise ValueError(
-                    "encryption keys are configured, so user keys are pseudonymous by default: "
-                    "set MNEMOFLOW_USER_KEY_SECRET, or MNEMOFLOW_PSEUDONYMOUS_USER_KEYS=false to "
-                    "keep readable workflow ids (docs/PRIVACY.md)"
-                )
-        if not on:
-            return None
-        if m.user_key_secret is None or not m.user_key_secret.get_secret_value():
-            raise ValueError("MNEMOFLOW_PSEUDONYMOUS_USER_KEYS needs MNEMOFLOW_USER_KEY_SECRET")
-        return m.user_key_secret.get_secret_value().encode("utf-8")
+        secret = m.user_key_secret.get_secret_value() if m.user_key_secret is not None else None
+        return resolve_user_keys(
+            secret,
+            m.pseudonymous_user_keys,
+            encrypted=self.temporal.encryption.enabled,
+            refuse_unused_secret=False,
+        )
 
     def resolved_models(self) -> ResolvedModels:
         """Which memory models to run, with `auto` decided by the presence of an API key."""

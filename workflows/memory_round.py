@@ -508,6 +508,7 @@ def build_fragments(inp: RoundInput, drafts: list[FragmentDraft], now: float) ->
                 thread_id=inp.thread_id,
                 start_pos=source[0].position,
                 end_pos=source[-1].position + 1,
+                notes=list(draft.notes),
             )
         )
     return out

@@ -61,13 +61,18 @@ LOCAL_LLM_RETRY = RetryPolicy(
     maximum_attempts=1, non_retryable_error_types=list(NON_RETRYABLE_TYPES)
 )
 # A round's workflow task stays open while its local attempts run (the LLM step, then the store
-# step). Past 80 % of the task timeout the SDK completes the task and opens a new one to keep
-# it alive: three more history events and one more task each time. With Temporal's default of
-# 10 s, a local LLM call of 8 s or more cost that (measured: 24.8 events and 4.8 tasks a round
-# at 5 s per LLM call, against 19-20 and 3.5 at 0 s). This bound covers both local steps. What
-# it costs: a worker that dies holding a round's task leaves it for this long before another
-# worker takes it over (the round is background work; the user workflow keeps the default).
-ROUND_TASK_TIMEOUT = (LOCAL_LLM_BOUND + LOCAL_STORE_BOUND) * 1.25 + timedelta(seconds=5)
+# step). A local activity has no heartbeat: when the worker holding that task dies, Temporal
+# hands the task to another worker only once this timeout has passed, which then makes the
+# local attempt again (nothing of it was recorded). So this is what a SIGKILL during a local
+# attempt stalls a round: at 55 s (both local bounds with a quarter to spare) a round settled
+# 52-55 s after the kill; at Temporal's default of 10 s, 4-10 s
+# (tests/workflows/test_kill_local_slice.py). What it costs: past 80 % of the timeout the SDK
+# completes the task and opens a new one to keep it alive, three more history events and one
+# more task each 8 s a local attempt runs (measured: 24.8 events and 4.8 tasks a round at 5 s
+# per LLM call, against 20.4 and 3.6 with the task open for 55 s; docs/PERFORMANCE.md). A few
+# events on slow calls are cheaper than a round stalled for most of a minute; the local LLM
+# bound stays 30 s, so a slow call is not paid for twice (an attempt cut short is made again).
+ROUND_TASK_TIMEOUT = timedelta(seconds=10)
 # A publish is one small Redis write: an attempt that takes longer is stuck.
 PUBLISH_START_TO_CLOSE = timedelta(seconds=15)
 

@@ -7,7 +7,9 @@ in (the workflow gives `workflow.now()`), nothing here reads a clock or does I/O
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import base64
+import hashlib
+from collections.abc import Callable, Collection
 
 from mnemoflow.memory.text import normalise
 from mnemoflow.memory.triggers import induction_due_at, slice_due_at
@@ -50,8 +52,17 @@ MAX_PUBLISHED_THREADS = 50
 MAX_IDLE_THREADS = 200
 MAX_FORGET_RECEIPTS = 20
 MAX_SEEN_MESSAGES = 4096
+#: Identities that left `seen` are archived (`UserMemoryState.seen_archive`), this many per user
+#: at most, ARCHIVE_KEY_BYTES each (a hash of thread and identity: 64 bits, so a new message
+#: matching any of 32,768 archived ones by chance is about 2e-15): 350 KB of base64 at the
+#: bound. Past it the oldest go, and a re-send of one of those is stored again (a duplicate):
+#: the archive errs only on the side of storing, never refuses what it did not see.
+MAX_ARCHIVED_MESSAGES = 32_768
+ARCHIVE_KEY_BYTES = 8
 MAX_FACT_SOURCES = 32
 MAX_FORGOTTEN_FRAGMENTS = 512
+#: Human messages a forget refused or dropped, whose turn's later messages it refuses too.
+MAX_FENCED_TURNS = 1024
 #: Failed rounds of one thread whose rows its next round deletes (older ones stay stored).
 MAX_FAILED_ROUNDS = 32
 MAX_RETIRED_THREADS = 1000
@@ -79,6 +90,8 @@ def absorb_submit(
     now: float,
     horizon_at_now: bool = False,
     epoch_rule: bool = False,
+    archive_rule: Callable[[], bool] | None = None,
+    late_rule: Callable[[], bool] | None = None,
 ) -> None:
     """Accept an event's turns once: by event id, then each message by its identity within its
     thread (docs/ARCHITECTURE.md, "Message identity"). A turn is refused when its identity was
@@ -94,27 +107,46 @@ def absorb_submit(
     refused when the epoch is older than the user's, and never by its time: the fence then
     needs no clock agreement between the agent and the worker (docs/ARCHITECTURE.md, "Forget
     epochs"). A turn without an epoch (never stamped by a middleware that knows epochs) is
-    judged by the time fence as before."""
+    judged by the time fence as before.
+
+    `archive_rule` (workflows/user_memory.py, SEEN_ARCHIVE_PATCH; asked only where its answer
+    changes what is accepted): identities that left `seen` are kept in `seen_archive`, and a
+    message not in `seen` is refused when it is archived, never for its time alone: a late line
+    a second writer said before the horizon is stored (docs/ARCHITECTURE.md, "Message
+    identity"). Without it (histories from before), a line at or before the horizon is refused.
+
+    `late_rule` (FORGET_COVERS_LATE_TURNS_PATCH, asked only where it changes what is kept):
+    what a forget covers is refused, or cut, however late it is delivered
+    (`covered_by_forget`)."""
     if not _remember(s.seen_event_ids, event.event_id, MAX_SEEN_EVENTS):
         return
     if event.chat_usage is not None:  # the agent's chat tokens, counted once per event id
         s.ledger.chat = s.ledger.chat + event.chat_usage
     touched: set[str] = set()
+    archive = _ArchiveCheck(s, archive_rule)
     for turn in sorted(event.turns, key=lambda t: (t.thread_id, t.time, t.position)):
         if epoch_rule and turn.epoch is not None:
             if turn.epoch < s.forget_epoch:  # said before the latest forget
                 s.refused_stale += 1
+                fenced(s, [turn])
                 continue
             if s.forget_epoch == 0 and turn.time <= s.fence:
+                fenced(s, [turn])
                 continue  # the user's only forgets were made before epochs: fenced by time
         elif turn.time <= s.fence:
+            fenced(s, [turn])
             continue
         ts = thread_state(s, turn.thread_id)
         if horizon_at_now and ts.horizon > MAX_SECONDS_HORIZON:
             ts.horizon = horizon_in_seconds(ts.horizon)
         digest = identity_digest(turn_identity(turn))
-        if digest in ts.seen or turn.time <= ts.horizon:
+        if digest in ts.seen or archive.refuses(turn.thread_id, digest, turn.time <= ts.horizon):
             continue
+        kept = covered_by_forget(s, turn, late_rule)
+        if kept is None:
+            s.refused_after_forget += 1
+            continue
+        turn = kept
         if len(turn.content) > cfg.max_turn_chars:
             turn = turn.model_copy(update={"content": turn.content[: cfg.max_turn_chars]})
         ts.pending.append(turn)
@@ -166,6 +198,155 @@ def stamped_ahead(s: UserMemoryState, events: list[SubmitEvent], now: float) -> 
     )
 
 
+def was_forgotten(s: UserMemoryState) -> bool:
+    """Whether the user was ever forgotten whole (a fence is set, a receipt kept)."""
+    return s.fence > 0 or bool(s.forget_receipts)
+
+
+def fenced(s: UserMemoryState, turns: Collection[ChatTurn]) -> None:
+    """Remember the human messages a forget refused or dropped: the rest of their turn (a
+    reply made after the forget, in a turn that began before it) follows them out."""
+    for turn in turns:
+        if turn.role == "human":
+            _remember(s.fenced_turns, identity_digest(turn_identity(turn)), MAX_FENCED_TURNS)
+
+
+def forgotten_with_quotes(s: UserMemoryState, fragment_id: str) -> None:
+    """A fragment forgotten (deleted): a reply delivered later that the middleware stamped as
+    quoting it (`ChatTurn.quotes`: words it took from the injected fragment) loses those words
+    (`covered_by_forget`)."""
+    _remember(s.forgotten_quoting, fragment_id, MAX_FORGOTTEN_FRAGMENTS)
+
+
+def line_digest(text: str) -> str:
+    """What the state keeps of a forgotten line to know a copy of it (no words)."""
+    return identity_digest("line\x1f" + " ".join(text.split()))
+
+
+def forgotten_lines(s: UserMemoryState, texts: Collection[str]) -> None:
+    """The lines of a row forgotten with its quotes (`models.fragments.quoted_texts`): a copy
+    of one re-sent later without a time stamp (`ChatTurn.unstamped`) is refused."""
+    for text in texts:
+        _remember(s.forgotten_lines, line_digest(text), MAX_FENCED_TURNS)
+
+
+def replies_quoting(s: UserMemoryState, fragment_id: str) -> bool:
+    """Whether a pending turn is stamped as quoting the fragment (`ChatTurn.quotes`)."""
+    return any(fragment_id in t.quotes for ts in s.threads.values() for t in ts.pending)
+
+
+def cut_replies_quoting(s: UserMemoryState, fragment_id: str) -> int:
+    """Cut the words pending replies took from a forgotten fragment (`ChatTurn.quotes`) out of
+    them, as `covered_by_forget` does on arrival, and out of their stamps; a reply left with
+    nothing leaves (it stays an accepted identity, out of the counts). Returns how many turns
+    changed."""
+    changed = 0
+    for thread_id, ts in s.threads.items():
+        parts: list[tuple[ChatTurn, str | None]] = []
+        for turn in ts.pending:
+            texts = turn.quotes.get(fragment_id)
+            rest = cut_quotes(turn.content, texts) if texts else turn.content
+            if rest != turn.content:
+                parts.append((turn, rest if any(c.isalnum() for c in rest) else None))
+        if parts:
+            s.refused_after_forget += sum(left is None for _, left in parts)
+            changed += forget_turns(s, thread_id, parts)
+        # The forgotten words leave the stamps too: they would travel on in rounds and state.
+        ts.pending = [
+            t.model_copy(update={"quotes": {k: v for k, v in t.quotes.items() if k != fragment_id}})
+            if fragment_id in t.quotes
+            else t
+            for t in ts.pending
+        ]
+    return changed
+
+
+def covered_by_forget(
+    s: UserMemoryState, turn: ChatTurn, rule: Callable[[], bool] | None
+) -> ChatTurn | None:
+    """The turn as it may be kept, or None when a forget covers it whole
+    (docs/ARCHITECTURE.md, "Invariants": forget), however late it arrives:
+    - re-sent without a time stamp (`unstamped`) after the user was forgotten, or a copy of a
+      line of a row forgotten with its quotes: when it was said is unknown, and a copy of what
+      was forgotten must not come back;
+    - added to a turn whose human message a forget refused or dropped (`turn_of`): a reply
+      made after a whole-user forget, in a turn that began before it;
+    - quoting a fragment forgotten with its quotes (`quotes`): those words are cut out, and a
+      turn left with nothing is refused.
+    `rule` (the workflow's patch) is asked only when the answer changes what is kept; without
+    one, or when it says no (histories from before), the turn is kept as it came."""
+    out: ChatTurn | None = turn
+    unknown_time = turn.unstamped and (
+        was_forgotten(s)
+        or (bool(s.forgotten_lines) and line_digest(turn.content) in s.forgotten_lines)
+    )
+    if unknown_time or (turn.turn_of and identity_digest(turn.turn_of) in s.fenced_turns):
+        out = None
+    elif turn.quotes and s.forgotten_quoting:
+        gone = set(s.forgotten_quoting)
+        texts = [q for fid, qs in turn.quotes.items() if fid in gone for q in qs]
+        rest = cut_quotes(turn.content, texts) if texts else turn.content
+        if rest != turn.content:
+            left = any(c.isalnum() for c in rest)
+            out = turn.model_copy(update={"content": rest, "quotes": {}}) if left else None
+    if out is turn or rule is None or not rule():
+        return turn
+    return out
+
+
+def archive_key(thread_id: str, digest: str) -> bytes:
+    """What `seen_archive` keeps of one identity of a thread (`identity_digest`)."""
+    raw = f"{thread_id}\x1f{digest}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).digest()[:ARCHIVE_KEY_BYTES]
+
+
+def _archived_in(raw: bytes, key: bytes) -> bool:
+    """Whether `key` is one of the fixed-width entries of `raw` (aligned, not a straddle)."""
+    at = raw.find(key)
+    while at >= 0:
+        if at % ARCHIVE_KEY_BYTES == 0:
+            return True
+        at = raw.find(key, at + 1)
+    return False
+
+
+def archived(s: UserMemoryState, thread_id: str, digest: str) -> bool:
+    """Whether the identity (its `identity_digest`) left the thread's `seen` into the archive."""
+    return bool(s.seen_archive) and _archived_in(
+        base64.b64decode(s.seen_archive), archive_key(thread_id, digest)
+    )
+
+
+def archive_seen(s: UserMemoryState, thread_id: str, digests: Collection[str]) -> None:
+    """Keep identities that leave a thread's `seen` (bounded: the oldest go first)."""
+    if not digests:
+        return
+    raw = base64.b64decode(s.seen_archive) + b"".join(archive_key(thread_id, d) for d in digests)
+    s.seen_archive = base64.b64encode(raw[-MAX_ARCHIVED_MESSAGES * ARCHIVE_KEY_BYTES :]).decode()
+
+
+class _ArchiveCheck:
+    """`absorb_submit`'s look-ups in the archive: decoded once per event, and the workflow's
+    patch asked only where the new rule and the old one disagree."""
+
+    def __init__(self, s: UserMemoryState, rule: Callable[[], bool] | None) -> None:
+        self._s = s
+        self._rule = rule
+        self._raw: bytes | None = None
+
+    def refuses(self, thread_id: str, digest: str, past_horizon: bool) -> bool:
+        """Whether a message not in its thread's `seen` is refused: archived (new rule), or at
+        or before the horizon (the rule of histories recorded before the archive)."""
+        if self._rule is None or (not past_horizon and not self._s.seen_archive):
+            return past_horizon
+        if self._raw is None:
+            self._raw = base64.b64decode(self._s.seen_archive)
+        seen = _archived_in(self._raw, archive_key(thread_id, digest))
+        if seen == past_horizon:
+            return seen
+        return seen if self._rule() else past_horizon
+
+
 def thread_state(s: UserMemoryState, thread_id: str) -> ThreadState:
     """The thread's state, created on first use (a pruned thread comes back with its horizon)."""
     ts = s.threads.get(thread_id)
@@ -177,14 +358,16 @@ def thread_state(s: UserMemoryState, thread_id: str) -> ThreadState:
 
 def _bound_seen(s: UserMemoryState, now: float, at_now: bool) -> None:
     """Keep at most MAX_SEEN_MESSAGES identities per user: the thread remembering the most
-    forgets its oldest accepted ones that are not pending, and its horizon moves past them.
+    forgets its oldest accepted ones that are not pending, and its horizon moves past them;
+    they are archived (`archive_seen`), so a re-send of one is still recognised.
 
     `at_now`: the horizon never passes `now`, and identities stamped ahead of `now` are
-    forgotten last (a re-send of one forgotten is accepted again: a possible duplicate of a
-    message with a wrong clock, where a future horizon lost every later line)."""
+    forgotten last (before the archive, a re-send of one forgotten was accepted again: a
+    possible duplicate of a message with a wrong clock, where a future horizon lost every later
+    line)."""
     total = sum(len(t.seen) for t in s.threads.values())
     while total > MAX_SEEN_MESSAGES:
-        ts = max(s.threads.values(), key=lambda t: len(t.seen))
+        thread_id, ts = max(s.threads.items(), key=lambda kv: len(kv[1].seen))
         pending = {identity_digest(turn_identity(t)) for t in ts.pending}
         kept = [d for d in ts.seen if d not in pending]
         if at_now:
@@ -195,6 +378,7 @@ def _bound_seen(s: UserMemoryState, now: float, at_now: bool) -> None:
         for digest in drop:
             stamp = ts.seen.pop(digest)
             ts.horizon = max(ts.horizon, min(stamp, now) if at_now else stamp)
+        archive_seen(s, thread_id, drop)
         total -= len(drop)
 
 
@@ -257,6 +441,7 @@ def _prune_idle_threads(s: UserMemoryState, now: float, at_now: bool) -> None:
     idle = sorted((t.last_seen, k) for k, t in s.threads.items() if not t.pending)
     for _, key in idle[: len(s.threads) - MAX_IDLE_THREADS]:
         ts = s.threads.pop(key)
+        archive_seen(s, key, list(ts.seen))
         horizon = max(ts.horizon, *ts.seen.values(), 0.0)
         s.retired_threads[identity_digest(key)] = min(horizon, now) if at_now else horizon
     for old in list(s.retired_threads)[:-MAX_RETIRED_THREADS]:
@@ -792,6 +977,7 @@ def forget_all(s: UserMemoryState, clear_backoff: bool = False) -> int:
     dropped = len(s.pending_reinforce)
     for ts in s.threads.values():
         dropped += len(ts.pending)
+        fenced(s, ts.pending)
         ts.accepted -= len(ts.pending)  # accepted == indexed + pending: these were dropped
         ts.pending = []
         ts.urgent = False

@@ -1,10 +1,13 @@
 """Forgetting a user: a saga the main loop of UserMemoryWorkflow runs before anything else.
 
 The forget update only records the request (and cancels the running round); the loop then waits
-for in-flight writes, clears the state, deletes the fragments and the read model, destroys the
-user's data keys (crypto-shredding, docs/PRIVACY.md) and keeps a receipt, which the update
-returns. It leaves nothing a later round could resurrect. After destroying keys the run
-continues as new, so no live history needs the destroyed key.
+for in-flight writes, clears the state, deletes the fragments and the read model, retires the
+user's data keys and keeps a receipt, which the update returns. It leaves nothing a later round
+could resurrect. After retiring keys the run continues as new: the new run's history is sealed
+with a new key, and it destroys the retired ones before anything else (`shred_retired`;
+crypto-shredding, docs/PRIVACY.md). Destroying them in the forgotten run itself left a gap: a
+worker that lost the run from its cache before the continue-as-new had to replay a history it
+could no longer decode, and the workflow stayed stuck on KeyDestroyedError.
 
 A store outage never fails the user workflow (which would lose its state to a fresh run): each
 store step is retried on a durable timer until it succeeds; meanwhile `status` shows the forget
@@ -32,8 +35,11 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.profile import profile_facts
     from mnemoflow.models.user_keys import (
         DESTROY_USER_KEY,
+        RETIRE_USER_KEY,
         DestroyUserKeyInput,
         DestroyUserKeyOutput,
+        RetireUserKeyInput,
+        RetireUserKeyOutput,
     )
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.options import failure_text, store_activity
@@ -41,6 +47,9 @@ with workflow.unsafe.imports_passed_through():
 
 #: Patch id of the crypto-shredding step (histories of forgets before it replay without it).
 SHRED_KEYS = "forget-shreds-user-keys-1"
+#: Patch id of retiring the keys in the forgotten run and destroying them in the next one
+#: (histories from before it destroyed them in the forgotten run).
+SHRED_AFTER_CONTINUE = "forget-destroys-keys-after-continue-as-new"
 HISTORIES_SHREDDED = (
     "this user's workflow and round histories stay in Temporal until the namespace's retention "
     "ends; their payloads are sealed with the destroyed key and cannot be read"
@@ -109,10 +118,24 @@ async def maybe_forget(run: UserRun) -> bool:
         DeleteReadModelOutput,
         "forget: delete read model",
     )
-    # Last store step: erase the user's data keys, so no payload of theirs Temporal keeps
-    # (histories until their retention, copies of the database) can be decrypted again.
+    # Last store step: the user's data keys, so no payload of theirs Temporal keeps (histories
+    # until their retention, copies of the database) can be decrypted again. Retired here and
+    # destroyed by the run this one continues as (its history needs none of them).
     keys = DestroyUserKeyOutput(destroyed=0)
-    if workflow.patched(SHRED_KEYS):
+    retired: list[str] = []
+    if workflow.patched(SHRED_AFTER_CONTINUE):
+        if req.keys:
+            retired = (
+                await _until_done(
+                    run,
+                    RETIRE_USER_KEY,
+                    RetireUserKeyInput(user_id=user_id),
+                    RetireUserKeyOutput,
+                    "forget: retire the user's data keys",
+                )
+            ).generations
+            run.state.shred = list(retired)
+    elif workflow.patched(SHRED_KEYS):
         keys = await _until_done(
             run,
             DESTROY_USER_KEY,
@@ -135,14 +158,52 @@ async def maybe_forget(run: UserRun) -> bool:
         profile_facts_removed=facts,
         fence=run.state.fence,
         epoch=run.state.forget_epoch,
-        histories=HISTORIES_SHREDDED if keys.destroyed else HISTORIES_READABLE,
+        histories=HISTORIES_SHREDDED if keys.destroyed or retired else HISTORIES_READABLE,
+        keys_pending=len(retired),
     )
     state_ops.keep_receipt(run.state, receipt)
     run.forget_receipt = receipt
     run.forget_request = None
-    if keys.destroyed:
+    if keys.destroyed or retired:
         await _continue_past_shredded_history(run)
     return True
+
+
+#: How long the run a forget continued as waits before it destroys the retired keys: a
+#: hand-over encoded with them just before the retire and still in flight lands meanwhile, and
+#: still decodes.
+SHRED_GRACE = timedelta(seconds=1)
+
+
+async def shred_retired(run: UserRun) -> None:
+    """Destroy the data key generations the forget of the previous run retired (first thing in
+    a run that carries any); the kept receipt then counts them as destroyed. Then this run
+    continues as new too: a payload sealed with a retired key may have reached it during the
+    grace, and no history that a worker may replay later may hold one."""
+    if not run.state.shred:
+        return
+    await workflow.sleep(SHRED_GRACE, summary="grace before the retired keys are destroyed")
+    out = await _until_done(
+        run,
+        DESTROY_USER_KEY,
+        DestroyUserKeyInput(user_id=run.inp.user_id, generations=list(run.state.shred)),
+        DestroyUserKeyOutput,
+        "forget: destroy the retired data keys",
+    )
+    run.state.shred = []
+    receipts = run.state.forget_receipts
+    if receipts:
+        last = receipts[-1]
+        receipts[-1] = last.model_copy(
+            update={"keys_destroyed": last.keys_destroyed + out.destroyed, "keys_pending": 0}
+        )
+    await _continue_past_shredded_history(run)
+
+
+async def shredded(run: UserRun) -> ForgetReceipt | None:
+    """The last forget's receipt once the keys it retired are destroyed (None: no forget)."""
+    await workflow.wait_condition(lambda: not run.state.shred)
+    return run.state.forget_receipts[-1] if run.state.forget_receipts else None
 
 
 async def _until_done(run: UserRun, name: str, arg: Any, result_type: type, what: str) -> Any:
@@ -160,8 +221,8 @@ async def _until_done(run: UserRun, name: str, arg: Any, result_type: type, what
 
 async def _continue_past_shredded_history(run: UserRun) -> None:
     """Continue as new once the receipt is returned: this run's history holds payloads sealed
-    with the destroyed key, which no worker can decode again, so a replay of it (after a worker
-    restart) would fail; the new run starts from the forgotten state, sealed with a new key."""
+    with the retired key, which the new run destroys (a replay of this run after that would
+    fail); the new run starts from the forgotten state, sealed with a new key."""
     await workflow.wait_condition(workflow.all_handlers_finished)
     absorb(run, workflow.now().timestamp())
     run.state.continued += 1

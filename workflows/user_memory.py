@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         RememberResult,
         RetryRoundRequest,
         RetryRoundResult,
+        ShredRequest,
         SubmitEvent,
         UserMemoryInput,
         UserStatus,
@@ -59,11 +60,16 @@ class UserMemoryWorkflow:
     def __init__(self, inp: UserMemoryInput) -> None:
         self._run = UserRun.start(inp)
         self._horizon_rule: bool | None = None  # HORIZON_AT_NOW_PATCH, once asked in this run
+        self._archive_rule: bool | None = None  # SEEN_ARCHIVE_PATCH, once asked in this run
+        self._late_rule: bool | None = None  # FORGET_COVERS_LATE_TURNS_PATCH, likewise
 
     @workflow.run
     async def run(self, inp: UserMemoryInput) -> None:
         """Main loop: forget, absorb, round, induction, reinforcement, continue-as-new, sleep."""
         run = self._run
+        # Keys a forget of the previous run retired: destroyed before anything else (this
+        # run's history is sealed with a newer key; docs/PRIVACY.md).
+        await user_forget.shred_retired(run)
         if inp.state is None and workflow.patched(STORED_FLOOR_PATCH):
             self._absorb()  # what the start brought is accepted (and shown) meanwhile
             await number_above_stored(run)
@@ -106,8 +112,23 @@ class UserMemoryWorkflow:
             # Asked only once a message carries an epoch: histories without any replay as
             # they ran (workflows/user_forget.py, FORGET_EPOCH).
             run.epoch_rule = workflow.patched(user_forget.FORGET_EPOCH)
-        absorb(run, now, self._horizon_at_now(now))
+        absorb(run, now, self._horizon_at_now(now), self._seen_archive, self._late_turns)
         describe(run)
+
+    def _late_turns(self) -> bool:
+        """Whether what a forget covers is refused or cut however late it is delivered
+        (FORGET_COVERS_LATE_TURNS_PATCH); asked only where the answer changes what is kept."""
+        if self._late_rule is None:
+            self._late_rule = workflow.patched(FORGET_COVERS_LATE_TURNS_PATCH)
+        return self._late_rule
+
+    def _seen_archive(self) -> bool:
+        """Whether a message older than its thread's horizon is refused only when it is in the
+        archive of identities that left `seen` (SEEN_ARCHIVE_PATCH). Asked only where the
+        answer changes what is accepted; once asked, the answer holds for the run."""
+        if self._archive_rule is None:
+            self._archive_rule = workflow.patched(SEEN_ARCHIVE_PATCH)
+        return self._archive_rule
 
     def _horizon_at_now(self, now: float) -> bool:
         """Whether absorbing keeps horizons at or before `now` (HORIZON_AT_NOW_PATCH). The patch
@@ -186,6 +207,11 @@ class UserMemoryWorkflow:
     async def forget(self, req: ForgetRequest) -> ForgetReceipt:
         """Forget the user: the main loop runs the saga, this waits for its receipt."""
         return await user_forget.forget(self._run, req)
+
+    @workflow.update
+    async def shredded(self, req: ShredRequest) -> ForgetReceipt | None:
+        """The last forget's receipt, once the data keys it retired are destroyed."""
+        return await user_forget.shredded(self._run)
 
     @workflow.update
     async def retry_round(self, req: RetryRoundRequest) -> RetryRoundResult:
@@ -274,6 +300,16 @@ STORED_FLOOR_PATCH = "fresh-history-numbers-above-stored"
 #: passes the workflow's clock (state_ops.absorb_submit): it changes which lines are accepted,
 #: so histories recorded before it replay the old rule.
 HORIZON_AT_NOW_PATCH = "horizon-at-now"
+
+#: A message older than its thread's horizon is refused only when the archive of identities
+#: that left `seen` holds it (state_ops.absorb_submit): past 4,096 remembered messages a late
+#: line a second writer said earlier was refused with no error. Histories recorded before it
+#: replay the horizon rule.
+SEEN_ARCHIVE_PATCH = "seen-archive"
+
+#: What a forget covers is refused, or cut, however late it is delivered (one patch id with
+#: forget_fragment's cut of pending replies: user_requests.FORGET_COVERS_LATE_TURNS).
+FORGET_COVERS_LATE_TURNS_PATCH = user_requests.FORGET_COVERS_LATE_TURNS
 
 
 #: The longest timer the loop sets: the longest timedelta. A deadline past it (a turn stamped

@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.round_store import round_of
     from mnemoflow.models.turns import identity_digest, turn_identity
     from mnemoflow.workflows import state_ops
-    from mnemoflow.workflows.options import store_activity
+    from mnemoflow.workflows.options import STORE_HEARTBEAT, store_activity
     from mnemoflow.workflows.remembered import (
         REMEMBER_PUBLISHES,
         with_remembered,
@@ -61,6 +61,12 @@ FORGET_FAILED_ROUND_TURNS = "forget-failed-round-turns"
 FORGET_FRAGMENT_WAITS_REINFORCE = "forget-fragment-waits-reinforce"
 #: A forgotten row is read first and cut out of the pending turns that quote it (patch id).
 FORGET_PENDING_QUOTES = "forget-pending-quotes"
+#: What a forget covers is refused, or cut, however late it is delivered
+#: (state_ops.covered_by_forget): a copy re-sent without a time stamp after the user was
+#: forgotten, a reply of a turn whose question the forget refused, and the words a reply took
+#: from a fragment forgotten since, on arrival and while it waits for its round
+#: (state_ops.cut_replies_quoting). Histories recorded before it kept such turns.
+FORGET_COVERS_LATE_TURNS = "forget-covers-late-turns"
 
 #: forget_fragment keeps a fact only when another kept fragment states it (privacy first: one
 #: credited to a whole batch goes, and the batch's other fragments are inducted again).
@@ -187,6 +193,8 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
         )
         if rows and not out.deleted:  # there when read: an earlier attempt's reply was lost
             out = out.model_copy(update={"deleted": len(rows)})
+        if out.deleted:
+            _cut_replies_quoting(run, req.fragment_id)
         if thread_id is not None and running is not None and running.thread_id != thread_id:
             running = None
         swept = None
@@ -194,6 +202,7 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
             swept = await _swept_row(run, req.fragment_id, thread_id, running)
         if swept is not None:
             out = out.model_copy(update={"deleted": 1})
+            _cut_replies_quoting(run, req.fragment_id)
             await _forget_swept_row(run, thread_id, made_in, *swept)
         elif thread_id is not None and made_in is not None:
             await _forget_failed_round_turns(run, thread_id, made_in, rows, running)
@@ -218,6 +227,16 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
                 run.dropped_ids.append(req.fragment_id)  # wake the loop: the thread may be due
 
 
+def _cut_replies_quoting(run: UserRun, fragment_id: str) -> None:
+    """A reply that read a forgotten fragment back and is still in an agent's outbox, or waits
+    here for its round, loses the words it took from it (docs/ARCHITECTURE.md, "Invariants")."""
+    state_ops.forgotten_with_quotes(run.state, fragment_id)
+    if state_ops.replies_quoting(run.state, fragment_id) and workflow.patched(
+        FORGET_COVERS_LATE_TURNS
+    ):
+        state_ops.cut_replies_quoting(run.state, fragment_id)
+
+
 def _forget_pending_quotes(run: UserRun, rows: list[Fragment]) -> set[str]:
     """Cut the forgotten rows out of every thread's pending turns that quote them (a reply
     that read a memory back, the "remember this" line a remembered fact came from): no round
@@ -225,6 +244,8 @@ def _forget_pending_quotes(run: UserRun, rows: list[Fragment]) -> set[str]:
     threads whose turns were cut: a round of one of them running now may have taken them."""
     cut: set[str] = set()
     for row in rows:
+        # A copy of one of its lines re-sent later without a time stamp is refused.
+        state_ops.forgotten_lines(run.state, quoted_texts(row.content))
         for thread_id, ts in run.state.threads.items():
             if state_ops.forget_turns(run.state, thread_id, state_ops.quoting_parts(ts, row)):
                 cut.add(thread_id)
@@ -245,14 +266,16 @@ async def _forget_stored_quotes(run: UserRun, rows: list[Fragment]) -> None:
 
 
 async def _delete(run: UserRun, inp: DeleteFragmentsInput, summary: str) -> DeleteFragmentsOutput:
-    """The delete activity, counted as a write in flight (the forget saga waits for those)."""
+    """The delete activity, counted as a write in flight (the forget saga waits for those).
+    It heartbeats: a worker killed mid-forget is noticed after STORE_HEARTBEAT and another
+    worker deletes again (idempotent), not after the store's start-to-close (60 s)."""
     run.writes_in_flight += 1
     try:
         return await workflow.execute_activity(
             ActivityName.DELETE_FRAGMENTS,
             inp,
             result_type=DeleteFragmentsOutput,
-            **store_activity(summary),
+            **store_activity(summary, heartbeat=STORE_HEARTBEAT),
         )
     finally:
         run.writes_in_flight -= 1

@@ -10,6 +10,7 @@ below `state` live for one run only: whatever they hold is absorbed before conti
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mnemoflow.models.config import MemoryConfig
@@ -125,13 +126,27 @@ class UserRun:
         return self.inp.model_copy(update={"state": self.state, "config": self.config})
 
 
-def absorb(run: UserRun, now: float, horizon_at_now: bool = False) -> None:
+def absorb(
+    run: UserRun,
+    now: float,
+    horizon_at_now: bool = False,
+    archive_rule: Callable[[], bool] | None = None,
+    late_rule: Callable[[], bool] | None = None,
+) -> None:
     """Fold every inbox into the durable state, in a fixed order (submits before the requests
     that act on their turns: a consolidate right after a hand-over must see its turns).
-    `horizon_at_now`: see state_ops.absorb_submit (the workflow's patch decides)."""
+    `horizon_at_now`, `archive_rule`, `late_rule`: see state_ops.absorb_submit (the workflow's
+    patches decide)."""
     for event in run.submits:
         state_ops.absorb_submit(
-            run.state, event, run.config, now, horizon_at_now, epoch_rule=bool(run.epoch_rule)
+            run.state,
+            event,
+            run.config,
+            now,
+            horizon_at_now,
+            epoch_rule=bool(run.epoch_rule),
+            archive_rule=archive_rule,
+            late_rule=late_rule,
         )
     for used in run.reinforcements:
         state_ops.absorb_reinforce(run.state, used)
@@ -184,4 +199,5 @@ def status_of(run: UserRun, history_length: int) -> UserStatus:
         forget_pending=run.forget_request is not None,
         forget_epoch=s.forget_epoch,
         refused_stale=s.refused_stale,
+        refused_after_forget=run.state.refused_after_forget,
     )

@@ -19,7 +19,13 @@ from mnemoflow.activities.llm.heuristic_rules import split_sentences
 from mnemoflow.memory.text import cut_point, estimate_tokens, normalise
 from mnemoflow.models.config import FRAGMENT_TYPES
 from mnemoflow.models.errors import InvalidInputError, MalformedModelOutputError
-from mnemoflow.models.fragments import Fragment, FragmentDraft
+from mnemoflow.models.fragments import (
+    MAX_ENRICHMENT_CHARS,
+    MAX_ENRICHMENT_ITEMS,
+    Fragment,
+    FragmentDraft,
+    Keyword,
+)
 from mnemoflow.models.profile import UserProfile
 from mnemoflow.models.turns import ChatTurn
 from mnemoflow.models.usage import LLMUsage
@@ -119,6 +125,51 @@ def _text(item: Mapping[str, Any], key: str, position: int) -> str:
     return value.strip()
 
 
+def _strings(value: object, key: str, position: int) -> list[str]:
+    """A list of short strings from what a model gave: None is none, a string is split at
+    commas and semicolons, items that are not strings (or are blank) are dropped, at most
+    MAX_ENRICHMENT_ITEMS of MAX_ENRICHMENT_CHARS each; anything else is malformed."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = re.split(r"[,;\n]", value)
+    if not isinstance(value, Sequence) or isinstance(value, bytes):
+        raise MalformedModelOutputError(f"fragment {position}: {key} must be a list of strings")
+    out = []
+    for item in value:
+        if isinstance(item, int | float) and not isinstance(item, bool):
+            item = str(item)
+        if isinstance(item, str) and item.strip():
+            out.append(" ".join(item.split())[:MAX_ENRICHMENT_CHARS])
+    return list(dict.fromkeys(out))[:MAX_ENRICHMENT_ITEMS]
+
+
+def _keywords(value: object, position: int) -> list[Keyword]:
+    """Keywords from what a model gave: each an object {said, general} (`term` or `keyword`
+    for `said` too) or a plain string (said, no general terms); repaired like `_strings`."""
+    if value is None:
+        return []
+    if isinstance(value, str) or isinstance(value, Mapping):
+        value = [value] if isinstance(value, Mapping) else _strings(value, "keywords", position)
+    if not isinstance(value, Sequence) or isinstance(value, bytes):
+        raise MalformedModelOutputError(f"fragment {position}: keywords must be a list")
+    out: dict[str, Keyword] = {}
+    for item in value:
+        if hasattr(item, "model_dump"):
+            item = item.model_dump()
+        if isinstance(item, str):
+            said, general = item, []
+        elif isinstance(item, Mapping):
+            said = next((item[k] for k in ("said", "term", "keyword") if item.get(k)), "")
+            general = _strings(item.get("general"), "keywords.general", position)
+        else:
+            continue
+        said = " ".join(str(said).split())[:MAX_ENRICHMENT_CHARS] if said else ""
+        if said and said.casefold() not in out:
+            out[said.casefold()] = Keyword(said=said, general=general)
+    return list(out.values())[:MAX_ENRICHMENT_ITEMS]
+
+
 def _merge_overflow(drafts: list[FragmentDraft], limit: int) -> list[FragmentDraft]:
     """Fold drafts beyond `limit` into the last kept one, so nothing the model sliced is lost."""
     if len(drafts) <= limit:
@@ -133,6 +184,9 @@ def _merge_overflow(drafts: list[FragmentDraft], limit: int) -> list[FragmentDra
         content="\n".join(d.content for d in extra),
         start_idx=min(d.start_idx for d in extra),
         end_idx=max(d.end_idx for d in extra),
+        facts=[f for d in extra for f in d.facts],
+        entities=list(dict.fromkeys(e for d in extra for e in d.entities)),
+        keywords=[k for d in extra for k in d.keywords],
     )
     return [*kept, merged]
 
@@ -144,8 +198,10 @@ def validate_drafts(
 
     Repaired: unknown types dropped (none left -> chat), indexes clamped into [0, n_turns-1] and
     swapped when reversed, themes trimmed (blank -> "general"), drafts beyond `max_fragments`
-    folded into the last one. Dropped: drafts with empty content. Raised as
-    MalformedModelOutputError: anything without the shape of a list of fragment objects.
+    folded into the last one; the enrichment (facts, entities, keywords: optional) bounded,
+    with items that are not text dropped (`_strings`, `_keywords`). Dropped: drafts with empty
+    content. Raised as MalformedModelOutputError: anything without the shape of a list of
+    fragment objects.
     """
     if n_turns < 1:
         raise InvalidInputError("cannot validate fragment drafts for zero turns")
@@ -181,6 +237,9 @@ def validate_drafts(
                 content=content,
                 start_idx=start,
                 end_idx=end,
+                facts=_strings(item.get("facts"), "facts", position),
+                entities=_strings(item.get("entities"), "entities", position),
+                keywords=_keywords(item.get("keywords"), position),
             )
         )
     if max_fragments is not None and max_fragments >= 1:

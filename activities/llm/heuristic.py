@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mnemoflow.activities.llm.base import InductedProfile, SlicedDrafts, TunedRaw, speaker_label
+from mnemoflow.activities.llm.enrichment import heuristic_enrichment
 from mnemoflow.activities.llm.heuristic_profile import extract_profile
 from mnemoflow.activities.llm.heuristic_rules import (
     GENERAL,
@@ -207,12 +208,15 @@ class HeuristicMemoryModels:
 
     @staticmethod
     def _draft(group: _Group) -> dict[str, Any]:
+        content = "\n".join(group.lines)
         return {
             "theme": theme_label_repeats(group.theme, group.human),
             "types": types_of_repeats(group.human) if group.human else ["chat"],
-            "content": "\n".join(group.lines),
+            "content": content,
             "start_idx": min(group.indexes),
             "end_idx": max(group.indexes),
+            # what can be found without a model: names, numbers, general terms
+            **heuristic_enrichment(content),
         }
 
     async def tune(self, theme: str, samples: list[str], types: list[str]) -> TunedRaw:

@@ -31,7 +31,11 @@ SLICE_PROMPT = (
     "start_idx/end_idx, the [index] range of the turns it comes from. The content quotes the "
     "turns that state facts verbatim, one per line as `Speaker: exact words` (never a "
     "paraphrase: names, numbers, dates, places and models exactly as said), by the user and by "
-    "the assistant alike; keep each fragment under about 150 words. "
+    "the assistant alike; keep each fragment under about 150 words. For each fragment also "
+    "give the facts it states (short sentences, names and dates absolute: a turn's time is "
+    "given), its entities (people, pets, places, organisations, titles, dates, numbers) and a "
+    "few keywords, each in the speaker's words with general terms a later question might use "
+    "(mountaineering -> outdoor activity, hiking). "
     "Answer only through the tool."
 )
 TUNE_PROMPT = (
@@ -48,6 +52,15 @@ INDUCT_PROMPT = (
 )
 
 
+class KeywordSchema(BaseModel):
+    """A keyword as said, with general terms for it."""
+
+    said: str = Field(description="the keyword in the speaker's words, e.g. 'mountaineering'")
+    general: list[str] = Field(
+        default_factory=list, description="general terms, e.g. ['outdoor activity', 'hiking']"
+    )
+
+
 class DraftSchema(BaseModel):
     """One memory fragment of the conversation."""
 
@@ -56,6 +69,9 @@ class DraftSchema(BaseModel):
     content: str = Field(description="verbatim quotes of the turns, `Speaker: exact words`")
     start_idx: int = Field(description="index of the first turn")
     end_idx: int = Field(description="index of the last turn (inclusive)")
+    facts: list[str] = Field(default_factory=list, description="facts stated, short sentences")
+    entities: list[str] = Field(default_factory=list, description="names, places, dates, numbers")
+    keywords: list[KeywordSchema] = Field(default_factory=list, description="at most 8")
 
 
 class SliceSchema(BaseModel):

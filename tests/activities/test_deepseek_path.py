@@ -363,3 +363,49 @@ async def test_closing_a_model_closes_its_http_clients(emulator: DeepSeekEmulato
     models = LangChainMemoryModels(chat)
     await models.aclose()
     assert chat.http_async_client.is_closed and chat.http_client.is_closed
+
+
+async def test_the_models_enrichment_is_indexed_with_the_lines(emulator: DeepSeekEmulator) -> None:
+    """With an LLM the slice also gives each fragment's facts, entities and keywords (in the
+    words said and in general terms): they reach the line that says them as indexed terms,
+    and the line's relative dates are resolved against its turn's time."""
+    may_8 = 1683554160.0  # 8 May 2023 13:56 UTC
+    turns = [
+        ChatTurn(
+            thread_id="t",
+            position=0,
+            role="human",
+            time=may_8,
+            name="Ana",
+            content="Yesterday I went mountaineering with Tomasz.",
+        ),
+        ChatTurn(thread_id="t", position=1, role="ai", content="Wow, how high?", time=may_8 + 5),
+    ]
+    args = {
+        "fragments": [
+            {
+                "theme": "outdoors",
+                "types": ["episode"],
+                "content": "User (Ana): Yesterday I went mountaineering with Tomasz.\n"
+                "Assistant: Wow, how high?",
+                "start_idx": 0,
+                "end_idx": 1,
+                "facts": ["Ana went mountaineering with Tomasz on 7 May 2023"],
+                "entities": ["Tomasz", "7 May 2023"],
+                "keywords": [{"said": "mountaineering", "general": ["outdoor activity", "hiking"]}],
+            }
+        ]
+    }
+    emulator.push(Reply.tool(args))
+    out = await _env().run(_activities(emulator).slice, SliceInput(user_id="u1", turns=turns))
+    (draft,) = out.drafts
+    assert draft.entities == ["Tomasz", "7 May 2023"]
+    first, second = draft.notes
+    assert first.when == "Yesterday = 7 May 2023"
+    for term in ("Tomasz", "mountaineering", "outdoor activity", "hiking", "8 May 2023"):
+        assert term in first.terms
+    assert "Ana went mountaineering with Tomasz on 7 May 2023" in first.terms
+    assert second.when == "" and "hiking" not in second.terms
+    # the schema the model is forced to answer through asks for the enrichment
+    tool = emulator.requests[-1].body["tools"][0]["function"]["parameters"]
+    assert {"facts", "entities", "keywords"} <= set(str(tool).split("'"))

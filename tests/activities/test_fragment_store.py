@@ -16,7 +16,7 @@ from mnemoflow.activities.fragment_rows import CONTENT_MAX_BYTES
 from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.devstack.processes import free_port, start_milvus_lite
 from mnemoflow.models.errors import InvalidInputError
-from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.fragments import Fragment, LineNote
 from mnemoflow.models.ids import MAX_USER_ID_CHARS, fragment_id
 
 pytestmark = pytest.mark.integration
@@ -418,3 +418,47 @@ async def test_all_for_user_past_the_query_window_reads_every_row_of_that_user_o
     got = await store.all_for_user("iter-a")
     assert sorted(f.content for f in got) == sorted(f.content for f in mine)
     assert len({f.id for f in got}) == 23
+
+
+async def test_notes_round_trip_and_survive_a_reinforce(store: FragmentStore) -> None:
+    notes = [
+        LineNote(when="yesterday = 7 May 2023", terms="8 May 2023 | 7 May 2023 | Ana | 支持"),
+        LineNote(),
+    ]
+    original = frag("alice", 0, "User: I went yesterday.\nAssistant: Nice.", notes=notes)
+    await store.upsert([original])
+    assert (await store.get("alice", [original.id]))[0].notes == notes
+    assert await store.reinforce("alice", [original.id], "call-1", NOW + 5) == 1
+    (reinforced,) = await store.all_for_user("alice")
+    assert reinforced.notes == notes and reinforced.strengthen_count == 1
+
+
+async def test_a_collection_made_before_the_notes_keeps_working(
+    milvus_uri: str, unique_name: str
+) -> None:
+    """Milvus Lite cannot add a column to an existing collection: rows of a collection created
+    before the notes are written and read without them, and those written before read alike."""
+    from pymilvus import MilvusClient
+
+    from mnemoflow.activities.fragment_collection import build_schema, index_params
+    from mnemoflow.activities.fragment_rows import NOTES_FIELD, to_row
+
+    client = MilvusClient(milvus_uri)
+    old = build_schema(HashingEmbeddings().dim)
+    old.fields[:] = [f for f in old.fields if f.name != NOTES_FIELD]  # the schema before
+    client.create_collection(unique_name, schema=old, index_params=index_params("HNSW"))
+    before = frag("alice", 0, "User: stored before the notes")
+    vector = HashingEmbeddings().embed_documents([before.content])[0]
+    client.insert(unique_name, [to_row(before, vector)])
+    store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
+    try:
+        await store.ensure()
+        after = frag("alice", 1, "User: yesterday, after", notes=[LineNote(when="x", terms="y")])
+        await store.upsert([after])
+        rows = await store.all_for_user("alice")
+        assert [(r.content, r.notes) for r in rows] == [(before.content, []), (after.content, [])]
+        assert await store.reinforce("alice", [before.id, after.id], "c", NOW + 9) == 2
+    finally:
+        await store.drop()
+        await store.close()
+        client.close()

@@ -21,7 +21,7 @@ from mnemoflow.models.contracts import (
     ReinforceInput,
     SelectInput,
 )
-from mnemoflow.models.fragments import Fragment, ScoredCandidate, SelectionLog
+from mnemoflow.models.fragments import Fragment, LineNote, ScoredCandidate, SelectionLog
 from mnemoflow.models.ids import fragment_id
 
 pytestmark = pytest.mark.integration
@@ -160,6 +160,39 @@ async def test_delete_reads_rows_first_and_takes_forgotten_lines_out_of_a_rounds
         retry[4].id: retry[4].content,
         other.id: other.content,
     }
+
+
+async def test_a_row_rewritten_without_forgotten_lines_keeps_no_terms_of_them(
+    acts: FragmentActivities,
+) -> None:
+    """The notes a row is indexed with may hold a forgotten line's words (its fragment's
+    facts and keywords): a row stored again without forgotten lines keeps, per line left,
+    only the dates its own words name; a row cut by quotes keeps no notes."""
+    env = ActivityEnvironment()
+    kept_line, gone_line = "User (Ann): We met yesterday.", "User (Ann): My PIN is 4471."
+    notes = [
+        LineNote(when="yesterday = 7 May 2023", terms="8 May 2023 | PIN 4471 | Ann"),
+        LineNote(terms="PIN 4471 | Ann's PIN is 4471"),
+    ]
+    stored = fragments(USER)[0].model_copy(
+        update={
+            "id": fragment_id(USER, 6, 0),
+            "round_no": 6,
+            "content": f"{kept_line}\n{gone_line}",
+            "start_pos": 10,
+            "end_pos": 12,
+            "notes": notes,
+        }
+    )
+    await env.run(acts.index, IndexInput(fragments=[stored]))
+    spec = ForgetLines(round_no=6, start_pos=10, end_pos=12, content=gone_line)
+    out = await env.run(
+        acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=[], forget_lines=spec)
+    )
+    assert [f.content for f in out.rewritten] == [kept_line]
+    (row,) = await acts.store.all_for_user(USER)
+    assert row.content == kept_line
+    assert row.notes == [LineNote(when="yesterday = 7 May 2023")]
 
 
 async def test_permanent_problems_are_non_retryable(acts: FragmentActivities) -> None:

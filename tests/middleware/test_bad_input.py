@@ -27,7 +27,7 @@ from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from mnemoflow.middleware.payloads import MAX_EVENT_BYTES
 from mnemoflow.models.ids import MAX_THREAD_ID_CHARS, thread_key, user_workflow_id
 from tests.support.drive import conversation, eventually
-from tests.support.invariants import indexed_once
+from tests.support.invariants import indexed_once, no_messages, refused_or_stored
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
 
@@ -126,10 +126,9 @@ async def test_odd_user_ids_work_and_a_crafted_one_reads_nobody_elses_fragments(
             lines = [f"My locker code is {7000 + i} and my order is X{i}.", "Noted."]
             await client.submit(user, conversation("t", lines, t0), urgent=True)
         statuses = await asyncio.gather(*(wait_indexed(client, u, "t", 2) for u in users.values()))
-        lost = duplicated = 0
+        outcome = no_messages()
         for (label, user), status in zip(users.items(), statuses, strict=True):
-            outcome = await indexed_once(mw.store, user, status, {"t": 2})
-            lost, duplicated = lost + outcome.lost, duplicated + outcome.duplicated
+            outcome += await indexed_once(mw.store, user, status, {"t": 2})
             own = {f.id for f in await mw.store.all_for_user(user)}
             assert own, f"{label}: nothing stored"
             found = await client.recall(user, "locker code order", top_k=50)
@@ -141,7 +140,7 @@ async def test_odd_user_ids_work_and_a_crafted_one_reads_nobody_elses_fragments(
             recalled = await client.recall(ODD_IDS[label], "locker code order", top_k=50)
             assert not {f.id for f in recalled.fragments} & victim_ids
             assert len(recalled.fragments) == len(await mw.store.all_for_user(ODD_IDS[label]))
-        assert (lost, duplicated) == (0, 0)
+        assert outcome.clean, outcome
         with pytest.raises(ValueError, match="at most"):
             await client.submit("y" * 5000, conversation("t", ["hi"], t0))
         with pytest.raises(ValueError, match="NUL"):
@@ -157,8 +156,7 @@ async def test_odd_user_ids_work_and_a_crafted_one_reads_nobody_elses_fragments(
         happened="each user's turns indexed under its own hashed user_key; recall, select and the "
         "read model returned only its own fragments; the crafted ids read none of another "
         "user's; ids over 4,096 characters or with NUL rejected with ValueError",
-        lost=lost,
-        duplicated=duplicated,
+        outcome=outcome,
         started=started,
     )
 
@@ -180,13 +178,21 @@ async def test_missing_user_id_is_a_clear_error_at_the_turn(
             checkpointer=InMemorySaver(),
         )  # fmt: skip
         config = {"configurable": {"thread_id": "t"}}
+        said, refused = ["hello"], []
         with pytest.raises(ValueError, match="needs a user id"):
             await agent.ainvoke({"messages": [HumanMessage("hello")]}, config)
+        refused.append("hello")
         for bad in ("", "   ", 42):
+            text = f"hi, my id is {bad!r}"
+            said.append(text)
             with pytest.raises(ValueError, match="user id"):
-                await agent.ainvoke({"messages": [HumanMessage("hi")]}, config, context=Ctx(bad))
+                await agent.ainvoke({"messages": [HumanMessage(text)]}, config, context=Ctx(bad))
+            refused.append(text)
         listed = [w async for w in dev_env.client.list_workflows(f"TaskQueue = '{mw.task_queue}'")]
         assert listed == [], "a workflow was started for a missing user"
+        # No workflow, so no user's rows: nothing said can be stored anywhere.
+        outcome = refused_or_stored(said, refused, stored=[])
+        assert outcome.clean, outcome
         await client.aclose()
     reliability.record(
         request,
@@ -195,8 +201,7 @@ async def test_missing_user_id_is_a_clear_error_at_the_turn(
         what="Missing user id; empty, blank and non-string user ids",
         happened="ValueError at the turn naming where to pass the id (runtime context or "
         "state['user_id']); no shared default bucket, no workflow started",
-        lost=0,
-        duplicated=0,
+        outcome=outcome,
         started=started,
     )
 
@@ -249,8 +254,7 @@ async def test_empty_and_non_text_messages_and_a_5mb_tool_output(
         happened="every turn answered; the tool output was trimmed to a bounded prefix before "
         f"Temporal (the agent's state keeps it whole); all {len(messages)} messages indexed "
         "once, the order number remembered",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )
 
@@ -287,8 +291,7 @@ async def test_long_thread_ids_key_their_own_thread_and_never_fail_a_turn(
         for key, n in counts.items():  # both settled: no round of one runs beside the other
             status = await wait_indexed(client, user, key, n)
         outcome = await indexed_once(mw.store, user, status, counts)
-        lost, duplicated = outcome.lost, outcome.duplicated
-        assert (lost, duplicated) == (0, 0)
+        assert outcome.clean, outcome
         stored = " ".join(f.content for f in await mw.store.all_for_user(user))
         assert "4417" in stored and "9052" in stored
         await client.aclose()
@@ -300,7 +303,6 @@ async def test_long_thread_ids_key_their_own_thread_and_never_fail_a_turn(
         happened="both turns answered; each thread keyed by its head plus a hash of the whole "
         "id (models.ids.thread_key), indexed once under its own key; consolidate takes the raw "
         "id",
-        lost=lost,
-        duplicated=duplicated,
+        outcome=outcome,
         started=started,
     )

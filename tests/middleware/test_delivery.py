@@ -42,7 +42,7 @@ from mnemoflow.models.contracts import UserStatus
 from mnemoflow.models.errors import MemoryUnavailableError
 from tests.support.chat import ReceiptModel, receipt
 from tests.support.drive import eventually
-from tests.support.invariants import Outcome, said_vs_stored
+from tests.support.invariants import Outcome, leaked_to, said_vs_stored
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
 from tests.support.replay import assert_replays
@@ -166,8 +166,7 @@ async def test_summarisation_in_the_same_agent_loses_nothing(
         happened=f"20 turns, {len(said)} lines said; each reply captured when made, each message "
         f"known by identity; summaries not stored; {outcome.rounds} rounds, {outcome.fragments} "
         "fragments",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )
 
@@ -203,22 +202,20 @@ async def test_a_thread_id_shared_by_two_users_keeps_their_memories_apart(
                     said[who] += [text, await writer.say(users[who], "support", text)]
             assert await writer.memory.flush() == 0
             outcomes: list[Outcome] = []
-            leaked = 0
             for who, user in users.items():
                 status = await settled(client, user, ["support"])
                 outcomes.append(
                     await said_vs_stored(mw.store, user, status, {"support": said[who]})
                 )
                 other = "ben" if who == "ana" else "ana"
-                stored = " ".join(f.content for f in await mw.store.all_for_user(user))
-                leaked += sum(text in stored for text in said[other])
+                # The other user's lines under this one: leaked, counted as duplicated.
+                outcomes.append(await leaked_to(mw.store, user, said[other]))
                 found = await client.recall(user, "PIN order number", top_k=10)
                 recalled = " ".join(f.content for f in found.fragments)
                 assert all(text not in recalled for text in said[other])
                 assert any(text in recalled for text in lines[who])
-    lost = sum(o.lost for o in outcomes)
-    duplicated = sum(o.duplicated for o in outcomes) + leaked
-    assert (lost, duplicated, leaked) == (0, 0, 0)
+    outcome = sum(outcomes[1:], outcomes[0])
+    assert outcome.clean, outcome
     reliability.record(
         request,
         key="thread-shared-by-users",
@@ -226,9 +223,8 @@ async def test_a_thread_id_shared_by_two_users_keeps_their_memories_apart(
         what="One thread id (and one checkpointer) used by two users, each stating a PIN and an "
         "order number",
         happened="messages stamped with the owner whose turn added them; each user's memory and "
-        "recall hold only their own lines (leaked lines counted as duplicated: 0)",
-        lost=lost,
-        duplicated=duplicated,
+        "recall hold only their own lines (leaked lines counted as duplicated)",
+        outcome=outcome,
         started=started,
     )
 
@@ -293,8 +289,7 @@ async def test_turns_said_while_temporal_is_down_are_delivered_without_another_t
         "no further turn; the client closed by `async with` without an explicit flush",
         happened="the outbox kept the 6 messages and retried with back-off until accepted; the "
         f"close delivered the rest; status: accepted == indexed == {len(said)}, undelivered 0",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )
 
@@ -390,8 +385,7 @@ async def test_randomised_writers_rewrites_outage_and_worker_kill(
         f"; a worker process SIGKILLed at turn {kill_at}",
         happened=f"{total} lines said, each stored once; {outcome.rounds} rounds, "
         f"{outcome.fragments} fragments; said == accepted == indexed",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )
 
@@ -428,11 +422,11 @@ async def test_a_message_said_before_a_forget_is_never_indexed_after_it(
                 said_after = [after, await writer.say(user, "t", after)]
                 assert await writer.memory.flush(timeout_s=60) == 0
                 status = await settled(client, user, ["t"])
-                stored = " ".join(f.content for f in await mw.store.all_for_user(user))
-                resurrected = int("4471-XQ" in stored) + int("new here" in stored)
-                kept = sum(line in stored for line in said_after)
-                assert resurrected == 0, stored
-                assert kept == len(said_after) and receipt.epoch == 1
+                # What was said before the forget is in no row; what came after, once.
+                outcome = await said_vs_stored(
+                    mw.store, user, status, {"t": said_after}, forgotten=["4471-XQ", "new here"]
+                )
+                assert outcome.clean and receipt.epoch == 1, outcome
                 assert status.watermarks["t"].indexed == status.watermarks["t"].accepted
                 # Stamped turns and a forget with epochs replay (patch forget-epochs).
                 await assert_replays(temporal, [client.workflow_id(user)], name="forget-epochs")
@@ -443,9 +437,8 @@ async def test_a_message_said_before_a_forget_is_never_indexed_after_it(
         what="A message said while the Temporal server was down, the server back, the user "
         "forgotten, then one more turn (which offers the unaccepted message again)",
         happened="the forget's epoch refused every message said before it, however late it "
-        f"arrived; the turn after the forget was stored ({kept} lines), nothing from before; "
-        "the agent's clock 3 h behind the worker's",
-        lost=len(said_after) - kept,
-        duplicated=resurrected,
+        f"arrived; the turn after the forget was stored ({len(said_after)} lines), nothing "
+        "from before; the agent's clock 3 h behind the worker's",
+        outcome=outcome,
         started=started,
     )

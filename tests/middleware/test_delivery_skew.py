@@ -34,6 +34,7 @@ from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from tests.middleware.test_delivery import Ctx, line, settled
 from tests.support.chat import ReceiptModel, receipt
 from tests.support.drive import STARTED
+from tests.support.invariants import said_vs_stored
 from tests.support.memory_worker import memory_worker, terminate_started
 from tests.support.reliability import Ledger
 from tests.support.worker_process import worker_process
@@ -159,6 +160,10 @@ async def test_skewed_writers_forgets_and_a_worker_kill_store_exactly_what_was_k
             assert not back, f"{len(back)} lines said before a forget came back: {back[:3]}"
             assert lost == 0, {x: n for x, n in counts.items() if n == 0}
             assert duplicated == 0, {x: n for x, n in counts.items() if n > 1}
+            outcome = await said_vs_stored(
+                store, user, None, {"after": said_after}, forgotten=forgotten
+            )
+            assert outcome.clean, outcome
             assert status.forget_epoch == 2 and status.undelivered == 0
             await terminate_started(dev_env.client, task_queue)
     finally:
@@ -179,8 +184,7 @@ async def test_skewed_writers_forgets_and_a_worker_kill_store_exactly_what_was_k
         f"(by writer clock: {', '.join(f'{s:+.0f} s {n}' for s, n in by_skew.items())}); "
         f"{len(forgotten)} lines said before it, {len(back)} back; "
         f"{status.refused_stale} messages refused by their epoch",
-        lost=lost,
-        duplicated=duplicated,
+        outcome=outcome,
         started=started,
     )
 
@@ -228,6 +232,10 @@ async def test_a_turn_said_before_a_forget_by_a_clock_ahead_never_comes_back(
             assert receipt_.epoch == 1 and status.refused_stale >= 2, status
             assert back == 0, texts
             assert kept == len(said_after), texts
+            outcome = await said_vs_stored(
+                mw.store, user, None, {"t": said_after}, forgotten=said_before
+            )
+            assert outcome.clean, outcome
     reliability.record(
         request,
         key="forget-during-a-turn-clock-ahead",
@@ -238,7 +246,6 @@ async def test_a_turn_said_before_a_forget_by_a_clock_ahead_never_comes_back(
         happened=f"the turn's {len(said_before) - 2} lines carried the epoch read at its start "
         f"and were refused ({status.refused_stale} refused); lines from before the forget back: "
         f"{back}; the next turn kept ({kept} of {len(said_after)} lines)",
-        lost=len(said_after) - kept,
-        duplicated=back,
+        outcome=outcome,
         started=started,
     )

@@ -129,7 +129,6 @@ async def test_two_agent_processes_same_user_same_thread(
         happened=f"each message accepted once by its identity: {len(said)} lines said, each "
         f"stored once; {outcome.rounds} rounds, {outcome.fragments} fragments; re-sends started "
         "no round",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )

@@ -10,6 +10,7 @@ import pytest
 
 from mnemoflow.models.turns import ChatTurn
 from tests.middleware.conftest import LiveMemory
+from tests.support.invariants import said_vs_stored
 from tests.support.reliability import Ledger
 
 pytestmark = pytest.mark.integration
@@ -50,6 +51,14 @@ async def test_forget_fragment_republishes_and_removes_its_profile_facts(
     assert source.id not in {f.id for f in await live_memory.worker.store.all_for_user(user)}
     again = await client.forget_fragment(user, source.id)
     assert again.deleted == 0 and not again.republished
+    # Counted: the lines the forgotten fragment held are in no row, the others in one each.
+    texts = [text for _, text in lines]
+    gone = [text for text in texts if text in source.content]
+    outcome = await said_vs_stored(
+        live_memory.worker.store, user, None, {"t": [t for t in texts if t not in gone]},
+        forgotten=gone,
+    )  # fmt: skip
+    assert gone and outcome.clean, outcome
     reliability.record(
         request,
         key="forget-fragment",
@@ -59,7 +68,6 @@ async def test_forget_fragment_republishes_and_removes_its_profile_facts(
         happened="the read model was republished at once without the fragment, and the profile "
         f"fact inducted from it alone was removed ({result.profile_facts_removed}); the Milvus "
         "row is gone",
-        lost=0,
-        duplicated=0,
+        outcome=outcome,
         started=started,
     )

@@ -136,7 +136,9 @@ def test_identity_survives_rewrites_and_owners_and_summaries_are_respected() -> 
         AIMessage("an old reply without an owner", id="o1", additional_kwargs={"time": T0 + 2}),
     ]
     kept = to_turns(msgs, "th", now=T0 + 9, user_id="ada")
-    assert [t.message_id for t in kept] == ["a1", "o1"]  # no summary, none of Bob's
+    # No summary, none of Bob's: the unstamped reply follows Bob's question, so it was added in
+    # Bob's turn; it was stored for every user of the thread before.
+    assert [t.message_id for t in kept] == ["a1"]
     assert [t.message_id for t in to_turns(msgs, "th", now=T0, user_id="bob")] == ["b1", "o1"]
     # An id is the identity wherever the message sits; without one, tool call id or content.
     moved = [msgs[3], msgs[1]]

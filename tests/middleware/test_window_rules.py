@@ -34,7 +34,7 @@ def _mine(text: str, owner: str, ident: str) -> HumanMessage:
 
 def test_an_unstamped_message_is_claimed_only_by_the_user_it_must_belong_to() -> None:
     msgs = [
-        HumanMessage("failed first turn", id="f0"),  # nothing owned before it: the user's
+        HumanMessage("failed first turn", id="f0"),  # before Ada's: Ada's, or Bob's?
         _mine("Ada's line", ADA, "a1"),
         AIMessage("Ada's reply", id="a2", additional_kwargs={"time": T0, OWNER_KEY: ADA}),
         HumanMessage("Ada's failed turn", id="a3"),  # after Ada's: Ada's or Bob's input?
@@ -42,8 +42,9 @@ def test_an_unstamped_message_is_claimed_only_by_the_user_it_must_belong_to() ->
         HumanMessage("Bob's new input", id="b1"),  # the current turn's input: the user's
         AIMessage("reply to it", id="b2"),
     ]
-    assert message_owners(msgs, BOB) == [BOB, ADA, ADA, UNKNOWN_OWNER, UNKNOWN_OWNER, BOB, BOB]
-    assert [t.message_id for t in to_turns(msgs, "th", T0, "bob")] == ["f0", "b1", "b2"]
+    unknown = UNKNOWN_OWNER
+    assert message_owners(msgs, BOB) == [unknown, ADA, ADA, unknown, unknown, BOB, BOB]
+    assert [t.message_id for t in to_turns(msgs, "th", T0, "bob")] == ["b1", "b2"]
     assert [t.message_id for t in to_turns(msgs, "th", T0, "ada")] == [
         "f0",
         "a1",
@@ -54,11 +55,22 @@ def test_an_unstamped_message_is_claimed_only_by_the_user_it_must_belong_to() ->
         "b2",
     ]  # Ada asking now: every unstamped line is hers
     stamped = {m.id: m.additional_kwargs[OWNER_KEY] for m in stamp_messages(msgs, T0, BOB)}
-    assert stamped == {"f0": BOB, "a3": UNKNOWN_OWNER, "a4": UNKNOWN_OWNER, "b1": BOB, "b2": BOB}
+    assert stamped == {"f0": unknown, "a3": unknown, "a4": unknown, "b1": BOB, "b2": BOB}
     # Once stamped nobody's, nobody's for every later turn, Ada's included.
     restamped = {m.id: m for m in stamp_messages(msgs, T0, BOB)}
     later = [restamped.get(m.id, m) for m in msgs] + [HumanMessage("Ada again", id="a5")]
     assert [t.message_id for t in to_turns(later, "th", T0, "ada")] == ["a1", "a2", "a5"]
+
+    # Another user's question is the latest: what follows it unstamped (a note other
+    # middleware added after memory's last hook) was added in that user's turn, not this one's.
+    note = AIMessage("note after Bob's turn", id="n1")
+    after_bob = [*msgs[:3], _mine("Bob asks", BOB, "b3"), note]
+    assert message_owners(after_bob, ADA)[-1] == unknown
+    assert message_owners(after_bob, BOB)[-1] == BOB
+    # A list nobody else stamped: unstamped head lines are the user's (a failed first turn).
+    alone = [HumanMessage("failed first", id="g0"), _mine("Ada's next", ADA, "g1")]
+    assert message_owners(alone, ADA) == [ADA, ADA]
+    assert message_owners(alone, BOB) == [unknown, ADA]
 
 
 def test_identity_carries_the_text_first_seen_and_survives_a_later_edit() -> None:

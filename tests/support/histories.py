@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 
 
@@ -31,3 +33,26 @@ def payloads_text(history: WorkflowHistory) -> str:
     for event in history.events:
         walk(event)
     return "\n".join(out)
+
+
+def user_key_payloads(events: list[HistoryEvent]) -> list[Payload]:
+    """Every payload of these events sealed with a user's data key."""
+    found: list[Payload] = []
+
+    def walk(message: object) -> None:
+        if isinstance(message, Payload):
+            if message.metadata.get("encryption-key-id", b"").startswith(b"dek:"):
+                found.append(message)
+            return
+        for field, value in message.ListFields():  # type: ignore[attr-defined]
+            if field.message_type is None:
+                continue
+            if isinstance(value, Message):
+                walk(value)
+            else:  # a repeated field, or a map (header fields, memo)
+                for item in value.values() if hasattr(value, "values") else value:
+                    walk(item)
+
+    for event in events:
+        walk(event)
+    return found

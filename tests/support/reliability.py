@@ -1,9 +1,11 @@
 """The reliability ledger: fault and bad-input tests record what happened, a script renders it.
 
 Each test calls the session fixture `reliability.record(...)` once it has checked its outcome, so a
-row exists only for a test that passed. At session end the rows are merged into
-`test-output/reliability.json` (by key, so a partial run updates its own rows and keeps the
-rest), and
+row exists only for a test that passed. The row's counts are the `Outcome` an invariant checker
+of tests/support/invariants.py returned (`outcome=`): messages counted, lost and duplicated, as
+counted, never literals (tests/test_reliability_counts.py checks every call). At session end
+the rows are merged into `test-output/reliability.json` (by key, so a partial run updates its
+own rows and keeps the rest), and
 
     python -m tests.support.reliability --write docs/RELIABILITY.md
 
@@ -22,13 +24,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.invariants import Outcome
+
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "test-output" / "reliability.json"
 
 
 @dataclass
 class Row:
-    """One fault or bad input tried, and its outcome (lost/duplicated are counts)."""
+    """One fault or bad input tried, and its outcome (said/lost/duplicated are counts: the
+    messages counted, lost ones, copies beyond those expected; said 0: no message in play)."""
 
     key: str
     kind: str  # "fault" | "bad input"
@@ -38,6 +43,7 @@ class Row:
     duplicated: int
     test: str
     seconds: float = 0.0
+    said: int = 0
 
 
 @dataclass
@@ -54,16 +60,26 @@ class Ledger:
         kind: str,
         what: str,
         happened: str,
-        lost: int,
-        duplicated: int,
+        outcome: Outcome,
         started: float | None = None,
     ) -> None:
-        """Add the row of a checked outcome (`started`: time.monotonic() at the test's start)."""
+        """Add the row of a checked outcome (`started`: time.monotonic() at the test's start);
+        `outcome`: what an invariant checker counted (tests/support/invariants.py)."""
         if kind not in ("fault", "bad input"):
             raise ValueError(f"unknown kind {kind!r}")
+        if not isinstance(outcome, Outcome):
+            raise TypeError("outcome must be an invariants.Outcome, counted by a checker")
         seconds = time.monotonic() - started if started is not None else 0.0
         self.rows[key] = Row(
-            key, kind, what, happened, lost, duplicated, request.node.nodeid, round(seconds, 1)
+            key,
+            kind,
+            what,
+            happened,
+            outcome.lost,
+            outcome.duplicated,
+            request.node.nodeid,
+            round(seconds, 1),
+            outcome.said,
         )
 
     def write(self, path: Path = OUTPUT) -> None:
@@ -108,7 +124,11 @@ def render(doc: dict) -> str:
         "checks passed (tests/support/invariants.py): every expected message position in "
         "exactly one completed round, the user's fragments exactly those rounds' (primary keys "
         "unique), the induction cursor and indexed watermarks never moving backwards, and the "
-        f"agent's turns still working. Run of {doc['generated_at']} (Python {doc['python']}).",
+        "agent's turns still working. Counted, Lost and Duplicated are what those checkers "
+        "counted in the run (messages or lines counted; lost: neither stored nor refused with an "
+        "error; duplicated: copies beyond those expected, a forgotten or another user's line "
+        "expecting none); n/a: no message was in play. "
+        f"Run of {doc['generated_at']} (Python {doc['python']}).",
         "",
     ]
     for kind, title in (("fault", "Faults"), ("bad input", "Bad input")):
@@ -118,15 +138,20 @@ def render(doc: dict) -> str:
         lines += [
             f"## {title}",
             "",
-            "| # | What was tried | What happened | Lost | Duplicated | Test (s) |",
-            "|---|---|---|---|---|---|",
+            "| # | What was tried | What happened | Counted | Lost | Duplicated | Test (s) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for i, r in enumerate(rows, 1):
             test = r["test"].split("::")
             where = f"`{Path(test[0]).name}::{test[-1]}` ({r['seconds']:.0f})"
+            said = r.get("said", 0)
+            counts = [said, r["lost"], r["duplicated"]]
+            if not said and not r["lost"] and not r["duplicated"]:
+                counts = ["n/a"] * 3
             lines.append(
-                f"| {i} | {_cell(r['what'])} | {_cell(r['happened'])} | {r['lost']} "
-                f"| {r['duplicated']} | {where} |"
+                f"| {i} | {_cell(r['what'])} | {_cell(r['happened'])} | "
+                + " | ".join(str(c) for c in counts)
+                + f" | {where} |"
             )
         lines.append("")
     lines += [

@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from mnemoflow.devstack.processes import LOOPBACK, free_port
@@ -60,7 +61,10 @@ def worker_env(temporal: str, milvus_uri: str, redis_url: str, **env: str) -> di
 class WorkerProcess:
     """A `mnemoflow worker` subprocess with its own health and metrics ports and log file."""
 
-    def __init__(self, tmp: Path, env: dict[str, str], name: str = "worker") -> None:
+    def __init__(
+        self, tmp: Path, env: dict[str, str], name: str = "worker", cli_args: Sequence[str] = ()
+    ) -> None:
+        """`cli_args` go before the command (e.g. `-v`)."""
         self.health_port, self.metrics_port = free_port(), free_port()
         self.task_queue = env["TEMPORAL_TASK_QUEUE"]
         self.log_path = tmp / f"{name}-{uuid.uuid4().hex[:6]}.log"
@@ -72,7 +76,7 @@ class WorkerProcess:
         )
         self._log = self.log_path.open("wb")
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "mnemoflow.ops.cli", "worker"],
+            [sys.executable, "-m", "mnemoflow.ops.cli", *cli_args, "worker"],
             cwd=ROOT,
             env=full,
             stdout=self._log,

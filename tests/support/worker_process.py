@@ -17,9 +17,10 @@ happens after it), as a slow pymilvus write would be. `--local-llm-bound-s` and
 LOCAL_STORE_BOUND, read when a round schedules them; the workflow sandbox passes that module
 through), so a test that needs the ordinary activity under way waits seconds, not the
 production bounds (30 s, 10 s). `--round-task-timeout-s` sets the rounds' workflow-task timeout
-(workflows.user_rounds ROUND_TASK_TIMEOUT, 55 s, sized for those bounds): a round whose task
-was lost (its worker killed, or the server restarted, while it held the task) is handed out
-again after that long.
+(workflows.user_rounds ROUND_TASK_TIMEOUT, 10 s): a round whose task was lost (its worker
+killed, or the server restarted, while it held the task) is handed out again after that long.
+`--llm-marks FILE` appends a line `<operation> <local|activity>` to FILE as each memory-model
+call begins, so a test knows when a call (a round's local slice attempt, say) is under way.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+
+from temporalio import activity
 
 from mnemoflow.activities.embeddings import HashingEmbeddings
 from mnemoflow.activities.fragment_store import FragmentStore
@@ -98,6 +101,26 @@ class SlowStore(FragmentStore):
         return await super().upsert_vectors(fragments, query=query, **checked)
 
 
+class MarkedModels(HeuristicMemoryModels):
+    """The offline models, writing a line to `marks` as each call begins (before its latency):
+    which operation, and whether a local activity or an ordinary one made it."""
+
+    def __init__(self, *, marks: Path, latency_s: float) -> None:
+        super().__init__(latency_s=latency_s)
+        self.marks = marks
+
+    async def _call(self, operation: str) -> None:
+        local = activity.in_activity() and activity.info().is_local
+        line = f"{operation} {'local' if local else 'activity'}\n"
+        await asyncio.to_thread(_append, self.marks, line)
+        await super()._call(operation)
+
+
+def _append(path: Path, line: str) -> None:
+    with path.open("a") as f:
+        f.write(line)
+
+
 async def serve(args: argparse.Namespace) -> None:
     if args.local_llm_bound_s > 0:
         options.LOCAL_LLM_BOUND = timedelta(seconds=args.local_llm_bound_s)
@@ -115,7 +138,11 @@ async def serve(args: argparse.Namespace) -> None:
     settings = settings.model_copy(
         update={"temporal": settings.temporal.model_copy(update={"address": args.address})}
     )
-    models = HeuristicMemoryModels(latency_s=args.slow_llm_s)
+    models = (
+        MarkedModels(marks=Path(args.llm_marks), latency_s=args.slow_llm_s)
+        if args.llm_marks
+        else HeuristicMemoryModels(latency_s=args.slow_llm_s)
+    )
     components = Components(models=models, embeddings=HashingEmbeddings())
     if args.slow_index_s > 0:
         components.store = SlowStore(
@@ -143,7 +170,9 @@ def worker_process(
     tmp: Path, name: str, *, address: str, task_queue: str, milvus: str, redis: str,
     collection: str, prefix: str, slow_index_s: float = 0.0, slow_llm_s: float = 0.0,
     blocking_index: bool = False, local_llm_bound_s: float = 0.0, local_store_bound_s: float = 0.0,
-    round_task_timeout_s: float = 0.0, write_log: Path | None = None,
+    round_task_timeout_s: float = 0.0,
+    write_log: Path | None = None,
+    llm_marks: Path | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
     """A worker in its own process (python -m tests.support.worker_process), ready on entry;
     a bound or timeout of 0 keeps the production one."""
@@ -159,6 +188,7 @@ def worker_process(
         "--round-task-timeout-s", str(round_task_timeout_s),
         *(["--blocking-index"] if blocking_index else []),
         *(["--write-log", str(write_log)] if write_log is not None else []),
+        *(["--llm-marks", str(llm_marks)] if llm_marks else []),
     ]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -195,6 +225,7 @@ def main() -> None:
     parser.add_argument("--local-store-bound-s", type=float, default=0.0)
     parser.add_argument("--round-task-timeout-s", type=float, default=0.0)
     parser.add_argument("--write-log", default="")
+    parser.add_argument("--llm-marks", default="")
     milvus_index_wait.install()  # as in the test process (tests/conftest.py)
     asyncio.run(serve(parser.parse_args()))
 

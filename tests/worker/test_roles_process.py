@@ -26,7 +26,7 @@ from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.models.contracts import ActivityName, UserStatus
 from mnemoflow.models.turns import ChatTurn
 from tests.support.drive import eventually
-from tests.support.invariants import indexed_once
+from tests.support.invariants import Outcome, indexed_once, no_messages
 from tests.support.reliability import Ledger
 from tests.support.worker_cli import WorkerProcess, worker_env
 
@@ -87,18 +87,18 @@ async def all_indexed(memory: MemoryClient, users: list[str], end: int) -> dict[
 
 async def assert_stored_once(
     store: FragmentStore, statuses: dict[str, UserStatus], end: int
-) -> int:
-    """Every message of every user in exactly one fragment; returns the fragments counted."""
-    total = 0
+) -> Outcome:
+    """Every message of every user in exactly one fragment; returns what was counted."""
+    total = no_messages()
     for user, status in statuses.items():
         outcome = await indexed_once(store, user, status, {THREAD: end})
-        assert (outcome.lost, outcome.duplicated) == (0, 0), (user, outcome)
+        assert outcome.clean, (user, outcome)
         assert status.rounds_failed == 0, status.last_error
         contents = [f.content for f in await store.all_for_user(user)]
         for pos in range(0, end, 2):
             line = f"order number is {user}-{pos} "
             assert sum(c.count(line) for c in contents) == 1, (user, pos, contents)
-        total += outcome.fragments
+        total += outcome
     return total
 
 
@@ -213,7 +213,7 @@ async def test_split_roles_complete_rounds_and_survive_sigterm_mid_llm_call(
             proc.stop()
         procs = start_roles()
         statuses = await all_indexed(memory, users, 12)
-        fragments = await assert_stored_once(store, statuses, 12)
+        outcome = await assert_stored_once(store, statuses, 12)
         workflow_ids = [r.workflow_id for s in statuses.values() for r in s.rounds]
         workflow_ids += [memory.workflow_id(u) for u in users]
         attempts = await llm_attempts(client, workflow_ids)
@@ -227,9 +227,8 @@ async def test_split_roles_complete_rounds_and_survive_sigterm_mid_llm_call(
             what="mnemoflow worker as two processes (role=workflow, role=llm, split queues, "
             f"rate limit) sent SIGTERM while {len(in_flight)} LLM call(s) ran; then restarted",
             happened=f"both exited 0; in-flight calls finished; {len(attempts)} LLM calls, "
-            f"{retried} retried once; {USERS * 12} messages in {fragments} fragments",
-            lost=0,
-            duplicated=0,
+            f"{retried} retried once; {outcome.said} messages in {outcome.fragments} fragments",
+            outcome=outcome,
             started=started,
         )
     finally:

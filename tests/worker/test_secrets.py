@@ -24,12 +24,15 @@ import pytest
 from pydantic import SecretStr
 from temporalio.testing import WorkflowEnvironment
 
+from mnemoflow.activities.embeddings import HashingEmbeddings
+from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.devstack.processes import LOOPBACK, free_port, redis_server_binary, start_process
 from mnemoflow.devstack.stack import stack_path
 from mnemoflow.worker.client import connect
 from mnemoflow.worker.data_keys import close_codec
 from mnemoflow.worker.settings import EncryptionSettings, Settings, TemporalSettings
 from tests.support.drive import conversation, submit, wait_status
+from tests.support.invariants import said_vs_stored
 from tests.support.reliability import Ledger
 from tests.support.worker_cli import ROOT, WorkerProcess, get, worker_env
 
@@ -121,8 +124,18 @@ async def test_a_worker_run_logs_and_serves_no_secret(
         client = await connect(TemporalSettings(address=address, encryption=encryption))
         lines = ["My order 5512 is late.", "Checking order 5512."]
         turns = conversation("t", lines, time.time() - 3 * 3600)
-        handle = await submit(client, proc.task_queue, f"secret-{TAG}", turns, urgent=True)
-        await wait_status(handle, lambda s: s.rounds_completed == 1, deadline_s=90, what="round")
+        user = f"secret-{TAG}"
+        handle = await submit(client, proc.task_queue, user, turns, urgent=True)
+        done = await wait_status(
+            handle, lambda s: s.rounds_completed == 1, deadline_s=90, what="round"
+        )
+        # The worker's run stored what was said, once: redacting its output lost nothing.
+        store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=env["MILVUS_COLLECTION"])
+        try:
+            outcome = await said_vs_stored(store, user, done, {"t": lines})
+        finally:
+            await store.close()
+        assert outcome.clean, outcome
         code, page = await get(proc.metrics_port, "/metrics")
         assert code == 200 and "mnemoflow_rounds_total" in page
         assert leaks(page) == []
@@ -144,8 +157,7 @@ async def test_a_worker_run_logs_and_serves_no_secret(
         "api_key= query parameters) and in every secret setting, through a worker's run",
         happened="none appears in the worker's log lines, its settings line or /metrics; "
         "passwords are printed as ***",
-        lost=0,
-        duplicated=0,
+        outcome=outcome,
         started=started,
     )
 

@@ -18,7 +18,7 @@ from mnemoflow.activities.llm.langchain_models import LangChainMemoryModels
 from mnemoflow.models.config import FRAGMENT_TYPES
 from tests.support.deepseek_emulator import DeepSeekEmulator, Reply
 from tests.support.drive import conversation, submit, wait_status
-from tests.support.invariants import indexed_once
+from tests.support.invariants import indexed_once, leaked_to
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
 
@@ -86,7 +86,10 @@ async def test_bad_structured_output_and_an_injection_for_another_user(
             assert -0.1 <= params.delta <= 0.2
         assert done.tuned, "nothing tuned"
         outcome = await indexed_once(mw.store, user, done, {"t": len(LINES)})
-        assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
+        assert outcome.clean, outcome
+        # Bob said nothing: every row under bob would be the injected fact, leaked.
+        injected = outcome + await leaked_to(mw.store, bob)
+        assert injected.clean, injected
     reliability.record(
         request,
         key="bad-llm-output",
@@ -98,8 +101,7 @@ async def test_bad_structured_output_and_an_injection_for_another_user(
         "types outside the six dropped (none left -> chat), indexes clamped into the batch, the "
         "blank draft dropped; weights clipped at 0 and renormalised to sum 1, delta clamped; "
         "round completed",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )
     reliability.record(
@@ -110,7 +112,6 @@ async def test_bad_structured_output_and_an_injection_for_another_user(
         "obeys (its fragments carry user_id: bob)",
         happened="the fragments were written under the workflow's own user only (the user id "
         "never comes from model output); bob has no fragments and nothing to recall",
-        lost=0,
-        duplicated=0,
+        outcome=injected,
         started=started,
     )

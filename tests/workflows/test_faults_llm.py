@@ -133,8 +133,7 @@ async def test_429_retry_after_is_honoured_not_hammered(
         happened=f"after the round's local attempt got the 429, the slice activity started "
         f"{waited:.0f} s later in workflow time (the policy alone would wait 2 s); 2 slice "
         "requests for 2 attempts; round completed",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )
 
@@ -207,8 +206,7 @@ async def test_llm_down_three_hours_while_the_conversation_goes_on(
         what="LLM unreachable for 3 hours of workflow time; more turns arrive an hour in",
         happened=f"slice retried {models.failed} times with back-off; later turns were accepted "
         f"meanwhile; no round failed; {outcome.rounds} rounds completed after recovery",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )
 
@@ -277,7 +275,6 @@ async def test_permanently_failed_round_is_visible_and_the_next_round_picks_it_u
         happened="round child FAILED and listed as failed in status; its messages stayed "
         f"pending and un-indexed; the next round ({CFG.failed_round_backoff_s:.0f} s back-off) "
         "indexed them (operator retry_round: test_operations.py)",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )

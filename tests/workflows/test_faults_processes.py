@@ -15,7 +15,6 @@ import os
 import signal
 import time
 import uuid
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -36,7 +35,6 @@ from mnemoflow.models.errors import MemoryUnavailableError
 from mnemoflow.models.ids import user_workflow_id
 from mnemoflow.models.round_store import STORE_ROUND
 from mnemoflow.worker.search_attributes import wanted
-from mnemoflow.workflows import user_rounds
 from tests.support.drive import STARTED, conversation, eventually, status, submit, wait_status
 from tests.support.invariants import Monotonic, indexed_once
 from tests.support.memory_worker import memory_worker, terminate_started
@@ -172,8 +170,7 @@ async def test_worker_killed_mid_activity_second_worker_completes_the_round(
         happened=f"{killed_during} heartbeat timed out (10 s), attempt {max(attempts)} ran on "
         f"the second worker; round completed {completed_after:.0f} s after the kill, "
         f"{outcome.fragments} fragments; the next turn was indexed",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )
 
@@ -184,16 +181,11 @@ async def test_temporal_dev_server_restarted_mid_conversation(
     tmp_path: Path,
     reliability: Ledger,
     request: pytest.FixtureRequest,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     started = time.monotonic()
     # The server stops while the round of turns 4-6 holds its workflow task: the worker's
     # completion is lost, and the restarted server hands the task out again only once it has
-    # timed out. Rounds get ROUND_TASK_TIMEOUT (55 s) to cover slow local LLM and store attempts;
-    # the offline models here take milliseconds, so the test's rounds get Temporal's default
-    # (10 s) and the same recovery is not waited out for 45 s more. The sandbox passes
-    # workflows.user_rounds through: the in-process worker's rounds see this value.
-    monkeypatch.setattr(user_rounds, "ROUND_TASK_TIMEOUT", timedelta(seconds=10))
+    # timed out (ROUND_TASK_TIMEOUT, 10 s).
     port, db = free_port(), tmp_path / "temporal.db"
     server = await asyncio.to_thread(start_temporal_dev, port, None, db, wanted())
     try:
@@ -241,7 +233,6 @@ async def test_temporal_dev_server_restarted_mid_conversation(
         happened="a hand-over while it was down failed fast with MemoryUnavailableError (the "
         "turn goes on, the next turn re-sends); client and in-process worker reconnected on "
         f"their own; {outcome.rounds} rounds completed, {outcome.fragments} fragments",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )

@@ -138,8 +138,7 @@ async def test_milvus_down_then_back(
         happened=f"index/induct activities failed and were retried (attempt {attempt} seen), "
         "turns read their context from Redis meanwhile; after the restart the round completed "
         f"and the earlier fragments were intact ({outcome.fragments} in all)",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )
 
@@ -207,7 +206,6 @@ async def test_redis_down_then_back_empty_rebuilds_the_read_model(
         happened="turns read their context through the workflow query; the round's publish "
         f"was retried (attempt {attempt} seen) and rebuilt the read model at version "
         f"{rebuilt.version} once Redis was back",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )

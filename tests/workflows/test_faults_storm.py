@@ -88,7 +88,6 @@ async def test_signal_storm_across_continue_as_new(
         "dev server)",
         happened=f"continued-as-new {done.continued} times; de-duplication carried across runs; "
         f"{outcome.rounds} rounds, {outcome.fragments} fragments",
-        lost=outcome.lost,
-        duplicated=outcome.duplicated,
+        outcome=outcome,
         started=started,
     )

@@ -31,6 +31,7 @@ from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.turns import ChatTurn
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import submit, wait_status
+from tests.support.invariants import said_vs_stored
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
 from tests.support.replay import assert_replays
@@ -367,8 +368,11 @@ async def test_a_row_the_running_retry_already_swept_is_forgotten_from_its_rows(
         result = await asyncio.wait_for(pending.result(), 60)
         stored = [f.content for f in await mw.store.all_for_user(user)]
         back = sum(any(x in t for t in stored) for x in gone)
-        lost = sum(not any(x in t for t in stored) for x in lines if x not in gone)
         assert result.deleted == 1, result
+        outcome = await said_vs_stored(
+            mw.store, user, None, {"t": [x for x in lines if x not in gone]}, forgotten=gone
+        )
+        assert outcome.clean, outcome
         # The retry had indexed the turns before the forget came: they stay counted, as after
         # a forget of any indexed row.
         await settled_counts(mw, handle, user, lines, gone, turns_kept=len(lines))
@@ -381,7 +385,6 @@ async def test_a_row_the_running_retry_already_swept_is_forgotten_from_its_rows(
         "stored the same turns under its own ids",
         happened=f"the forget waited for the retry and took the row's {len(gone)} lines out of "
         f"the rows it stored (deleted={result.deleted}); forgotten lines back: {back}",
-        lost=lost,
-        duplicated=back,
+        outcome=outcome,
         started=started,
     )

@@ -24,6 +24,7 @@ from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.middleware import MemoryClient
 from mnemoflow.models.round_store import STORE_ROUND
 from tests.support.drive import STARTED, conversation, eventually, submit, wait_status
+from tests.support.invariants import said_vs_stored
 from tests.support.memory_worker import terminate_started
 from tests.support.reliability import Ledger
 from tests.support.worker_process import worker_process
@@ -90,6 +91,8 @@ async def test_forget_during_a_round_write_leaves_nothing_behind(
             assert count_after == 0, f"{count_after} rows landed after the forget: {log}"
             assert began >= 1 and refused >= 1, log
             assert receipt.rounds_cancelled == 1 and count_at_receipt == 0
+            outcome = await said_vs_stored(store, user, None, {}, forgotten=LINES)
+            assert outcome.clean, outcome
             context = await memory.context(user)
             assert context is None or not context.fragments
             await memory.aclose()
@@ -108,8 +111,7 @@ async def test_forget_during_a_round_write_leaves_nothing_behind(
         f"{receipt.epoch}; {refused} of {began} held writes refused by the store when they "
         f"went on; receipt: {receipt.rounds_cancelled} round cancelled; counted after every "
         f"held write ended: {count_after} rows back",
-        lost=0,
-        duplicated=count_after,
+        outcome=outcome,
         started=started,
     )
 

@@ -27,6 +27,7 @@ from mnemoflow.devstack.processes import LOOPBACK, free_port, start_milvus_lite
 from mnemoflow.models.contracts import ForgetRequest
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import conversation, submit, wait_status
+from tests.support.invariants import said_vs_stored
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
 from tests.support.temporal import started_time_skipping
@@ -70,10 +71,12 @@ async def test_forget_through_a_milvus_outage_of_hours_never_fails_the_workflow(
             handle = await submit(
                 env.client, mw.task_queue, user, conversation("t", LINES, t0), urgent=True
             )
-            await wait_status(
+            first = await wait_status(
                 handle, lambda s: s.rounds_completed == 1, env=env, what="the first round"
             )
-            assert await mw.store.count(user) > 0
+            # Counted before the forget: every line stored once; after it: in no row.
+            outcome = await said_vs_stored(mw.store, user, first, {"t": LINES})
+            assert outcome.clean, outcome
             await asyncio.to_thread(milvus.stop)
 
             update = await handle.start_update(
@@ -108,7 +111,8 @@ async def test_forget_through_a_milvus_outage_of_hours_never_fails_the_workflow(
             )
             receipt = await update.result(rpc_timeout=timedelta(seconds=30))
             assert receipt.fragments_deleted > 0 and receipt.profile_cleared
-            assert await mw.store.count(user) == 0
+            outcome += await said_vs_stored(mw.store, user, None, {}, forgotten=LINES)
+            assert outcome.clean and await mw.store.count(user) == 0, outcome
             assert after.rounds_completed == 1, "the same workflow's state, not a fresh run"
             assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
     finally:
@@ -121,8 +125,8 @@ async def test_forget_through_a_milvus_outage_of_hours_never_fails_the_workflow(
         "the store deadline of 1 h)",
         happened="the user workflow kept running with its state, status showed the forget "
         "pending; once Milvus was back the forget's store step was retried and the receipt "
-        f"returned ({receipt.fragments_deleted} fragments deleted)",
-        lost=0,
-        duplicated=0,
+        f"returned ({receipt.fragments_deleted} fragments deleted); {len(LINES)} lines counted "
+        "stored once before the forget and in no row after it",
+        outcome=outcome,
         started=started,
     )

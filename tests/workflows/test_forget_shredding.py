@@ -45,6 +45,7 @@ from mnemoflow.worker.data_keys import close_codec
 from mnemoflow.worker.search_attributes import wanted
 from mnemoflow.worker.settings import EncryptionSettings, Settings, TemporalSettings
 from tests.support.drive import conversation, eventually
+from tests.support.invariants import no_messages, said_vs_stored
 from tests.support.memory_worker import fresh_settings
 from tests.support.operations import settled, turns
 from tests.support.reliability import Ledger
@@ -164,9 +165,10 @@ async def test_forget_leaves_nothing_readable_in_temporal_redis_or_milvus(
             # MnemoflowTheme used to carry in the clear.
             said = [f"{a.title()} {b} {a} {b} {a}.", "Noted.", f"{b.title()} {a} {b}.", "Sure."]
             await memory.submit(victim, turns("t", said))
-            await memory.submit(other, turns("t", [f"{kept.title()} {kept} {kept}.", "Noted."]))
+            other_said = [f"{kept.title()} {kept} {kept}.", "Noted."]
+            await memory.submit(other, turns("t", other_said))
             before = await settled(memory, victim, 1)
-            await settled(memory, other, 1)
+            other_status = await settled(memory, other, 1)
             assert any(a in f.content for f in await res.store.all_for_user(victim))
             victim_wid = memory.workflow_id(victim)
             old_run = (await client.get_workflow_handle(victim_wid).describe()).run_id
@@ -230,6 +232,13 @@ async def test_forget_leaves_nothing_readable_in_temporal_redis_or_milvus(
                 return any(fresh in f.content for f in await res.store.all_for_user(victim))
 
             await eventually(indexed, deadline_s=60, what="a message after the forget indexed")
+            # Counted: the victim's lines from before the forget in no row, the line said
+            # after it stored once (its reply may still wait), the other user's lines once.
+            outcome = no_messages()
+            outcome += await said_vs_stored(res.store, victim, None, {"t2": lines[:1]},
+                                            forgotten=said)  # fmt: skip
+            outcome += await said_vs_stored(res.store, other, other_status, {"t": other_said})
+            assert outcome.clean, outcome
             await memory.aclose()
             for wid in (victim_wid, memory.workflow_id(other)):
                 await client.get_workflow_handle(wid).terminate("test finished")
@@ -254,7 +263,6 @@ async def test_forget_leaves_nothing_readable_in_temporal_redis_or_milvus(
         happened="their data key is destroyed: the codec shows '[key destroyed]' for their old "
         "run and rounds; the database file, search attributes, Milvus and Redis hold none of "
         "their words; the other user's memory reads back; the user workflow continued as new",
-        lost=0,
-        duplicated=0,
+        outcome=outcome,
         started=started,
     )

@@ -49,7 +49,9 @@ async def test_pseudonymous_keys_hide_the_raw_id_and_still_find_rounds(
     async with memory_worker(
         dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=BreakableModels()
     ) as mw:
-        client = client_for(dev_env, mw.task_queue, user_key_secret="operator-secret")
+        client = client_for(
+            dev_env, mw.task_queue, user_key_secret="operator-secret", pseudonymous_user_keys=True
+        )
         user = f"pat.private@example.com-{uuid.uuid4().hex[:6]}"
         mw.track(client.workflow_id(user))
         await client.submit(user, turns("t", ["I'm Pat.", "Hello Pat."]))

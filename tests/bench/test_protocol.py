@@ -1,0 +1,109 @@
+"""The benchmark protocol (benchmarks/_protocol.py) without a benchmark: a repeat's process tree
+is counted with its children apart, a repeat spoiled by other work is left out of the median,
+and a run where every repeat was spoiled says so."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import _protocol
+
+
+def _row(others_cores: float, cpu: float, rate: float) -> dict[str, Any]:
+    return {
+        "others_cores": others_cores,
+        "excluded": others_cores > _protocol.OTHERS_LIMIT_CORES,
+        "figures": {
+            "phases.-1.rounds_per_s": rate,
+            "phases.-1.cpu_ms_per_round_all": cpu,
+        },
+    }
+
+
+def _result(cpu: float, rate: float, tag: str) -> dict[str, Any]:
+    return {
+        "phases": [{"rounds_per_s": rate, "cpu_ms_per_round_all": cpu, "sqlite": tag}],
+        "events": [1, 2, 3],
+    }
+
+
+def test_a_busy_repeat_is_left_out_of_the_median() -> None:
+    rows = [_row(0.02, 70.0, 24.0), _row(0.9, 300.0, 6.0), _row(0.05, 74.0, 23.0)]
+    results = [_result(70.0, 24.0, "a"), _result(300.0, 6.0, "b"), _result(74.0, 23.0, "c")]
+    merged = _protocol.merge("throughput", rows, results)
+    assert merged["phases"][0]["cpu_ms_per_round_all"] == 72.0
+    assert merged["phases"][0]["rounds_per_s"] == 23.5
+    assert merged["phases"][0]["sqlite"] == "a"
+    assert merged["events"] == [1, 2, 3]
+    p = merged["protocol"]
+    assert p["quiet"] is True and p["repeats_in_median"] == [1, 3]
+    assert p["spread"]["phases.-1.cpu_ms_per_round_all"] == round(4 / 72, 3)
+    # the spoiled repeat is still on record, and the CPU spread over all repeats shows it
+    assert p["repeats"][1]["excluded"] is True
+    assert p["cpu_spread_all_repeats"] == round((300 - 70) / 74, 3)
+
+
+def test_when_every_repeat_is_busy_the_median_of_all_is_marked() -> None:
+    rows = [_row(0.5, 100.0, 10.0), _row(0.6, 120.0, 9.0), _row(0.7, 110.0, 9.5)]
+    results = [_result(100.0, 10.0, "a"), _result(120.0, 9.0, "b"), _result(110.0, 9.5, "c")]
+    merged = _protocol.merge("throughput", rows, results)
+    assert merged["protocol"]["quiet"] is False
+    assert merged["protocol"]["repeats_in_median"] == [1, 2, 3]
+    assert merged["phases"][0]["cpu_ms_per_round_all"] == 110.0
+
+
+def test_median_keeps_the_shape_of_one_result() -> None:
+    runs = [{"a": 1, "b": [1.25, 3], "c": "x", "d": True}, {"a": 4, "b": [2.5, 5], "c": "y"}]
+    # numbers rounded as finely as the inputs are
+    assert _protocol.median_of(runs) == {"a": 2.5, "b": [1.88, 4], "c": "x", "d": True}
+    assert _protocol.median_of([[1, 2], [1, 2, 3]]) == [1, 2]
+
+
+def test_a_repeat_counts_its_children_apart(tmp_path: Path) -> None:
+    """The repeat's process and a child it starts are both in our CPU, each under its own
+    label; the figures the script wrote are read back."""
+    script = tmp_path / "bench.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import json, os, subprocess, sys, time
+            spin = (
+                "import time\\nend = time.process_time() + 1.2\\n"
+                "while time.process_time() < end: pass"
+            )
+            child = subprocess.Popen([sys.executable, "-c", spin])
+            end = time.process_time() + 0.6
+            while time.process_time() < end:
+                pass
+            child.wait()
+            with open(os.environ["MNEMOFLOW_BENCH_OUT"], "w") as f:
+                json.dump({"phases": [{"rounds_per_s": 1.0}]}, f)
+            """
+        )
+    )
+    out = tmp_path / "out.json"
+    row = _protocol.run_repeat(script, [], out)
+    assert row["exit_code"] == 0
+    assert json.loads(out.read_text())["phases"][0]["rounds_per_s"] == 1.0
+    by = row["cpu_s_by_process"]
+    assert by["benchmark"] >= 0.5
+    assert by["other"] >= 0.5  # the child, sampled every 0.5 s while it ran
+    assert row["cpu_s_ours_reaped"] >= 1.7  # the kernel's total of the reaped tree
+    assert row["cpu_s_ours"] >= row["cpu_s_ours_reaped"]
+    assert row["others_cores"] >= 0.0
+    assert row["excluded"] == (row["others_cores"] > _protocol.OTHERS_LIMIT_CORES)
+
+
+def test_paths_into_a_result() -> None:
+    data = {"phases": [{"x": 1}, {"x": 2}]}
+    assert _protocol.get_path(data, "phases.-1.x") == 2
+    with pytest.raises(KeyError):
+        _protocol.get_path(data, "phases.5.x")
