@@ -89,9 +89,9 @@ def absorb_submit(
     cfg: MemoryConfig,
     now: float,
     horizon_at_now: bool = False,
-    epoch_rule: bool = False,
     archive_rule: Callable[[], bool] | None = None,
     late_rule: Callable[[], bool] | None = None,
+    epoch_rule: bool = False,
 ) -> None:
     """Accept an event's turns once: by event id, then each message by its identity within its
     thread (docs/ARCHITECTURE.md, "Message identity"). A turn is refused when its identity was

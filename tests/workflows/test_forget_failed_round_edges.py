@@ -369,13 +369,13 @@ async def test_a_row_the_running_retry_already_swept_is_forgotten_from_its_rows(
         stored = [f.content for f in await mw.store.all_for_user(user)]
         back = sum(any(x in t for t in stored) for x in gone)
         assert result.deleted == 1, result
+        # The retry had indexed the turns before the forget came: they stay counted, as after
+        # a forget of any indexed row.
+        await settled_counts(mw, handle, user, lines, gone, turns_kept=len(lines))
         outcome = await said_vs_stored(
             mw.store, user, None, {"t": [x for x in lines if x not in gone]}, forgotten=gone
         )
         assert outcome.clean, outcome
-        # The retry had indexed the turns before the forget came: they stay counted, as after
-        # a forget of any indexed row.
-        await settled_counts(mw, handle, user, lines, gone, turns_kept=len(lines))
         await assert_replays(dev_env.client, [handle.id], name="forget-swept-row")
     reliability.record(
         request,
