@@ -256,8 +256,8 @@ async def test_a_reply_made_after_a_whole_forget_in_a_turn_begun_before_is_not_s
         "turn after the forget",
         happened="the forget refused the turn's question (said before it) and, by the turn "
         f"each message carries, the tool result and the reply made after it "
-        f"({status.refused_stale + status.refused_after_forget} refused); 0 forgotten lines stored; the next turn "
-        "stored whole",
+        f"({status.refused_stale + status.refused_after_forget} refused); 0 forgotten lines "
+        "stored; the next turn stored whole",
         outcome=outcome,
         started=started,
     )
