@@ -49,6 +49,7 @@ from pymilvus import MilvusClient, MilvusException
 from mnemoflow.activities.fragment_collection import (
     QUERY_WINDOW,
     create_if_missing,
+    index_params,
     nearest,
     not_loaded,
     query_all,
@@ -66,6 +67,12 @@ from mnemoflow.activities.fragment_rows import (
     to_fragment,
     to_row,
     user_filter,
+)
+from mnemoflow.activities.line_rows import (
+    build_line_schema,
+    line_index_params,
+    line_rows,
+    lines_collection,
 )
 from mnemoflow.activities.lite_writes import lite_write
 from mnemoflow.models.fragments import Candidate, Fragment
@@ -113,12 +120,17 @@ class FragmentStore:
         index_type: str = "HNSW",
         timeout_s: float = 30.0,
         flush_rows: int = FLUSH_ROWS,
+        lines: bool = False,
     ) -> None:
+        """`lines`: also keep one row per line of every fragment in the line collection
+        (`activities/line_rows.py`), which the per-call search served by Milvus reads; the
+        fragment's lines are written and deleted in the same call as the fragment."""
         resolved_dim = dim if dim is not None else getattr(embeddings, "dim", None)
         if not isinstance(resolved_dim, int) or resolved_dim < 1:
             raise ValueError("pass dim= (the embedder has no integer `dim` attribute)")
         self.uri = uri
         self.collection = collection
+        self.lines_collection = lines_collection(collection) if lines else None
         self.dim = resolved_dim
         self.index_type = index_type.upper()
         self.timeout_s = timeout_s
@@ -229,11 +241,45 @@ class FragmentStore:
             if rows is not None and self._unflushed < self.flush_rows:
                 return
             client.flush(self.collection, **self._opts())
+            if self.lines_collection is not None:
+                client.flush(self.lines_collection, **self._opts())
             self._unflushed = 0
 
     def _write(self, client: MilvusClient, rows: Rows) -> None:
         client.upsert(self.collection, rows, **self._opts())
         self._flush(client, len(rows))
+
+    def _write_lines(
+        self, client: MilvusClient, written: list[tuple[Fragment, list[float]]]
+    ) -> None:
+        """The written fragments' line rows, in place of the lines they had (a fragment stored
+        again may have fewer lines); with the fragments' own write, under the same lock."""
+        if self.lines_collection is None or not written:
+            return
+        by_user: dict[str, list[str]] = {}
+        for f, _ in written:
+            by_user.setdefault(checked_user(f.user_id), []).append(f.id)
+        for key, ids in by_user.items():
+            client.delete(self.lines_collection, filter=_lines_of(key, ids), **self._opts())
+        rows = [row for f, v in written for row in line_rows(f, v)]
+        if rows:
+            client.upsert(self.lines_collection, rows, **self._opts())
+
+    def _delete_lines(self, client: MilvusClient, expr: str) -> None:
+        """Delete line rows (before the delete's flush, which flushes both collections)."""
+        if self.lines_collection is not None:
+            client.delete(self.lines_collection, filter=expr, **self._opts())
+
+    async def _lines_left(self, key: str, ids: list[str] | None) -> int:
+        """How many line rows of the user (of the fragments `ids`, None: all) are stored."""
+        if self.lines_collection is None:
+            return 0
+        expr = user_filter(key) if ids is None else _lines_of(key, ids)
+        opts, name = self._read_opts(key), self.lines_collection
+        rows = await self._run(
+            lambda c: c.query(name, filter=expr, output_fields=["count(*)"], **opts)
+        )
+        return int(rows[0]["count(*)"]) if rows else 0
 
     async def close(self) -> None:
         """Close the connection (a later call reconnects)."""
@@ -253,9 +299,24 @@ class FragmentStore:
             opts = self._opts()
             create_if_missing(client, self.collection, self.dim, self.index_type, opts)
             client.load_collection(self.collection, **opts)
+            if self.lines_collection is not None:
+                self._ensure_lines(client, opts)
             self._lite_buckets = _has_lite_buckets(client, self.collection, opts)
 
         await self._run_write(work)
+
+    def _ensure_lines(self, client: MilvusClient, opts: dict[str, Any]) -> None:
+        name = self.lines_collection
+        assert name is not None
+        if not client.has_collection(name, **opts):
+            schema = build_line_schema(self.dim)
+            index = line_index_params(index_params(self.index_type))
+            try:
+                client.create_collection(name, schema=schema, index_params=index, **opts)
+            except MilvusException:
+                if not client.has_collection(name, **opts):
+                    raise
+        client.load_collection(name, **opts)
 
     async def upsert(self, fragments: list[Fragment]) -> list[str]:
         """Embed and upsert fragments (same ids -> same rows); returns the ids written."""
@@ -282,8 +343,14 @@ class FragmentStore:
         # The last of a repeated id wins, within a batch as across batches.
         written = {f.id: (f, v) for f, v in zip(fragments, vectors, strict=True)}
         rows = [to_row(f, v) for f, v in written.values()]
-        await self._run_write(lambda c: self._write(c, rows))
-        return list(written.values())
+        pairs = list(written.values())
+
+        def work(client: MilvusClient) -> None:
+            self._write_lines(client, pairs)
+            self._write(client, rows)  # flushes both collections when it flushes
+
+        await self._run_write(work)
+        return pairs
 
     async def _rows(self, key: str, ids: list[str], fields: list[str]) -> Rows:
         if not ids:
@@ -390,16 +457,18 @@ class FragmentStore:
 
     async def delete_user(self, user_id: str) -> int:
         """Delete every fragment of the user; returns how many there were."""
-        expr, opts = user_filter(checked_user(user_id)), self._opts()
+        key = checked_user(user_id)
+        expr, opts = user_filter(key), self._opts()
         before = await self.count(user_id)
 
         def work(client: MilvusClient) -> None:
             client.delete(self.collection, filter=expr, **opts)
+            self._delete_lines(client, expr)
             self._flush(client)
 
         for _ in range(DELETE_ATTEMPTS):
             await self._run_write(work)
-            if not await self.count(user_id):
+            if not await self.count(user_id) and not await self._lines_left(key, None):
                 return before
         raise LostDeleteError(f"{DELETE_ATTEMPTS} deletes of a user's fragments left some stored")
 
@@ -413,16 +482,24 @@ class FragmentStore:
         for _ in range(DELETE_ATTEMPTS):
             expr = ids_filter(key, left)
 
-            def work(client: MilvusClient, expr: str = expr) -> None:
+            def work(client: MilvusClient, expr: str = expr, gone: list[str] = left) -> None:
                 client.delete(self.collection, filter=expr, **opts)
+                self._delete_lines(client, _lines_of(key, gone))
                 self._flush(client)
 
             await self._run_write(work)
             # Read back: a delete that reported success yet left its row is done again.
+            lines = await self._lines_left(key, left)
             left = [row["pk"] for row in await self._rows(key, left, ["pk"])]
-            if not left:
+            if not left and not lines:
                 return len(present)
+            left = left or present
         raise LostDeleteError(f"{DELETE_ATTEMPTS} deletes left {len(left)} fragment(s) stored")
+
+
+def _lines_of(key: str, ids: list[str]) -> str:
+    """One user's line rows of the fragments `ids` (already passed through `storable_ids`)."""
+    return ids_filter(key, ids).replace(" and pk in [", " and fragment_id in [", 1)
 
 
 class WriteCalledOffError(RuntimeError):
