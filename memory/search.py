@@ -32,6 +32,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -206,13 +207,9 @@ class SearchIndex:
             raise ValueError(f"{len(vectors)} vectors for {len(docs)} documents")
         self.version = version
         self.docs = list(docs)
-        self.bm25 = BM25(
-            [token_list(normalise(f"{d.fragment.theme} {d.fragment.content}")) for d in docs]
-        )
         self.vectors = vectors
         self.lines = [split_lines(d.fragment.content) for d in self.docs]
         self.line_refs = [(d, n) for d, lines in enumerate(self.lines) for n in range(len(lines))]
-        self.line_bm25 = BM25([token_list(normalise(self.lines[d][n])) for d, n in self.line_refs])
         self._position = {d.fragment.id: i for i, d in enumerate(self.docs)}
         self._said = [d.created_at for d in self.docs]
         self._line_said = [self._said[d] for d, _ in self.line_refs]
@@ -222,6 +219,19 @@ class SearchIndex:
         self._gap_units = _units(render_line(GAP))
         self._continuation_units = _units(CONTINUATION)
         self._chain()
+
+    @cached_property
+    def bm25(self) -> BM25:
+        """BM25 over the fragments (theme and content); built when first asked."""
+        return BM25(
+            [token_list(normalise(f"{d.fragment.theme} {d.fragment.content}")) for d in self.docs]
+        )
+
+    @cached_property
+    def line_bm25(self) -> BM25:
+        """BM25 over the lines; built when first asked (a `CandidateIndex` never does: the
+        store scored its lines)."""
+        return BM25([token_list(normalise(self.lines[d][n])) for d, n in self.line_refs])
 
     def _terms(self, query: str) -> list[str]:
         terms = token_list(normalise(query))

@@ -37,10 +37,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from langchain_core.embeddings import Embeddings
-from pymilvus import AnnSearchRequest, MilvusClient, RRFRanker
+from pymilvus import AnnSearchRequest, MilvusClient, RRFRanker, WeightedRanker
 
 from mnemoflow.memory.lines import query_terms
-from mnemoflow.memory.search import RRF_K, CandidateIndex, SearchDoc
+from mnemoflow.memory.search import DENSE_WEIGHT, RRF_K, CandidateIndex, SearchDoc
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
 from mnemoflow.models.corpus import corpus_version, corpus_version_key
@@ -50,6 +50,10 @@ from mnemoflow.models.profile import UserProfile
 #: Lines the hybrid search returns (and each of its two requests reads): the line ranking of
 #: the in-process search reached a 1,200-token budget within its first ~60 lines on LoCoMo.
 CANDIDATE_LINES = 96
+#: How Milvus fuses the two rankings: "rrf" (reciprocal rank fusion, both sides alike) or
+#: "weighted" (each side's scores normalised, the dense side weighted `DENSE_WEIGHT`, as the
+#: in-process search weights it: on LoCoMo the lexical ranking is the stronger one).
+FUSION = "rrf"
 DEFAULT_COLLECTION = "mnemoflow_fragments"
 LINES_SUFFIX = "_lines"  # activities/line_rows.py names the line collection so
 #: Milvus Lite's partition-key buckets (as `activities/fragment_store.py` names them): Lite
@@ -311,8 +315,9 @@ def _hybrid(
         )
         ranked = list(found[0]) if found else []
         return [{**h, "distance": 1.0 / (RRF_K + n)} for n, h in enumerate(ranked, start=1)]
+    ranker: Any = WeightedRanker(1.0, DENSE_WEIGHT) if FUSION == "weighted" else RRFRanker(RRF_K)
     found = client.hybrid_search(
-        lines, requests, RRFRanker(RRF_K), limit=limit, output_fields=HIT_FIELDS, **opts
+        lines, requests, ranker, limit=limit, output_fields=HIT_FIELDS, **opts
     )
     return list(found[0]) if found else []
 
