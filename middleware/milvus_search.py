@@ -47,13 +47,20 @@ from mnemoflow.models.corpus import corpus_version, corpus_version_key
 from mnemoflow.models.ids import user_key, validate_user_id
 from mnemoflow.models.profile import UserProfile
 
-#: Lines the hybrid search returns (and each of its two requests reads): the line ranking of
-#: the in-process search reached a 1,200-token budget within its first ~60 lines on LoCoMo.
-CANDIDATE_LINES = 96
-#: How Milvus fuses the two rankings: "rrf" (reciprocal rank fusion, both sides alike) or
-#: "weighted" (each side's scores normalised, the dense side weighted `DENSE_WEIGHT`, as the
-#: in-process search weights it: on LoCoMo the lexical ranking is the stronger one).
-FUSION = "rrf"
+#: Lines the hybrid search returns, and how deep its BM25 request reads; the dense request
+#: reads DENSE_LINES (the in-process search read 48 fragments by cosine). Chosen on LoCoMo
+#: (five conversations, `benchmarks/_locomo_offline.py --simulate`, evidence recall at ~1,190
+#: tokens): RRF of 96 and 96 lines 0.654 (through Milvus Lite 0.651), weighted 96/96 0.704
+#: (Lite), weighted 256/48 0.726, weighted 128/48 0.728, RRF 256/48 and weighted-by-repeat
+#: RRF: docs/MEMORY_QUALITY.md.
+CANDIDATE_LINES = 128
+DENSE_LINES = 48
+#: How Milvus fuses the two rankings: "weighted" (each side's scores normalised, the dense
+#: side weighted `DENSE_WEIGHT`, as the in-process search weights it: on LoCoMo the lexical
+#: ranking is the stronger one) or "rrf" (reciprocal rank fusion, both sides alike: 0.65 on
+#: LoCoMo). Milvus Lite normalises each side min-max over its hits, the server by arctan
+#: (BM25) and (1 + cos) / 2: the order of the fused lines may differ between the engines.
+FUSION = "weighted"
 DEFAULT_COLLECTION = "mnemoflow_fragments"
 LINES_SUFFIX = "_lines"  # activities/line_rows.py names the line collection so
 #: Milvus Lite's partition-key buckets (as `activities/fragment_store.py` names them): Lite
@@ -295,8 +302,8 @@ def _hybrid(
             AnnSearchRequest(
                 data=[list(map(float, vector))],
                 anns_field="vector",
-                param={"metric_type": "COSINE", "params": {"ef": max(64, limit)}},
-                limit=limit,
+                param={"metric_type": "COSINE", "params": {"ef": max(64, DENSE_LINES)}},
+                limit=min(limit, DENSE_LINES),
                 expr=expr,
             )
         )
@@ -309,7 +316,7 @@ def _hybrid(
             anns_field=requests[0].anns_field,
             search_params=requests[0].param,
             filter=expr,
-            limit=limit,
+            limit=requests[0].limit,
             output_fields=HIT_FIELDS,
             **opts,
         )

@@ -16,12 +16,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 import mnemoflow.middleware.milvus_search as milvus_search
 from mnemoflow.activities.embeddings import HashingEmbeddings
 from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.middleware.milvus_search import MilvusSearch
 from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.corpus import corpus_version, corpus_version_key
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.ids import fragment_id, user_key
 
@@ -154,31 +157,54 @@ async def test_a_fragment_stored_again_keeps_only_its_new_lines(
 
 async def test_forget_during_a_search_leaves_the_candidates_in_the_same_step(
     store: FragmentStore,
-    searcher: MilvusSearch,
+    milvus_uri: str,
+    redis_url: str,
+    unique_name: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The store deletes a fragment between the hybrid search (which returned its line) and
-    the rest of the search: the fragment collection is the authority, so it is not injected."""
+    """The worker forgets a fragment (the store's delete, then the corpus version's bump)
+    between the hybrid search (which returned its line) and the rest of the search: the
+    fragment collection is the authority, so it is not injected; and the search says it read
+    the version before the forget, so a model call that reads the new one searches again."""
+    redis = aioredis.Redis.from_url(redis_url)
+    corpus = SearchCorpus(redis, f"{unique_name}:", entries=False)
+    searcher = MilvusSearch(
+        milvus_uri, collection=store.collection, redis=redis, key_prefix=f"{unique_name}:"
+    )
     secret = "User: my locker code is 4471 at the gym"
     await _history(store, "eve", secret)
+    await corpus.add([frag("eve", 1, FILLER)], [[0.0]])  # a version to start from
+    before = corpus_version(await redis.get(corpus_version_key(f"{unique_name}:", "eve")))
     gone = fragment_id("eve", 3, 0)
     loop = asyncio.get_running_loop()
     real = milvus_search._neighbours
     seen: list[str] = []
 
+    async def forget() -> None:
+        await store.delete("eve", [gone])
+        await corpus.remove("eve", [gone])
+
     def forget_meanwhile(client: Any, lines: str, key: str, spans: Any, opts: Any) -> Any:
         seen.extend(spans)  # the hybrid search found the line
-        asyncio.run_coroutine_threadsafe(store.delete("eve", [gone]), loop).result(30)
+        asyncio.run_coroutine_threadsafe(forget(), loop).result(30)
         return real(client, lines, key, spans, opts)
 
     monkeypatch.setattr(milvus_search, "_neighbours", forget_meanwhile)
-    found = await searcher.search("eve", "locker code gym", CONFIG, NOW)
-    assert gone in seen
-    assert "4471" not in "\n".join(f.content for f in found)
-    monkeypatch.undo()
-    # and the delete took its lines with it
-    assert await store._lines_left(user_key("eve"), [gone]) == 0
-    assert "4471" not in await _text(searcher, "eve", "locker code gym")
+    try:
+        found = await searcher.search("eve", "locker code gym", CONFIG, NOW)
+        after = corpus_version(await redis.get(corpus_version_key(f"{unique_name}:", "eve")))
+        assert gone in seen
+        assert "4471" not in "\n".join(f.content for f in found)
+        assert getattr(found, "version", None) == before != after
+        monkeypatch.undo()
+        # and the delete took its lines with it
+        assert await store._lines_left(user_key("eve"), [gone]) == 0
+        again = await searcher.search("eve", "locker code gym", CONFIG, NOW)
+        assert "4471" not in "\n".join(f.content for f in again)
+        assert getattr(again, "version", None) == after
+    finally:
+        await searcher.close()
+        await redis.aclose()
 
 
 async def test_a_line_whose_fragment_is_gone_is_no_candidate(
