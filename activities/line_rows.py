@@ -4,8 +4,8 @@ call").
 
 A row holds the line verbatim, its analysed terms (`memory.lines.indexed_terms`, which a BM25
 function turns into a sparse field), its fragment's vector (the dense side of the hybrid
-search), and where the line stands: its fragment's id and its position there, the fragment's
-thread (as a digest) and span. The user key is the partition key, as in the fragment collection.
+search), and where the line stands: its fragment's id and its position there. The user key
+is the partition key, as in the fragment collection.
 The fragment store writes and deletes these rows in the same call as the fragment's own row
 (`activities/fragment_store.py`), so a forgotten fragment's lines go with it; the reader checks
 every candidate against the fragment collection anyway, which stays the one authority.
@@ -27,7 +27,7 @@ from mnemoflow.activities.fragment_rows import (
     checked_user,
     clip,
 )
-from mnemoflow.memory.lines import indexed_terms, line_id, line_texts, thread_key
+from mnemoflow.memory.lines import indexed_terms, line_id, line_texts
 from mnemoflow.models.fragments import Fragment
 
 #: The line collection of a fragment collection is named after it.
@@ -38,7 +38,6 @@ LINE_PK_MAX_BYTES = PK_MAX_BYTES + 16
 ANALYZER = {"tokenizer": "standard"}
 #: BM25's parameters, as the in-process search had them (`memory.search.BM25_K1`, `BM25_B`).
 BM25_PARAMS = {"bm25_k1": 1.2, "bm25_b": 0.75}
-LINE_FIELDS = ["pk", "fragment_id", "position", "thread_key", "start_pos", "end_pos"]
 
 
 def lines_collection(fragments_collection: str) -> str:
@@ -55,9 +54,6 @@ def build_line_schema(dim: int) -> Any:
     )
     schema.add_field("fragment_id", DataType.VARCHAR, max_length=PK_MAX_BYTES)
     schema.add_field("position", DataType.INT64)
-    schema.add_field("thread_key", DataType.VARCHAR, max_length=USER_KEY_MAX_BYTES)
-    schema.add_field("start_pos", DataType.INT64)
-    schema.add_field("end_pos", DataType.INT64)
     schema.add_field("text", DataType.VARCHAR, max_length=CONTENT_MAX_BYTES)
     schema.add_field(
         "terms",
@@ -88,14 +84,12 @@ def line_index_params(vector_index: Any) -> Any:
         params=BM25_PARAMS,
     )
     vector_index.add_index("fragment_id", index_type="INVERTED")
-    vector_index.add_index("thread_key", index_type="INVERTED")
     return vector_index
 
 
 def line_rows(fragment: Fragment, vector: list[float]) -> list[dict[str, Any]]:
     """The rows of a fragment's lines (text trimmed to the column limits)."""
     key = checked_user(fragment.user_id)
-    thread = thread_key(fragment.thread_id) if fragment.thread_id else ""
     rows = []
     for n, text in enumerate(line_texts(fragment.content)):
         rows.append(
@@ -104,9 +98,6 @@ def line_rows(fragment: Fragment, vector: list[float]) -> list[dict[str, Any]]:
                 "user_key": key,
                 "fragment_id": fragment.id,
                 "position": n,
-                "thread_key": thread,
-                "start_pos": int(fragment.start_pos),
-                "end_pos": int(fragment.end_pos),
                 "text": clip(text, CONTENT_MAX_BYTES),
                 "terms": clip(indexed_terms(text), CONTENT_MAX_BYTES),
                 "vector": vector,

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from mnemoflow.memory.search import DROP_QUESTION_WORDS, split_lines
 from mnemoflow.memory.text import QUESTION_TOKENS, normalise, token_list
 
-__all__ = ["indexed_terms", "line_id", "line_texts", "query_terms", "term_token", "thread_key"]
+__all__ = ["indexed_terms", "line_id", "line_texts", "query_terms", "term_token"]
 
 #: Hex digits of a term's digest: 12 (48 bits) keep collisions below 1e-6 among 10^4 distinct
 #: terms of one user's lines, and a line's field short.
@@ -60,9 +60,3 @@ def line_texts(content: str) -> list[str]:
 def line_id(fragment_id: str, position: int) -> str:
     """A line row's primary key: its fragment's id and its position there."""
     return f"{fragment_id}{LINE_SEPARATOR}{position}"
-
-
-def thread_key(thread_id: str) -> str:
-    """A thread as a line row names it: a hex digest (thread ids are any text, and a filter
-    expression must never hold one)."""
-    return hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:32]

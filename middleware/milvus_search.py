@@ -7,18 +7,21 @@ those, with the code the in-process search runs (`memory.search.CandidateIndex`)
 1. one hybrid search of the line collection (`activities/line_rows.py`, one row per line of
    every fragment): BM25 over the lines' analysed terms (`memory.lines.query_terms`, the
    tokenisation of the in-process search) and the fragments' vectors against the question's,
-   fused by Milvus (RRF), restricted to the user by the partition key;
-2. one query for the fragments next to the candidates in their threads (line rows carry a
-   digest of the thread and the fragment's span), for the windows of neighbouring lines;
-3. one query of the fragment collection for those fragments by id, strongly consistent. The
-   fragment collection is the one authority: a line whose fragment is not there (forgotten, or
-   its delete still in flight) is no candidate, so a forget takes effect for the search in the
-   step that deletes the fragment's row.
+   fused by Milvus (weighted, the dense side at `memory.search.DENSE_WEIGHT`), restricted to
+   the user by the partition key;
+2. one query of the fragment collection for the candidates' fragments by id, strongly
+   consistent. The fragment collection is the one authority: a line whose fragment is not
+   there (forgotten, or its delete still in flight) is no candidate, so a forget takes effect
+   for the search in the step that deletes the fragment's row.
 
 Then the memory formula, the line ranking, the windows and the packing run on those few
-fragments in this process. The question is embedded here, as for the in-process search
-(`middleware/search.py`). Every Milvus call has a deadline (`timeout_s`); the model call waits
-for the search at most `MemoryConfig.search_deadline_s`, then uses the published context.
+fragments in this process. A window crosses into the fragment said just before or after only
+when that fragment is a candidate too: fetching the candidates' neighbours as well (a third
+read) injected less evidence on LoCoMo (0.728 against 0.737, `benchmarks/_locomo_offline.py
+--simulate`), their lines taking the room of better-ranked ones. The question is embedded
+here, as for the in-process search (`middleware/search.py`). Every Milvus call has a deadline
+(`timeout_s`); the model call waits for the search at most `MemoryConfig.search_deadline_s`,
+then uses the published context.
 
 The corpus version (`models.corpus.corpus_version_key`, which the worker still bumps on every
 write and delete) is read before Milvus is asked, so a search that a forget in another process
@@ -79,7 +82,7 @@ FRAGMENT_FIELDS = [
     "start_pos",
     "end_pos",
 ]
-HIT_FIELDS = ["fragment_id", "position", "thread_key", "start_pos", "end_pos"]
+HIT_FIELDS = ["fragment_id", "position"]
 _HEX = re.compile(r"[0-9a-f]{1,64}")
 # Fragment ids as the store admits them (`activities/fragment_rows.py`, `is_valid_id`): only
 # such ids go into a filter expression.
@@ -254,11 +257,10 @@ def candidate_index(
     limit: int = CANDIDATE_LINES,
     version: int = 0,
 ) -> CandidateIndex:
-    """The three reads of the module docstring, as a `CandidateIndex` (blocking)."""
+    """The two reads of the module docstring, as a `CandidateIndex` (blocking)."""
     hits = _hybrid(client, lines, key, query, vector, opts, limit)
     line_scores: dict[tuple[str, int], float] = {}
     relevance: dict[str, float] = {}
-    spans: dict[str, tuple[str, int, int]] = {}
     for hit in hits:
         entity = hit.get("entity", hit)
         fid, score = str(entity["fragment_id"]), float(hit["distance"])
@@ -266,9 +268,7 @@ def candidate_index(
             continue
         line_scores[(fid, int(entity["position"]))] = score
         relevance[fid] = max(relevance.get(fid, 0.0), score)
-        spans[fid] = (str(entity["thread_key"]), int(entity["start_pos"]), int(entity["end_pos"]))
-    wanted = set(relevance) | _neighbours(client, lines, key, spans, opts)
-    fragments = _fragments(client, collection, key, sorted(wanted), opts)
+    fragments = _fragments(client, collection, key, sorted(relevance), opts)
     docs = [SearchDoc(f, f.created_at, count) for f, count in fragments]
     docs.sort(key=lambda d: (d.created_at, d.fragment.id))
     return CandidateIndex(docs, relevance, line_scores, version)
@@ -327,37 +327,6 @@ def _hybrid(
         lines, requests, ranker, limit=limit, output_fields=HIT_FIELDS, **opts
     )
     return list(found[0]) if found else []
-
-
-def _neighbours(
-    client: MilvusClient,
-    lines: str,
-    key: str,
-    spans: dict[str, tuple[str, int, int]],
-    opts: dict[str, Any],
-) -> set[str]:
-    """The fragments said just before or after a candidate in its thread."""
-    edges = {(t, s, e) for t, s, e in spans.values() if t and e > s}
-    if not edges:
-        return set()
-    threads = sorted({_hex(t) for t, _, _ in edges})
-    starts = sorted({s for _, s, _ in edges})
-    ends = sorted({e for _, _, e in edges})
-    expr = (
-        f"{_user(key)} and thread_key in [{_strings(threads)}] and "
-        f"(end_pos in {starts} or start_pos in {ends})"
-    )
-    rows = client.query(lines, filter=expr, output_fields=HIT_FIELDS, limit=_QUERY_WINDOW, **opts)
-    before = {(t, s) for t, s, _ in edges}
-    after = {(t, e) for t, _, e in edges}
-    found = set()
-    for row in rows:
-        t, s, e = str(row["thread_key"]), int(row["start_pos"]), int(row["end_pos"])
-        if (t, e) in before or (t, s) in after:
-            fid = str(row["fragment_id"])
-            if _ID.fullmatch(fid):
-                found.add(fid)
-    return found
 
 
 def _fragments(

@@ -140,7 +140,8 @@ async def test_the_window_crosses_into_the_next_fragment_of_the_thread(
     found = await searcher.search("cy", "Where did Mia move?", CONFIG, NOW)
     by_id = {f.id: f.content for f in found}
     assert first[2] in by_id[fragment_id("cy", 1, 0)]
-    assert after[0] in by_id[fragment_id("cy", 2, 0)]  # a neighbour the hybrid search missed
+    # the next turn, in the next fragment of the thread (a candidate too, by its vector)
+    assert after[0] in by_id[fragment_id("cy", 2, 0)]
 
 
 async def test_a_fragment_stored_again_keeps_only_its_new_lines(
@@ -177,19 +178,19 @@ async def test_forget_during_a_search_leaves_the_candidates_in_the_same_step(
     before = corpus_version(await redis.get(corpus_version_key(f"{unique_name}:", "eve")))
     gone = fragment_id("eve", 3, 0)
     loop = asyncio.get_running_loop()
-    real = milvus_search._neighbours
+    real = milvus_search._fragments
     seen: list[str] = []
 
     async def forget() -> None:
         await store.delete("eve", [gone])
         await corpus.remove("eve", [gone])
 
-    def forget_meanwhile(client: Any, lines: str, key: str, spans: Any, opts: Any) -> Any:
-        seen.extend(spans)  # the hybrid search found the line
+    def forget_meanwhile(client: Any, collection: str, key: str, ids: Any, opts: Any) -> Any:
+        seen.extend(ids)  # the hybrid search found the line
         asyncio.run_coroutine_threadsafe(forget(), loop).result(30)
-        return real(client, lines, key, spans, opts)
+        return real(client, collection, key, ids, opts)
 
-    monkeypatch.setattr(milvus_search, "_neighbours", forget_meanwhile)
+    monkeypatch.setattr(milvus_search, "_fragments", forget_meanwhile)
     try:
         found = await searcher.search("eve", "locker code gym", CONFIG, NOW)
         after = corpus_version(await redis.get(corpus_version_key(f"{unique_name}:", "eve")))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import mnemoflow.memory.search as search
-from mnemoflow.memory.lines import indexed_terms, line_id, query_terms, term_token, thread_key
+from mnemoflow.memory.lines import indexed_terms, line_id, query_terms, term_token
 from mnemoflow.memory.prompt import memory_tokens
 from mnemoflow.memory.search import CandidateIndex, SearchDoc, SearchIndex, fragment_cost
 from mnemoflow.memory.text import normalise, token_list
@@ -136,10 +136,8 @@ def test_indexed_terms_are_the_in_process_search_s_tokens() -> None:
     assert query_terms("what?") == term_token("what")
 
 
-def test_line_ids_and_thread_keys_are_filter_safe() -> None:
+def test_a_line_id_is_its_fragment_s_and_its_position() -> None:
     assert line_id("abc-r1-f0", 3) == "abc-r1-f0#3"
-    key = thread_key('a "thread" with\nanything')
-    assert len(key) == 32 and all(c in "0123456789abcdef" for c in key)
 
 
 def test_a_one_window_budget_takes_the_best_line_and_its_neighbours() -> None:
