@@ -116,6 +116,10 @@ def main() -> int:
     parser.add_argument("--ranks", action="store_true", help="where missed evidence ranked")
     parser.add_argument("--milvus", default="", help="a Milvus URI: search served by Milvus")
     parser.add_argument(
+        "--flush-rows", type=int, default=64, help="the store's flush_rows with --milvus"
+    )
+    parser.add_argument("--out", default="", help="also write benchmarks/results/<out>.json")
+    parser.add_argument(
         "--simulate",
         default="",
         help="rrf:L or weighted:L: Milvus's candidate step imitated in process (to sweep)",
@@ -161,7 +165,7 @@ def main() -> int:
     started = time.perf_counter()
     for conv in convs:
         frags = asyncio.run(fragments_of(conv, "u"))
-        served = _served(args.milvus, emb, frags) if args.milvus else None
+        served = _served(args.milvus, emb, frags, args.flush_rows) if args.milvus else None
         vectors = _unit(emb.embed_documents([f.content for f in frags]))
         docs = [SearchDoc(ContextFragment.of(f), f.created_at, 0) for f in frags]
         index = SearchIndex(docs, vectors)
@@ -218,6 +222,10 @@ def main() -> int:
     out["median_tokens"] = sorted(tokens)[len(tokens) // 2]
     out["s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out))
+    if args.out:
+        from _common import write_result
+
+        write_result(args.out, {"evidence_recall": out}, args)
     for cat, tally in sorted(ranks.items()):
         print(cat, json.dumps({k: tally[k] for k in RANK_BUCKETS if tally[k]}))
     return 0
@@ -283,7 +291,7 @@ def _simulated(index: Any, how: str, question: str, qv: Any) -> Any:
     return CandidateIndex(docs, relevance, lines)
 
 
-def _served(uri: str, emb: Any, frags: list[Any]) -> Any:
+def _served(uri: str, emb: Any, frags: list[Any], flush_rows: int = 64) -> Any:
     """A fresh fragment collection with the conversation's fragments and lines, and the
     agent's Milvus search over it."""
     import uuid
@@ -291,12 +299,15 @@ def _served(uri: str, emb: Any, frags: list[Any]) -> Any:
     from mnemoflow.activities.fragment_store import FragmentStore
     from mnemoflow.middleware.milvus_search import MilvusSearch
 
-    store = FragmentStore(uri, emb, collection=f"locomo_{uuid.uuid4().hex[:10]}", lines=True)
+    name = f"locomo_{uuid.uuid4().hex[:10]}"
+    store = FragmentStore(uri, emb, collection=name, lines=True, flush_rows=flush_rows)
 
     async def fill() -> None:
         await store.ensure()
         for start in range(0, len(frags), 256):
             await store.upsert(frags[start : start + 256])
+        if not flush_rows:  # everything in one segment: Lite keeps BM25 statistics per segment
+            await store._run_write(lambda c: (c.flush(name), c.flush(f"{name}_lines")))
         await store.close()
 
     asyncio.run(fill())
