@@ -257,6 +257,16 @@ def _simulated(index: Any, how: str, question: str, qv: Any) -> Any:
         for ranking, w in ((lex_top, float(times)), (dense_top, 1.0)):
             for rank, r in enumerate(ranking, 1):
                 fused[r] = fused.get(r, 0.0) + w / (RRF_K + rank)
+    elif kind.startswith("atan"):
+        # Milvus's WeightedRanker (norm_score, as Lite and the server run it): BM25 through
+        # 2/pi atan, cosine through (1 + cos) / 2; "atan0.05": the dense weight
+        import math
+
+        w_dense = float(kind[4:] or DENSE_WEIGHT)
+        for r in lex_top:
+            fused[r] = fused.get(r, 0.0) + 2.0 * math.atan(lex[r]) / math.pi
+        for r in dense_top:
+            fused[r] = fused.get(r, 0.0) + w_dense * (1.0 + dense[r]) / 2.0
     else:
         for ranking, scores, w in ((lex_top, lex, 1.0), (dense_top, dense, DENSE_WEIGHT)):
             if not ranking:

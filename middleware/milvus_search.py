@@ -7,8 +7,8 @@ those, with the code the in-process search runs (`memory.search.CandidateIndex`)
 1. one hybrid search of the line collection (`activities/line_rows.py`, one row per line of
    every fragment): BM25 over the lines' analysed terms (`memory.lines.query_terms`, the
    tokenisation of the in-process search) and the fragments' vectors against the question's,
-   fused by Milvus (weighted, the dense side at `memory.search.DENSE_WEIGHT`), restricted to
-   the user by the partition key;
+   fused by Milvus (weighted, the dense side at FUSED_DENSE_WEIGHT), restricted to the user by
+   the partition key;
 2. one query of the fragment collection for the candidates' fragments by id, strongly
    consistent. The fragment collection is the one authority: a line whose fragment is not
    there (forgotten, or its delete still in flight) is no candidate, so a forget takes effect
@@ -43,26 +43,27 @@ from langchain_core.embeddings import Embeddings
 from pymilvus import AnnSearchRequest, MilvusClient, RRFRanker, WeightedRanker
 
 from mnemoflow.memory.lines import query_terms
-from mnemoflow.memory.search import DENSE_WEIGHT, RRF_K, CandidateIndex, SearchDoc
+from mnemoflow.memory.search import RRF_K, CandidateIndex, SearchDoc
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
 from mnemoflow.models.corpus import corpus_version, corpus_version_key
 from mnemoflow.models.ids import user_key, validate_user_id
 from mnemoflow.models.profile import UserProfile
 
-#: Lines the hybrid search returns, and how deep its BM25 request reads; the dense request
-#: reads DENSE_LINES (the in-process search read 48 fragments by cosine). Chosen on LoCoMo
-#: (five conversations, `benchmarks/_locomo_offline.py --simulate`, evidence recall at ~1,190
-#: tokens): RRF of 96 and 96 lines 0.654 (through Milvus Lite 0.651), weighted 96/96 0.704
-#: (Lite), weighted 256/48 0.726, weighted 128/48 0.728, RRF 256/48 and weighted-by-repeat
-#: RRF: docs/MEMORY_QUALITY.md.
+#: Lines the hybrid search returns and its BM25 request reads (CANDIDATE_LINES), lines its
+#: dense request reads (DENSE_LINES), and the dense side's weight in Milvus's weighted fusion
+#: (`WeightedRanker`, which both Milvus Lite and the server normalise alike: BM25 scores
+#: through 2/pi atan, cosines as (1 + cos) / 2). Chosen on LoCoMo (five conversations,
+#: evidence recall at ~1,190 tokens, `benchmarks/_locomo_offline.py`; `--simulate` imitates
+#: this step in process, within 0.01 of Milvus Lite): RRF of both sides alike 0.65; weighted,
+#: dense at 0.15 (the in-process fusion's weight, but atan compresses BM25's spread, so the
+#: dense side counts for more here) 0.70-0.71; at 0.02 / 0.03 / 0.05 / 0.08 with 128 and 48
+#: lines 0.718 / 0.722 / 0.720 / 0.720; 0.05 with 128 and 96 lines 0.725; 256 BM25 lines 0.712.
 CANDIDATE_LINES = 128
-DENSE_LINES = 48
-#: How Milvus fuses the two rankings: "weighted" (each side's scores normalised, the dense
-#: side weighted `DENSE_WEIGHT`, as the in-process search weights it: on LoCoMo the lexical
-#: ranking is the stronger one) or "rrf" (reciprocal rank fusion, both sides alike: 0.65 on
-#: LoCoMo). Milvus Lite normalises each side min-max over its hits, the server by arctan
-#: (BM25) and (1 + cos) / 2: the order of the fused lines may differ between the engines.
+DENSE_LINES = 96
+FUSED_DENSE_WEIGHT = 0.05
+#: How Milvus fuses the two rankings: "weighted" (above) or "rrf" (reciprocal rank fusion,
+#: both sides alike).
 FUSION = "weighted"
 DEFAULT_COLLECTION = "mnemoflow_fragments"
 LINES_SUFFIX = "_lines"  # activities/line_rows.py names the line collection so
@@ -322,7 +323,9 @@ def _hybrid(
         )
         ranked = list(found[0]) if found else []
         return [{**h, "distance": 1.0 / (RRF_K + n)} for n, h in enumerate(ranked, start=1)]
-    ranker: Any = WeightedRanker(1.0, DENSE_WEIGHT) if FUSION == "weighted" else RRFRanker(RRF_K)
+    ranker: Any = (
+        WeightedRanker(1.0, FUSED_DENSE_WEIGHT) if FUSION == "weighted" else RRFRanker(RRF_K)
+    )
     found = client.hybrid_search(
         lines, requests, ranker, limit=limit, output_fields=HIT_FIELDS, **opts
     )
