@@ -51,6 +51,7 @@ from pymilvus import MilvusClient, MilvusException
 from mnemoflow.activities.fragment_collection import (
     QUERY_WINDOW,
     create_if_missing,
+    index_params,
     nearest,
     not_loaded,
     query_all,
@@ -69,6 +70,12 @@ from mnemoflow.activities.fragment_rows import (
     to_fragment,
     to_row,
     user_filter,
+)
+from mnemoflow.activities.line_rows import (
+    build_line_schema,
+    line_index_params,
+    line_rows,
+    lines_collection,
 )
 from mnemoflow.activities.lite_writes import lite_write
 from mnemoflow.activities.store_epochs import StoreEpochs
@@ -127,14 +134,19 @@ class FragmentStore:
         timeout_s: float = 30.0,
         flush_rows: int = FLUSH_ROWS,
         epochs: StoreEpochs | None = None,
+        lines: bool = False,
     ) -> None:
         """`epochs`: the users' forget epoch records every write that carries an epoch is
-        checked against (the worker wiring always gives one; None: writes are not checked)."""
+        checked against (the worker wiring always gives one; None: writes are not checked).
+        `lines`: also keep one row per line of every fragment in the line collection
+        (`activities/line_rows.py`), which the per-call search served by Milvus reads; the
+        fragment's lines are written and deleted in the same call as the fragment."""
         resolved_dim = dim if dim is not None else getattr(embeddings, "dim", None)
         if not isinstance(resolved_dim, int) or resolved_dim < 1:
             raise ValueError("pass dim= (the embedder has no integer `dim` attribute)")
         self.uri = uri
         self.collection = collection
+        self.lines_collection = lines_collection(collection) if lines else None
         self.dim = resolved_dim
         self.index_type = index_type.upper()
         self.timeout_s = timeout_s
@@ -247,9 +259,10 @@ class FragmentStore:
         overtaken = [u for u in rows if self.epochs.current(u) > epoch]
         if overtaken:
             for user_id in overtaken:
-                self._call(
-                    partial(self._delete_rows, ids_filter(checked_user(user_id), rows[user_id]))
-                )
+                key = checked_user(user_id)
+                self._call(partial(self._delete_rows, ids_filter(key, rows[user_id])))
+                lines_expr = _lines_of(key, rows[user_id])
+                self._call(partial(_delete_line_rows, self, lines_expr))
             self._call(lambda c: self._flush(c))
             self.epochs.refused += 1  # counted once its rows are gone again
             log.warning("a store write overtaken by a forget took its rows out again")
@@ -303,12 +316,46 @@ class FragmentStore:
             if rows is not None and self._unflushed < self.flush_rows:
                 return
             client.flush(self.collection, **self._opts())
+            if self.lines_collection is not None:
+                client.flush(self.lines_collection, **self._opts())
             self._unflushed = 0
             FragmentStore.flushes_total += 1
 
     def _write(self, client: MilvusClient, rows: Rows) -> None:
         client.upsert(self.collection, rows, **self._opts())
         self._flush(client, len(rows))
+
+    def _write_lines(
+        self, client: MilvusClient, written: list[tuple[Fragment, list[float]]]
+    ) -> None:
+        """The written fragments' line rows, in place of the lines they had (a fragment stored
+        again may have fewer lines); with the fragments' own write, under the same lock."""
+        if self.lines_collection is None or not written:
+            return
+        by_user: dict[str, list[str]] = {}
+        for f, _ in written:
+            by_user.setdefault(checked_user(f.user_id), []).append(f.id)
+        for key, ids in by_user.items():
+            client.delete(self.lines_collection, filter=_lines_of(key, ids), **self._opts())
+        rows = [row for f, v in written for row in line_rows(f, v)]
+        if rows:
+            client.upsert(self.lines_collection, rows, **self._opts())
+
+    def _delete_lines(self, client: MilvusClient, expr: str) -> None:
+        """Delete line rows (before the delete's flush, which flushes both collections)."""
+        if self.lines_collection is not None:
+            client.delete(self.lines_collection, filter=expr, **self._opts())
+
+    async def _lines_left(self, key: str, ids: list[str] | None) -> int:
+        """How many line rows of the user (of the fragments `ids`, None: all) are stored."""
+        if self.lines_collection is None:
+            return 0
+        expr = user_filter(key) if ids is None else _lines_of(key, ids)
+        opts, name = self._read_opts(key), self.lines_collection
+        rows = await self._run(
+            lambda c: c.query(name, filter=expr, output_fields=["count(*)"], **opts)
+        )
+        return int(rows[0]["count(*)"]) if rows else 0
 
     async def close(self) -> None:
         """Close the connection (a later call reconnects)."""
@@ -334,9 +381,24 @@ class FragmentStore:
                 client, self.collection, self.dim, self.index_type, opts
             )
             client.load_collection(self.collection, **opts)
+            if self.lines_collection is not None:
+                self._ensure_lines(client, opts)
             self._lite_buckets = _has_lite_buckets(client, self.collection, opts)
 
         await self._run_write(work)
+
+    def _ensure_lines(self, client: MilvusClient, opts: dict[str, Any]) -> None:
+        name = self.lines_collection
+        assert name is not None
+        if not client.has_collection(name, **opts):
+            schema = build_line_schema(self.dim)
+            index = line_index_params(index_params(self.index_type))
+            try:
+                client.create_collection(name, schema=schema, index_params=index, **opts)
+            except MilvusException:
+                if not client.has_collection(name, **opts):
+                    raise
+        client.load_collection(name, **opts)
 
     async def upsert(self, fragments: list[Fragment], *, epoch: int | None = None) -> list[str]:
         """Embed and upsert fragments (same ids -> same rows); returns the ids written.
@@ -365,9 +427,15 @@ class FragmentStore:
         # The last of a repeated id wins, within a batch as across batches.
         written = {f.id: (f, v) for f, v in zip(fragments, vectors, strict=True)}
         rows = [to_row(f, v, notes=self._notes) for f, v in written.values()]
-        guard = self._guard([f for f, _ in written.values()], epoch)
-        await self._run_write(lambda c: self._write(c, rows), guard)
-        return list(written.values())
+        pairs = list(written.values())
+        guard = self._guard([f for f, _ in pairs], epoch)
+
+        def work(client: MilvusClient) -> None:
+            self._write_lines(client, pairs)
+            self._write(client, rows)  # flushes both collections when it flushes
+
+        await self._run_write(work, guard)
+        return pairs
 
     async def _rows(self, key: str, ids: list[str], fields: list[str]) -> Rows:
         if not ids:
@@ -484,18 +552,20 @@ class FragmentStore:
         """Delete every fragment of the user; returns how many there were. `epoch`: the user's
         new forget epoch, recorded before anything is deleted, so that no write asked for
         before it lands afterwards (`_checked`)."""
-        expr, opts = user_filter(checked_user(user_id)), self._opts()
+        key = checked_user(user_id)
+        expr, opts = user_filter(key), self._opts()
         if epoch is not None and self.epochs is not None:
             await asyncio.to_thread(self.epochs.advance, user_id, epoch)
         before = await self.count(user_id)
 
         def work(client: MilvusClient) -> None:
             client.delete(self.collection, filter=expr, **opts)
+            self._delete_lines(client, expr)
             self._flush(client)
 
         for _ in range(DELETE_ATTEMPTS):
             await self._run_write(work)
-            if not await self.count(user_id):
+            if not await self.count(user_id) and not await self._lines_left(key, None):
                 return before
         raise LostDeleteError(f"{DELETE_ATTEMPTS} deletes of a user's fragments left some stored")
 
@@ -509,16 +579,24 @@ class FragmentStore:
         for _ in range(DELETE_ATTEMPTS):
             expr = ids_filter(key, left)
 
-            def work(client: MilvusClient, expr: str = expr) -> None:
+            def work(client: MilvusClient, expr: str = expr, gone: list[str] = left) -> None:
                 client.delete(self.collection, filter=expr, **opts)
+                self._delete_lines(client, _lines_of(key, gone))
                 self._flush(client)
 
             await self._run_write(work)
             # Read back: a delete that reported success yet left its row is done again.
+            lines = await self._lines_left(key, left)
             left = [row["pk"] for row in await self._rows(key, left, ["pk"])]
-            if not left:
+            if not left and not lines:
                 return len(present)
+            left = left or present
         raise LostDeleteError(f"{DELETE_ATTEMPTS} deletes left {len(left)} fragment(s) stored")
+
+
+def _lines_of(key: str, ids: list[str]) -> str:
+    """One user's line rows of the fragments `ids` (already passed through `storable_ids`)."""
+    return ids_filter(key, ids).replace(" and pk in [", " and fragment_id in [", 1)
 
 
 class WriteCalledOffError(RuntimeError):
@@ -542,3 +620,8 @@ def _has_lite_buckets(client: MilvusClient, collection: str, opts: dict[str, Any
     except MilvusException:
         return False
     return lite and names >= {f"{LITE_BUCKET_PREFIX}{i}" for i in range(LITE_BUCKETS)}
+
+
+def _delete_line_rows(store: FragmentStore, expr: str, client: MilvusClient) -> None:
+    """A write's line rows taken out again (`FragmentStore._checked`)."""
+    store._delete_lines(client, expr)

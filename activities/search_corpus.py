@@ -32,7 +32,18 @@ log = logging.getLogger(__name__)
 class SearchCorpus:
     """Add, remove and drop users' corpus entries; one instance per worker process."""
 
-    def __init__(self, redis: str | aioredis.Redis, prefix: str, *, timeout_s: float = 2.0):
+    def __init__(
+        self,
+        redis: str | aioredis.Redis,
+        prefix: str,
+        *,
+        timeout_s: float = 2.0,
+        entries: bool = True,
+    ):
+        """`entries=False`: the per-call search reads Milvus (`FragmentStore(lines=True)`), so
+        no fragment is written here; only the version counter moves, as before, on every
+        write and delete (docs/ARCHITECTURE.md, "Read path")."""
+        self.entries = entries
         if isinstance(redis, str):
             redis = aioredis.Redis.from_url(
                 redis, retry=None, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
@@ -48,13 +59,14 @@ class SearchCorpus:
         """Write the fragments (same id: replaced) and bump each user's version, atomically."""
         by_user: dict[str, dict[str | bytes, str | bytes]] = {}
         for frag, vec in zip(fragments, vectors, strict=True):
-            entry = CorpusEntry.of_stored(frag, vec)
-            by_user.setdefault(frag.user_id, {})[frag.id] = entry.model_dump_json()
+            entry = CorpusEntry.of_stored(frag, vec).model_dump_json() if self.entries else ""
+            by_user.setdefault(frag.user_id, {})[frag.id] = entry
         if not by_user:
             return
         async with self._redis.pipeline(transaction=True) as pipe:
             for user_id, mapping in by_user.items():
-                pipe.hset(corpus_key(self.prefix, user_id), mapping=mapping)  # type: ignore[arg-type]
+                if self.entries:
+                    pipe.hset(corpus_key(self.prefix, user_id), mapping=mapping)  # type: ignore[arg-type]
                 pipe.eval(BUMP_VERSION, 1, corpus_version_key(self.prefix, user_id))
             await pipe.execute()
 
@@ -86,6 +98,8 @@ class SearchCorpus:
         corpus, they can miss a fragment written and added in between (a remember during the
         step): an entry they do not name is dropped only after the store is asked again.
         """
+        if not self.entries:
+            return
         try:
             have = await self.ids(user_id)
             if stored_ids is None:
@@ -110,7 +124,8 @@ class SearchCorpus:
         if not ids:
             return
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hdel(corpus_key(self.prefix, user_id), *ids)
+            if self.entries:
+                pipe.hdel(corpus_key(self.prefix, user_id), *ids)
             pipe.eval(BUMP_VERSION, 1, corpus_version_key(self.prefix, user_id))
             await pipe.execute()
 

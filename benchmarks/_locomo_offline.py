@@ -7,6 +7,12 @@ real run has (question threads handed over as memory, reinforcement, the induced
 exact timing), so its figures are a guide; the committed figures come from benchmarks/locomo.py.
 
     python benchmarks/_locomo_offline.py [--conversations N] [--questions N] [--ranks]
+        [--milvus URI]
+
+`--milvus URI` runs each question through the search served by Milvus instead
+(`middleware/milvus_search.py`: the conversation's fragments stored with their lines by the
+worker's `FragmentStore`, candidates from one hybrid search, ranked in process); the
+in-process index is then used only for `--ranks`.
 
 `--ranks` also prints, per category, how many evidence turns were injected and where the
 search's line ranking (`SearchIndex.line_ranking`) put the ones that were not.
@@ -110,6 +116,16 @@ def main() -> int:
     parser.add_argument("--weights", default="")
     parser.add_argument("--question-threads", action="store_true")
     parser.add_argument("--ranks", action="store_true", help="where missed evidence ranked")
+    parser.add_argument("--milvus", default="", help="a Milvus URI: search served by Milvus")
+    parser.add_argument(
+        "--flush-rows", type=int, default=64, help="the store's flush_rows with --milvus"
+    )
+    parser.add_argument("--out", default="", help="also write benchmarks/results/<out>.json")
+    parser.add_argument(
+        "--simulate",
+        default="",
+        help="rrf:L or weighted:L: Milvus's candidate step imitated in process (to sweep)",
+    )
     parser.add_argument(
         "--record",
         default="",
@@ -157,6 +173,7 @@ def main() -> int:
     started = time.perf_counter()
     for conv in convs:
         frags = asyncio.run(fragments_of(conv, "u"))
+        served = _served(args.milvus, emb, frags, args.flush_rows) if args.milvus else None
         vectors = _unit(emb.embed_documents([f.content for f in frags]))
         docs = [SearchDoc(ContextFragment.of(f), f.created_at, 0, tuple(f.notes)) for f in frags]
         index = SearchIndex(docs, vectors)
@@ -179,7 +196,16 @@ def main() -> int:
             evidence = evidence_texts(conv, q)
             if not evidence:
                 continue
-            found = index.excerpts(q["question"], qv, config, now)
+            if args.simulate:
+                found = _simulated(index, args.simulate, q["question"], qv).excerpts(
+                    q["question"], qv, config, now
+                )
+            elif served is not None:
+                found = served.candidates("u", q["question"], qv).excerpts(
+                    q["question"], qv, config, now
+                )
+            else:
+                found = index.excerpts(q["question"], qv, config, now)
             chosen = choose_fragments(found, context, "q", 0, q["question"], config)
             memory = assemble_system_prompt("", profile, chosen)
             tokens.append(count(memory))
@@ -211,6 +237,10 @@ def main() -> int:
         out["ranks"] = {cat: {k: t[k] for k in RANK_BUCKETS if t[k]} for cat, t in ranks.items()}
     if args.record:
         _record(args, out)
+    if args.out:
+        from _common import write_result
+
+        write_result(args.out, {"evidence_recall": out}, args)
     for cat, tally in sorted(ranks.items()):
         print(cat, json.dumps({k: tally[k] for k in RANK_BUCKETS if tally[k]}))
     return 0
@@ -230,6 +260,99 @@ def _record(args: Any, out: dict[str, Any]) -> None:
     else:
         steps["steps"].append(step)
     path.write_text(json.dumps(steps, indent=1) + "\n")
+
+
+def _simulated(index: Any, how: str, question: str, qv: Any) -> Any:
+    """`middleware.milvus_search.candidate_index` imitated over the in-process index: the top L
+    lines by BM25 and by their fragment's cosine, fused as Milvus fuses them, their fragments
+    and the fragments next to them."""
+    import numpy as np
+
+    from mnemoflow.memory.search import DENSE_WEIGHT, RRF_K, CandidateIndex
+
+    kind, limit, *rest = how.split(":")
+    depth = int(limit)
+    dense_depth = int(rest[0]) if rest else depth
+    agg = rest[1] if len(rest) > 1 else "max"
+    neighbours = not (len(rest) > 2 and rest[2] == "nonb")
+    lex = index.line_bm25.scores(index._terms(question))
+    q = np.asarray(qv, dtype=np.float32)
+    cos = index.vectors @ (q / np.linalg.norm(q))
+    dense = [float(cos[d]) for d, _ in index.line_refs]
+    lex_top = [r for r in sorted(range(len(lex)), key=lambda r: -lex[r]) if lex[r] > 0][:depth]
+    dense_top = sorted(range(len(dense)), key=lambda r: -dense[r])[:dense_depth]
+    fused: dict[int, float] = {}
+    if kind.startswith("rrf"):
+        # "rrf": both sides alike; "rrf6": the lexical side counted 6 times (6 requests)
+        times = int(kind[3:] or 1)
+        for ranking, w in ((lex_top, float(times)), (dense_top, 1.0)):
+            for rank, r in enumerate(ranking, 1):
+                fused[r] = fused.get(r, 0.0) + w / (RRF_K + rank)
+    elif kind.startswith("atan"):
+        # Milvus's WeightedRanker (norm_score, as Lite and the server run it): BM25 through
+        # 2/pi atan, cosine through (1 + cos) / 2; "atan0.05": the dense weight
+        import math
+
+        w_dense = float(kind[4:] or DENSE_WEIGHT)
+        for r in lex_top:
+            fused[r] = fused.get(r, 0.0) + 2.0 * math.atan(lex[r]) / math.pi
+        for r in dense_top:
+            fused[r] = fused.get(r, 0.0) + w_dense * (1.0 + dense[r]) / 2.0
+    else:
+        for ranking, scores, w in ((lex_top, lex, 1.0), (dense_top, dense, DENSE_WEIGHT)):
+            if not ranking:
+                continue
+            hi, lo = scores[ranking[0]], scores[ranking[-1]]
+            for r in ranking:
+                norm = (scores[r] - lo) / (hi - lo) if hi > lo else 1.0
+                fused[r] = fused.get(r, 0.0) + w * norm
+    top = sorted(fused, key=lambda r: -fused[r])[:depth]
+    relevance: dict[str, float] = {}
+    lines: dict[tuple[str, int], float] = {}
+    wanted = set()
+    for r in top:
+        d, n = index.line_refs[r]
+        fid = index.docs[d].fragment.id
+        lines[(fid, n)] = fused[r]
+        if agg == "sum":
+            relevance[fid] = relevance.get(fid, 0.0) + fused[r]
+        else:
+            relevance[fid] = max(relevance.get(fid, 0.0), fused[r])
+        wanted.add(d)
+        if not neighbours:
+            continue
+        for edge in (
+            index._first_ref[d],
+            max(i for i, (x, _) in enumerate(index.line_refs) if x == d),
+        ):
+            for nb in (index._prev[edge], index._next[edge]):
+                if nb is not None:
+                    wanted.add(index.line_refs[nb][0])
+    docs = [index.docs[d] for d in sorted(wanted)]
+    return CandidateIndex(docs, relevance, lines)
+
+
+def _served(uri: str, emb: Any, frags: list[Any], flush_rows: int = 64) -> Any:
+    """A fresh fragment collection with the conversation's fragments and lines, and the
+    agent's Milvus search over it."""
+    import uuid
+
+    from mnemoflow.activities.fragment_store import FragmentStore
+    from mnemoflow.middleware.milvus_search import MilvusSearch
+
+    name = f"locomo_{uuid.uuid4().hex[:10]}"
+    store = FragmentStore(uri, emb, collection=name, lines=True, flush_rows=flush_rows)
+
+    async def fill() -> None:
+        await store.ensure()
+        for start in range(0, len(frags), 256):
+            await store.upsert(frags[start : start + 256])
+        if not flush_rows:  # everything in one segment: Lite keeps BM25 statistics per segment
+            await store._run_write(lambda c: (c.flush(name), c.flush(f"{name}_lines")))
+        await store.close()
+
+    asyncio.run(fill())
+    return MilvusSearch(uri, collection=store.collection, embeddings=emb)
 
 
 def _narrowing_windows(schedule: str) -> None:

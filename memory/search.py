@@ -32,6 +32,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,7 @@ from mnemoflow.models.profile import UserProfile
 
 __all__ = [
     "BM25",
+    "CandidateIndex",
     "Excerpts",
     "SearchDoc",
     "SearchIndex",
@@ -222,20 +224,12 @@ class SearchIndex:
         self.version = version
         self.docs = list(docs)
         noted = [noted_lines(d.fragment.content, d.notes) for d in self.docs]
-        # each line tokenised once; a fragment's terms are its theme's and its lines' (the
-        # same tokens as its whole text: lines never share a word across their break)
-        line_tokens = [[token_list(normalise(text)) for text in indexed] for _, indexed in noted]
-        self.bm25 = BM25(
-            [
-                [*token_list(normalise(d.fragment.theme)), *(t for line in lines for t in line)]
-                for d, lines in zip(self.docs, line_tokens, strict=True)
-            ]
-        )
+        # what each line is indexed by: its shown text and its notes' terms (LineNote.terms)
+        self._indexed = [indexed for _, indexed in noted]
         self.vectors = vectors
         # the lines as injected: verbatim, with the dates their relative expressions name
         self.lines = [shown for shown, _ in noted]
         self.line_refs = [(d, n) for d, lines in enumerate(self.lines) for n in range(len(lines))]
-        self.line_bm25 = BM25([line_tokens[d][n] for d, n in self.line_refs])
         self._position = {d.fragment.id: i for i, d in enumerate(self.docs)}
         self._said = [d.created_at for d in self.docs]
         self._line_said = [self._said[d] for d, _ in self.line_refs]
@@ -245,6 +239,29 @@ class SearchIndex:
         self._gap_units = _units(render_line(GAP))
         self._continuation_units = _units(CONTINUATION)
         self._chain()
+
+    @cached_property
+    def _line_tokens(self) -> list[list[list[str]]]:
+        """Each line's tokens, tokenised once for both indexes (built when first asked)."""
+        return [[token_list(normalise(text)) for text in indexed] for indexed in self._indexed]
+
+    @cached_property
+    def bm25(self) -> BM25:
+        """BM25 over the fragments: a fragment's terms are its theme's and its lines' (the same
+        tokens as its whole text: lines never share a word across their break); built when
+        first asked."""
+        return BM25(
+            [
+                [*token_list(normalise(d.fragment.theme)), *(t for line in lines for t in line)]
+                for d, lines in zip(self.docs, self._line_tokens, strict=True)
+            ]
+        )
+
+    @cached_property
+    def line_bm25(self) -> BM25:
+        """BM25 over the lines; built when first asked (a `CandidateIndex` never does: the
+        store scored its lines)."""
+        return BM25([self._line_tokens[d][n] for d, n in self.line_refs])
 
     def _terms(self, query: str) -> list[str]:
         terms = token_list(normalise(query))
@@ -389,13 +406,17 @@ class SearchIndex:
         formula); lines neither ranking reached are left out."""
         prior = {self._position[f.id]: rank for rank, f in enumerate(ranked, start=1)}
         fused: dict[int, float] = {}
-        line_scores = self.line_bm25.scores(self._terms(query))
+        line_scores = self.line_scores(query)
         for rank, ref in enumerate(_top(line_scores, LINE_DEPTH, self._line_said), 1):
             fused[ref] = 1.0 / (RRF_K + rank)
         for ref, (doc, _) in enumerate(self.line_refs):
             if doc in prior:
                 fused[ref] = fused.get(ref, 0.0) + FRAGMENT_PRIOR / (RRF_K + prior[doc])
         return sorted(fused, key=lambda ref: (-fused[ref], -self._line_said[ref], ref))
+
+    def line_scores(self, query: str) -> list[float]:
+        """Each line's lexical score for `query` (`line_refs` order; 0: no match)."""
+        return self.line_bm25.scores(self._terms(query))
 
     def _body_units(self, doc: int, keep: set[int]) -> int:
         """What an excerpt of `keep` lines of `doc` costs as its item's content."""
@@ -456,6 +477,40 @@ class SearchIndex:
             if following is not None and following != doc and doc in last:
                 self._next[last[doc]] = first[following]
                 self._prev[first[following]] = last[doc]
+
+
+class CandidateIndex(SearchIndex):
+    """A `SearchIndex` over the candidates a store's hybrid search found, ranked by what it
+    found rather than by an index of the user's whole corpus (README.md, "How memory is chosen
+    for a call"): `relevance` per fragment id (the fused relevance the memory formula takes as
+    R) and `line_scores` per (fragment id, line position) (the line ranking's lexical side).
+    `docs` also holds the fragments next to the candidates in their threads, for the windows;
+    those rank only through their lines' scores and their neighbours' windows."""
+
+    def __init__(
+        self,
+        docs: Sequence[SearchDoc],
+        relevance: dict[str, float],
+        line_scores: dict[tuple[str, int], float],
+        version: int = 0,
+    ) -> None:
+        super().__init__(docs, None, version)
+        self._relevance = {
+            self._position[fid]: r
+            for fid, r in relevance.items()
+            if fid in self._position and r > 0.0
+        }
+        self._given = [
+            line_scores.get((self.docs[d].fragment.id, n), 0.0) for d, n in self.line_refs
+        ]
+
+    def fused(self, query: str, query_vector: Sequence[float] | None) -> dict[int, float]:
+        """The store's fused relevance of each candidate fragment."""
+        return dict(self._relevance)
+
+    def line_scores(self, query: str) -> list[float]:
+        """The store's score of each line (0 for lines it did not return)."""
+        return list(self._given)
 
 
 def split_lines(content: str) -> list[str]:

@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import redis.asyncio as aioredis
 from langchain_core.embeddings import Embeddings
@@ -111,6 +111,9 @@ from mnemoflow.models.turns import ChatTurn, turn_identity
 from mnemoflow.models.usage import LLMUsage, PriceTable
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
+if TYPE_CHECKING:
+    from mnemoflow.middleware.milvus_search import MilvusSearch
+
 log = logging.getLogger(__name__)
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -118,6 +121,9 @@ _M = TypeVar("_M", bound=BaseModel)
 MAX_QUERY_TIMEOUT_S = 2.0
 #: Longest text `remember` takes (RememberRequest's bound).
 MAX_REMEMBER_CHARS = 8000
+#: Deadline of each Milvus call of the per-call search: the model call stops waiting at its
+#: search deadline anyway (0.25 s), this only frees the thread of a call that hangs.
+SEARCH_CALL_TIMEOUT_S = 2.0
 #: How long a memory tool inside a turn waits for its update by default (`tool_timeout_s`).
 TOOL_TIMEOUT_S = 10.0
 #: Failure types of an update the workflow refused as bad input: InvalidInputError's, and what
@@ -237,6 +243,10 @@ class MemoryClient:
         max_outbox_messages: int = MAX_OUTBOX_MESSAGES,
         max_outbox_bytes: int = MAX_OUTBOX_BYTES,
         metrics_registry: Any = None,
+        search_index: Literal["redis", "milvus"] = "redis",
+        milvus_uri: str | None = None,
+        milvus_token: str | None = None,
+        milvus_collection: str = "mnemoflow_fragments",
     ) -> None:
         """`user_key_secret` turns on pseudonymous user keys: workflow ids and search attributes
         then carry hashes, never the raw user id (search attributes are not encrypted).
@@ -250,7 +260,11 @@ class MemoryClient:
         `close_timeout_s` bounds how long `aclose` waits for undelivered hand-overs;
         `tool_timeout_s` how long a memory tool inside a turn waits for memory (at most
         `update_timeout_s`);
-        `metrics_registry` (a prometheus CollectorRegistry) receives the outbox gauges."""
+        `metrics_registry` (a prometheus CollectorRegistry) receives the outbox gauges.
+        `search_index="milvus"` takes the per-call search's candidates from Milvus at
+        `milvus_uri` (the workers' `MILVUS_URI`, `MILVUS_COLLECTION`, with `MILVUS_LINES=true`)
+        instead of a copy of each user's fragments read from Redis (middleware.milvus_search);
+        Redis still serves the published context and the corpus version."""
         if not isinstance(temporal, Client):
             raise TypeError("temporal must be a temporalio.client.Client")
         converter = temporal.data_converter.payload_converter_class
@@ -298,11 +312,28 @@ class MemoryClient:
             encrypted=temporal.data_converter.payload_codec is not None,
         )
         self.reader = ContextReader(redis, key_prefix, redis_timeout_s, self._query_context)
-        self.searcher = (
-            FragmentSearch(self.reader.redis, key_prefix, embeddings, timeout_s=redis_timeout_s)
-            if self.reader.redis is not None
-            else None
-        )
+        self.searcher: FragmentSearch | MilvusSearch | None = None
+        if search_index == "milvus":
+            if not milvus_uri:
+                raise ValueError('search_index="milvus" needs milvus_uri')
+            # Imported here: an agent searching through Redis does not load pymilvus.
+            from mnemoflow.middleware.milvus_search import MilvusSearch
+
+            self.searcher = MilvusSearch(
+                milvus_uri,
+                token=milvus_token,
+                collection=milvus_collection,
+                embeddings=embeddings,
+                redis=self.reader.redis,
+                key_prefix=key_prefix,
+                timeout_s=max(redis_timeout_s, SEARCH_CALL_TIMEOUT_S),
+            )
+        elif search_index != "redis":
+            raise ValueError(f'search_index must be "redis" or "milvus", not {search_index!r}')
+        elif self.reader.redis is not None:
+            self.searcher = FragmentSearch(
+                self.reader.redis, key_prefix, embeddings, timeout_s=redis_timeout_s
+            )
 
     # --- hand-over ------------------------------------------------------------------------
 
@@ -838,6 +869,9 @@ class MemoryClient:
         try:
             await self.outbox.aclose(self.close_timeout_s)
         finally:
+            close = getattr(self.searcher, "close", None)
+            if close is not None:
+                await close()
             await self.reader.aclose()
 
     # --- plumbing -------------------------------------------------------------------------

@@ -62,7 +62,9 @@ def build_index(raw: dict[Any, Any], version: int = 0) -> SearchIndex:
         matrix = np.frombuffer(b"".join(blobs), dtype="<f2").astype(np.float32)
         matrix = matrix.reshape(len(blobs), -1)
         vectors = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-    return SearchIndex(docs, vectors, version)
+    index = SearchIndex(docs, vectors, version)
+    _ = index.bm25, index.line_bm25  # built here, in the builder's thread, not by a search
+    return index
 
 
 class FragmentSearch:

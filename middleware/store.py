@@ -45,7 +45,7 @@ from pydantic import ValidationError
 
 from mnemoflow.memory.search import SearchIndex
 from mnemoflow.middleware.client import MemoryClient
-from mnemoflow.middleware.search import build_index
+from mnemoflow.middleware.search import FragmentSearch, build_index
 from mnemoflow.middleware.store_items import (
     NamespaceTemplate,
     StoredVersion,
@@ -95,10 +95,10 @@ class MnemoflowStore(BaseStore):
                 "MnemoflowStore does not expire items (TTL): memory is forgotten explicitly, "
                 "with delete (forget_fragment) or MemoryClient.forget"
             )
-        if client.searcher is None:
+        if not isinstance(client.searcher, FragmentSearch):
             raise ValueError(
-                "MnemoflowStore needs a MemoryClient with Redis (redis=...): get and search read "
-                "the search corpus"
+                "MnemoflowStore needs a MemoryClient with Redis (redis=...) and the search corpus "
+                '(search_index="redis", MILVUS_LINES off): get and search read the corpus'
             )
         self.client = client
         self.template = NamespaceTemplate(namespace)
@@ -276,7 +276,7 @@ class MnemoflowStore(BaseStore):
         """The user's items (and their search index), read again only when the corpus
         version moved (`fresh`: always)."""
         searcher = self.client.searcher
-        assert searcher is not None  # checked in __init__
+        assert isinstance(searcher, FragmentSearch)  # checked in __init__
         redis, prefix = searcher.redis, searcher.prefix
         try:
             async with asyncio.timeout(self.client.query_timeout_s):

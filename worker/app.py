@@ -151,7 +151,12 @@ def resolve(settings: Settings, given: Components) -> WorkerResources:
         token = settings.milvus.token.get_secret_value() if settings.milvus.token else None
         m = settings.milvus
         store = FragmentStore(
-            m.uri, embeddings, collection=m.collection, token=token, flush_rows=m.flush_rows
+            m.uri,
+            embeddings,
+            collection=m.collection,
+            token=token,
+            flush_rows=m.flush_rows,
+            lines=m.lines,
         )
         owned.append(store)
     read_model = given.read_model
@@ -259,7 +264,9 @@ def build_workers(client: Client, settings: Settings, res: WorkerResources) -> l
 
     # The hot path's search corpus and shape 5's tuned weights share the read model's Redis
     # client (closed with it).
-    corpus = SearchCorpus(res.read_model.redis, res.read_model.prefix)
+    # With the lines in Milvus (`MILVUS_LINES`) the corpus keeps only its version counter.
+    lines = getattr(res.store, "lines_collection", None) is not None
+    corpus = SearchCorpus(res.read_model.redis, res.read_model.prefix, entries=not lines)
     themes = ThemeWeights(res.read_model.redis, res.read_model.prefix)
     store_acts = [
         *activity_methods(FragmentActivities(res.store, corpus)),

@@ -20,7 +20,19 @@ def memory_client(
     temporal: Any, settings: Settings, config: MemoryConfig | None = None, **options: Any
 ) -> MemoryClient:
     """A MemoryClient on the settings' task queues, Redis, pseudonymity and vocation preset;
-    `config` replaces the preset, `options` are MemoryClient's (e.g. operator_timeout_s)."""
+    `config` replaces the preset, `options` are MemoryClient's (e.g. operator_timeout_s).
+    With `MILVUS_LINES` the per-call search is the one served by Milvus (the settings' URI,
+    token and collection)."""
+    m = settings.milvus
+    if m.lines and "search_index" not in options:
+        token = m.token.get_secret_value() if m.token else None
+        options = {
+            "search_index": "milvus",
+            "milvus_uri": m.uri,
+            "milvus_token": token,
+            "milvus_collection": m.collection,
+            **options,
+        }
     return MemoryClient(
         temporal=temporal,
         task_queue=settings.temporal.task_queue,

@@ -88,9 +88,10 @@ def use() -> UniversalSentenceEncoderEmbeddings:
 
 @asynccontextmanager
 async def ten_sessions(
-    env: WorkflowEnvironment, milvus_uri: str, redis_url: str, use: Any
+    env: WorkflowEnvironment, milvus_uri: str, redis_url: str, use: Any, *, lines: bool = False
 ) -> AsyncIterator[tuple[MemoryClient, str, float]]:
-    """A worker, a client searching with USE, and a user with ten settled sessions."""
+    """A worker, a client searching with USE, and a user with ten settled sessions (`lines`:
+    the search served by Milvus, `MILVUS_LINES`)."""
     config = MemoryConfig(search_deadline_s=0.5)
     async with memory_worker(
         env.client,
@@ -98,6 +99,7 @@ async def ten_sessions(
         redis_url=redis_url,
         models=HeuristicMemoryModels(),
         embeddings=use,
+        lines=lines,
     ) as mw:
         client = mw.memory_client(redis_url, config=config, embeddings=use)
         user = f"search-{uuid.uuid4().hex[:8]}"

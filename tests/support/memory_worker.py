@@ -51,6 +51,13 @@ class MemoryWorker:
         it); `redis_url` None reads context through the workflow query only."""
         from mnemoflow.middleware.client import MemoryClient
 
+        if self.store.lines_collection is not None and "search_index" not in options:
+            options = {
+                "search_index": "milvus",
+                "milvus_uri": self.store.uri,
+                "milvus_collection": self.store.collection,
+                **options,
+            }
         return MemoryClient(
             temporal=self.client,
             task_queue=self.task_queue,
@@ -106,15 +113,22 @@ async def memory_worker(
     models: Any,
     embeddings: Any | None = None,
     store_cls: type[FragmentStore] | None = None,
+    lines: bool = False,
 ) -> AsyncIterator[MemoryWorker]:
     """Run the production wiring (worker.app.running_worker) for the duration of the block,
     with the given models and embeddings (and a FragmentStore subclass, e.g. one that holds
-    some calls); the store clients are closed after."""
+    some calls); the store clients are closed after. `lines`: `MILVUS_LINES=true`, the
+    per-call search served by Milvus."""
     settings = fresh_settings(milvus_uri, redis_url)
+    if lines:
+        milvus = settings.milvus.model_copy(update={"lines": True})
+        settings = settings.model_copy(update={"milvus": milvus})
     embedder = embeddings or HashingEmbeddings()
     store = None
     if store_cls is not None:
-        store = store_cls(settings.milvus.uri, embedder, collection=settings.milvus.collection)
+        store = store_cls(
+            settings.milvus.uri, embedder, collection=settings.milvus.collection, lines=lines
+        )
     components = Components(models=models, embeddings=embedder, store=store)
     try:
         async with running_worker(client, settings, components) as res:

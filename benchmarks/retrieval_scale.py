@@ -1,0 +1,239 @@
+"""The per-call search as histories and users grow: served by Milvus against the agent-side index.
+
+Side by side in one run, per (lines of the probed user, users in the store):
+
+- `milvus`: `middleware.milvus_search.MilvusSearch` (one hybrid search of the line collection,
+  the neighbours and the fragments by id, ranking in the agent), the rows written by the
+  worker's `FragmentStore(lines=True)`;
+- `agent_index`: `middleware.search.FragmentSearch` (the Redis corpus copy, read whole and built
+  into an in-process index whenever its version moved), the corpus written by the worker's
+  `SearchCorpus`.
+
+Per call: latency p50 / p95 with the query embedded by USE (the default model), agent-process
+CPU per call, Milvus Lite server CPU per call; the agent index's build time after a round moved
+the version; the agent's RSS after each side; the load average. Lines are LoCoMo turns (the
+five given conversations, repeated with a counter past their ~3,000 lines), three to a fragment;
+fragment vectors are random unit vectors (the latency of a search does not depend on what the
+vectors mean; USE would take minutes to embed 100,000 lines), questions the LoCoMo questions.
+The other users of the store own as many lines each as `--others-lines` (default 600).
+
+    python benchmarks/retrieval_scale.py [--lines 600,10000] [--users 1,100] [--queries 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import ROOT, process_cpu_s, summary_ms, write_result
+from _locomo_data import conversations
+
+DATA = ROOT.parent / "shared" / "data" / "locomo"  # as benchmarks/_locomo_offline.py
+DIM = 512
+LINES_PER_FRAGMENT = 3
+BATCH = 600
+
+
+class RandomDocs:
+    """Random unit vectors for documents, USE for queries (the query is embedded per call)."""
+
+    dim = DIM
+
+    def __init__(self, use: Any, seed: int = 0) -> None:
+        self.use = use
+        self.rng = np.random.default_rng(seed)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        m = self.rng.standard_normal((len(texts), DIM)).astype(np.float32)
+        m /= np.linalg.norm(m, axis=1, keepdims=True)
+        return m.tolist()  # type: ignore[no-any-return]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.use.embed_query(text)  # type: ignore[no-any-return]
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def _fragments(user: str, lines: int, texts: list[str], now: float) -> list[Any]:
+    from mnemoflow.models.fragments import Fragment
+    from mnemoflow.models.ids import fragment_id
+
+    out = []
+    for n in range(0, lines, LINES_PER_FRAGMENT):
+        body = []
+        for k in range(n, min(n + LINES_PER_FRAGMENT, lines)):
+            text = texts[k % len(texts)]
+            body.append(text if k < len(texts) else f"{text} ({k // len(texts)})")
+        f = n // LINES_PER_FRAGMENT
+        out.append(
+            Fragment(
+                id=fragment_id(user, f // 16 + 1, f % 16),
+                user_id=user,
+                theme="general",
+                types=["chat"],
+                content="\n".join(body),
+                created_at=now - lines + n,
+                reinforced_at=now - lines + n,
+                round_no=f // 16 + 1,
+                thread_id=f"s{f // 40}",
+                start_pos=n % (40 * LINES_PER_FRAGMENT),
+                end_pos=n % (40 * LINES_PER_FRAGMENT) + len(body),
+            )
+        )
+    return out
+
+
+async def _fill(store: Any, corpus: Any, frags: list[Any]) -> float:
+    started = time.perf_counter()
+    for i in range(0, len(frags), BATCH):
+        written = await store.upsert_vectors(frags[i : i + BATCH])
+        await corpus.add([f for f, _ in written], [v for _, v in written])
+    return time.perf_counter() - started
+
+
+async def _calls(search: Any, user: str, questions: list[str], milvus_pid: int) -> dict[str, Any]:
+    from mnemoflow.models.config import MemoryConfig
+
+    config, now = MemoryConfig(), time.time()
+    await search.search(user, questions[0], config, now)  # connect, load, warm
+    times, cpu0, mcpu0 = [], time.process_time(), process_cpu_s(milvus_pid, children=False)
+    failed = 0
+    for q in questions:
+        t0 = time.perf_counter()
+        try:
+            await search.search(user, q, config, now)
+        except Exception:  # a call past its Milvus deadline: counted, timed as it took
+            failed += 1
+        times.append(time.perf_counter() - t0)
+    n = len(questions)
+    return {
+        **summary_ms(times),
+        "failed": failed,
+        "over_250_ms": sum(t > 0.25 for t in times),
+        "agent_cpu_ms_per_call": round(1e3 * (time.process_time() - cpu0) / n, 2),
+        "milvus_cpu_ms_per_call": round(
+            1e3 * (process_cpu_s(milvus_pid, children=False) - mcpu0) / n, 2
+        ),
+    }
+
+
+async def _case(
+    lines: int, users: int, args: argparse.Namespace, texts: list[str], questions: list[str]
+) -> dict[str, Any]:
+    import redis.asyncio as aioredis
+
+    from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
+    from mnemoflow.activities.fragment_store import FragmentStore
+    from mnemoflow.activities.search_corpus import SearchCorpus
+    from mnemoflow.devstack.processes import free_port, start_milvus_lite, start_redis
+    from mnemoflow.middleware.milvus_search import MilvusSearch
+    from mnemoflow.middleware.search import FragmentSearch
+    from mnemoflow.models.corpus import BUMP_VERSION, corpus_version_key
+
+    use = UniversalSentenceEncoderEmbeddings()
+    use.embed_query("warm up")
+    emb = RandomDocs(use)
+    out: dict[str, Any] = {"lines": lines, "users": users}
+    with tempfile.TemporaryDirectory(prefix="mnemoflow-scale-") as tmp:
+        milvus = start_milvus_lite(free_port(), Path(tmp) / "m")
+        redis_proc = start_redis(free_port(), Path(tmp) / "r")
+        redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{redis_proc.port}/0")
+        uri = f"http://127.0.0.1:{milvus.port}"
+        store = FragmentStore(uri, emb, collection="scale", lines=True, flush_rows=BATCH)
+        corpus = SearchCorpus(redis, "bench:")
+        try:
+            await store.ensure()
+            now = time.time()
+            fill = 0.0
+            for u in range(users - 1):
+                fill += await _fill(
+                    store, corpus, _fragments(f"other{u}", args.others_lines, texts, now)
+                )
+            fill += await _fill(store, corpus, _fragments("probe", lines, texts, now))
+            await store._run_write(lambda c: (c.flush("scale"), c.flush("scale_lines")))
+            out["fill_s"] = round(fill, 1)
+            load0 = os.getloadavg()
+            rss0 = _rss_mb()
+            served = MilvusSearch(
+                uri, collection="scale", embeddings=use, redis=redis, key_prefix="bench:"
+            )
+            out["milvus"] = await _calls(served, "probe", questions, milvus.pid)
+            out["milvus"]["agent_rss_mb_after"] = _rss_mb()
+            out["milvus"]["agent_rss_mb_added"] = round(_rss_mb() - rss0, 1)
+            await served.close()
+
+            rss1 = _rss_mb()
+            local = FragmentSearch(redis, "bench:", use, timeout_s=30.0)
+            builds = []
+            for _ in range(3):  # a round moved the version: the next call reads and rebuilds
+                await redis.eval(BUMP_VERSION, 1, corpus_version_key("bench:", "probe"))  # type: ignore[misc]
+                t0 = time.perf_counter()
+                await local.index("probe")
+                builds.append(time.perf_counter() - t0)
+            out["agent_index"] = await _calls(local, "probe", questions, milvus.pid)
+            out["agent_index"]["read_and_build"] = summary_ms(builds)
+            out["agent_index"]["agent_rss_mb_after"] = _rss_mb()
+            out["agent_index"]["agent_rss_mb_added"] = round(_rss_mb() - rss1, 1)
+            out["load_avg_during"] = [round(x, 2) for x in load0]
+            out["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+        finally:
+            await store.close()
+            await redis.aclose()
+            milvus.stop(timeout=5)
+            redis_proc.stop(timeout=5)
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    convs = conversations(Path(args.data))
+    texts = [
+        f"{'User' if t.speaker == c.speaker_a else 'Assistant'}: {t.text}"
+        for c in convs
+        for t in c.turns
+    ]
+    questions = [q["question"] for c in convs for q in c.questions][: args.queries]
+    cases = []
+    for users in [int(x) for x in args.users.split(",")]:
+        for lines in [int(x) for x in args.lines.split(",")]:
+            print(f"case: {lines} lines, {users} users", flush=True)
+            case = await _case(lines, users, args, texts, questions)
+            print(case, flush=True)
+            cases.append(case)
+    return {
+        "cases": cases,
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(DATA))
+    parser.add_argument("--lines", default="600,10000")
+    parser.add_argument("--users", default="1")
+    parser.add_argument("--others-lines", type=int, default=600)
+    parser.add_argument("--queries", type=int, default=60)
+    parser.add_argument("--out", default="retrieval_scale")
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    write_result(args.out, result, args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

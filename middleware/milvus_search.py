@@ -1,0 +1,363 @@
+"""The per-call memory search served by Milvus (README.md, "How memory is chosen for a call";
+docs/ARCHITECTURE.md, "Read path").
+
+The agent process holds no user's corpus. Each search asks Milvus for candidates and ranks only
+those, with the code the in-process search runs (`memory.search.CandidateIndex`):
+
+1. one hybrid search of the line collection (`activities/line_rows.py`, one row per line of
+   every fragment): BM25 over the lines' analysed terms (`memory.lines.query_terms`, the
+   tokenisation of the in-process search) and the fragments' vectors against the question's,
+   fused by Milvus (weighted, the dense side at FUSED_DENSE_WEIGHT), restricted to the user by
+   the partition key;
+2. one query of the fragment collection for the candidates' fragments by id, strongly
+   consistent. The fragment collection is the one authority: a line whose fragment is not
+   there (forgotten, or its delete still in flight) is no candidate, so a forget takes effect
+   for the search in the step that deletes the fragment's row.
+
+Then the memory formula, the line ranking, the windows and the packing run on those few
+fragments in this process. A window crosses into the fragment said just before or after only
+when that fragment is a candidate too: fetching the candidates' neighbours as well (a third
+read) injected less evidence on LoCoMo (0.728 against 0.737, `benchmarks/_locomo_offline.py
+--simulate`), their lines taking the room of better-ranked ones. The question is embedded
+here, as for the in-process search (`middleware/search.py`). Every Milvus call has a deadline
+(`timeout_s`); the model call waits for the search at most `MemoryConfig.search_deadline_s`,
+then uses the published context.
+
+The corpus version (`models.corpus.corpus_version_key`, which the worker still bumps on every
+write and delete) is read before Milvus is asked, so a search that a forget in another process
+overtook reads as older than the version the model call sees, and is run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from langchain_core.embeddings import Embeddings
+from pymilvus import AnnSearchRequest, MilvusClient, RRFRanker, WeightedRanker
+
+from mnemoflow.memory.lines import query_terms
+from mnemoflow.memory.search import RRF_K, CandidateIndex, SearchDoc
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.contracts import ContextFragment
+from mnemoflow.models.corpus import corpus_version, corpus_version_key
+from mnemoflow.models.ids import user_key, validate_user_id
+from mnemoflow.models.profile import UserProfile
+
+#: Lines the hybrid search returns and its BM25 request reads (CANDIDATE_LINES), lines its
+#: dense request reads (DENSE_LINES), and the dense side's weight in Milvus's weighted fusion
+#: (`WeightedRanker`, which both Milvus Lite and the server normalise alike: BM25 scores
+#: through 2/pi atan, cosines as (1 + cos) / 2). Chosen on LoCoMo (five conversations,
+#: evidence recall at ~1,190 tokens, `benchmarks/_locomo_offline.py`; `--simulate` imitates
+#: this step in process, within 0.01 of Milvus Lite): RRF of both sides alike 0.65; weighted,
+#: dense at 0.15 (the in-process fusion's weight, but atan compresses BM25's spread, so the
+#: dense side counts for more here) 0.70-0.71; at 0.02 / 0.03 / 0.05 / 0.08 with 128 and 48
+#: lines 0.718 / 0.722 / 0.720 / 0.720; 0.05 with 128 and 96 lines 0.725; 256 BM25 lines 0.712.
+CANDIDATE_LINES = 128
+DENSE_LINES = 96
+FUSED_DENSE_WEIGHT = 0.05
+#: How Milvus fuses the two rankings: "weighted" (above) or "rrf" (reciprocal rank fusion,
+#: both sides alike).
+FUSION = "weighted"
+DEFAULT_COLLECTION = "mnemoflow_fragments"
+LINES_SUFFIX = "_lines"  # activities/line_rows.py names the line collection so
+#: Milvus Lite's partition-key buckets (as `activities/fragment_store.py` names them): Lite
+#: does not prune by a `user_key == ...` filter, so reads name the user's bucket.
+LITE_BUCKETS = 16
+LITE_BUCKET_PREFIX = "_pk_"
+#: The fragment collection's columns a candidate needs (`activities/fragment_rows.py`).
+FRAGMENT_FIELDS = [
+    "pk",
+    "theme",
+    "types",
+    "content",
+    "created_at",
+    "strengthen_count",
+    "thread_id",
+    "start_pos",
+    "end_pos",
+]
+HIT_FIELDS = ["fragment_id", "position"]
+_HEX = re.compile(r"[0-9a-f]{1,64}")
+# Fragment ids as the store admits them (`activities/fragment_rows.py`, `is_valid_id`): only
+# such ids go into a filter expression.
+_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
+_QUERY_WINDOW = 16_384
+
+
+def _hex(value: str) -> str:
+    if not _HEX.fullmatch(value):
+        raise ValueError("not a hex key")
+    return value
+
+
+def _strings(values: Sequence[str]) -> str:
+    return ", ".join(json.dumps(v) for v in values)
+
+
+class MilvusSearch:
+    """Search one user's fragments for a question: candidates from Milvus, ranked here."""
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        token: str | None = None,
+        collection: str = DEFAULT_COLLECTION,
+        embeddings: Embeddings | None = None,
+        redis: aioredis.Redis | None = None,
+        key_prefix: str = "mnemoflow:",
+        timeout_s: float = 2.0,
+        candidate_lines: int = CANDIDATE_LINES,
+    ) -> None:
+        self.uri = uri
+        self.collection = collection
+        self.lines = f"{collection}{LINES_SUFFIX}"
+        self.embeddings = embeddings
+        self.redis = redis
+        self.prefix = key_prefix
+        self.timeout_s = timeout_s
+        self.candidate_lines = candidate_lines
+        self._token = token or ""
+        self._client: MilvusClient | None = None
+        self._lock = threading.Lock()
+        self._lite: bool | None = None
+
+    def __repr__(self) -> str:  # no token in logs
+        return f"MilvusSearch(uri={self.uri!r}, collection={self.collection!r})"
+
+    def warm(self) -> None:
+        """Load the embedding model now (the first encode otherwise takes ~1.5 s)."""
+        if self.embeddings is not None:
+            self.embeddings.embed_query("warm up")
+
+    def drop(self, user_id: str) -> None:
+        """Nothing to drop: no user's fragments are held here."""
+
+    async def close(self) -> None:
+        """Close the Milvus connection (a later search reconnects)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            await asyncio.to_thread(client.close)
+
+    def _connected(self) -> MilvusClient:
+        with self._lock:
+            if self._client is None:
+                self._client = MilvusClient(uri=self.uri, token=self._token, timeout=self.timeout_s)
+            return self._client
+
+    def _opts(self, key: str) -> dict[str, Any]:
+        opts: dict[str, Any] = {"timeout": self.timeout_s}
+        if self._lite is None:
+            version = str(self._connected().get_server_version(timeout=self.timeout_s))
+            self._lite = version.startswith("milvus_lite")
+        if self._lite:
+            bucket = int(hashlib.md5(key.encode()).hexdigest(), 16) % LITE_BUCKETS
+            opts["partition_names"] = [f"{LITE_BUCKET_PREFIX}{bucket}"]
+        return opts
+
+    async def _version(self, user_id: str) -> int:
+        if self.redis is None:
+            return 0
+        async with asyncio.timeout(self.timeout_s):
+            return corpus_version(await self.redis.get(corpus_version_key(self.prefix, user_id)))
+
+    async def _embed(self, query: str) -> Sequence[float] | None:
+        if self.embeddings is None:
+            return None
+        return await asyncio.to_thread(self.embeddings.embed_query, query)
+
+    async def search(
+        self,
+        user_id: str,
+        query: str,
+        config: MemoryConfig,
+        now: float,
+        *,
+        profile: UserProfile | None = None,
+        exclude: Callable[[ContextFragment], bool] | None = None,
+    ) -> list[ContextFragment]:
+        """Excerpts of the user's fragments for `query`, most relevant first, filling the memory
+        budget (`memory.search.SearchIndex.excerpts` over the candidates; errors propagate, the
+        caller falls back to the published context)."""
+        uid = validate_user_id(user_id)
+        version, vector = await asyncio.gather(self._version(uid), self._embed(query))
+        index = await asyncio.to_thread(self.candidates, uid, query, vector, version)
+        return await asyncio.to_thread(
+            index.excerpts, query, vector, config, now, profile=profile, exclude=exclude
+        )
+
+    async def copies_of(self, user_id: str, fragment_id: str, min_chars: int) -> list[str]:
+        """Ids of the user's other fragments that hold the named fragment's words (case and
+        spacing aside; none when they are shorter than `min_chars`): found by a lexical search
+        for those words, then checked word for word."""
+        uid = validate_user_id(user_id)
+        if not _ID.fullmatch(fragment_id):
+            return []
+
+        def work() -> list[str]:
+            key = _hex(user_key(uid))
+            client, opts = self._connected(), self._opts(key)
+            named = _fragments(client, self.collection, key, [fragment_id], opts)
+            if not named:
+                return []
+            words = _folded(named[0][0].content)
+            if len(words) < min_chars:
+                return []
+            index = candidate_index(
+                client, self.collection, self.lines, key, named[0][0].content, None, opts
+            )
+            return [
+                d.fragment.id
+                for d in index.docs
+                if d.fragment.id != fragment_id and words in _folded(d.fragment.content)
+            ]
+
+        return await asyncio.to_thread(work)
+
+    def candidates(
+        self, user_id: str, query: str, vector: Sequence[float] | None, version: int = 0
+    ) -> CandidateIndex:
+        """The candidate fragments for `query` and their neighbours, as an index (blocking)."""
+        return candidate_index(
+            self._connected(),
+            self.collection,
+            self.lines,
+            _hex(user_key(user_id)),
+            query,
+            vector,
+            self._opts(user_key(user_id)),
+            self.candidate_lines,
+            version,
+        )
+
+
+def _folded(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _user(key: str) -> str:
+    return f'user_key == "{_hex(key)}"'
+
+
+def candidate_index(
+    client: MilvusClient,
+    collection: str,
+    lines: str,
+    key: str,
+    query: str,
+    vector: Sequence[float] | None,
+    opts: dict[str, Any],
+    limit: int = CANDIDATE_LINES,
+    version: int = 0,
+) -> CandidateIndex:
+    """The two reads of the module docstring, as a `CandidateIndex` (blocking)."""
+    hits = _hybrid(client, lines, key, query, vector, opts, limit)
+    line_scores: dict[tuple[str, int], float] = {}
+    relevance: dict[str, float] = {}
+    for hit in hits:
+        entity = hit.get("entity", hit)
+        fid, score = str(entity["fragment_id"]), float(hit["distance"])
+        if not _ID.fullmatch(fid):
+            continue
+        line_scores[(fid, int(entity["position"]))] = score
+        relevance[fid] = max(relevance.get(fid, 0.0), score)
+    fragments = _fragments(client, collection, key, sorted(relevance), opts)
+    docs = [SearchDoc(f, f.created_at, count) for f, count in fragments]
+    docs.sort(key=lambda d: (d.created_at, d.fragment.id))
+    return CandidateIndex(docs, relevance, line_scores, version)
+
+
+def _hybrid(
+    client: MilvusClient,
+    lines: str,
+    key: str,
+    query: str,
+    vector: Sequence[float] | None,
+    opts: dict[str, Any],
+    limit: int,
+) -> list[dict[str, Any]]:
+    """The user's best lines for the question: BM25 and dense fused by Milvus (RRF)."""
+    expr = _user(key)
+    terms = query_terms(query)
+    requests = []
+    if terms:
+        requests.append(
+            AnnSearchRequest(
+                data=[terms],
+                anns_field="sparse",
+                param={"metric_type": "BM25"},
+                limit=limit,
+                expr=expr,
+            )
+        )
+    if vector is not None:
+        requests.append(
+            AnnSearchRequest(
+                data=[list(map(float, vector))],
+                anns_field="vector",
+                param={"metric_type": "COSINE", "params": {"ef": max(64, DENSE_LINES)}},
+                limit=min(limit, DENSE_LINES),
+                expr=expr,
+            )
+        )
+    if not requests:
+        return []
+    if len(requests) == 1:  # one side only: its own ranking, scored as RRF would score it
+        found = client.search(
+            lines,
+            data=requests[0].data,
+            anns_field=requests[0].anns_field,
+            search_params=requests[0].param,
+            filter=expr,
+            limit=requests[0].limit,
+            output_fields=HIT_FIELDS,
+            **opts,
+        )
+        ranked = list(found[0]) if found else []
+        return [{**h, "distance": 1.0 / (RRF_K + n)} for n, h in enumerate(ranked, start=1)]
+    ranker: Any = (
+        WeightedRanker(1.0, FUSED_DENSE_WEIGHT) if FUSION == "weighted" else RRFRanker(RRF_K)
+    )
+    found = client.hybrid_search(
+        lines, requests, ranker, limit=limit, output_fields=HIT_FIELDS, **opts
+    )
+    return list(found[0]) if found else []
+
+
+def _fragments(
+    client: MilvusClient, collection: str, key: str, ids: list[str], opts: dict[str, Any]
+) -> list[tuple[ContextFragment, int]]:
+    """The stored fragments among `ids` (strongly consistent: a deleted one is not there)."""
+    if not ids:
+        return []
+    expr = f"{_user(key)} and pk in [{_strings(ids)}]"
+    rows = client.query(
+        collection,
+        filter=expr,
+        output_fields=FRAGMENT_FIELDS,
+        limit=_QUERY_WINDOW,
+        consistency_level="Strong",
+        **opts,
+    )
+    out = []
+    for row in rows:
+        fragment = ContextFragment(
+            id=str(row["pk"]),
+            theme=str(row["theme"]),
+            types=list(row.get("types") or []),
+            content=str(row["content"]),
+            thread_id=str(row.get("thread_id") or ""),
+            start_pos=int(row["start_pos"]),
+            end_pos=int(row["end_pos"]),
+            created_at=float(row["created_at"]),
+        )
+        out.append((fragment, int(row["strengthen_count"])))
+    return out

@@ -1,0 +1,241 @@
+"""The per-call search served by Milvus, against a real Milvus Lite server: the worker's
+`FragmentStore(lines=True)` writes, the agent's `MilvusSearch` reads (README.md, "How memory is
+chosen for a call").
+
+The tokenisation tests search lexically only (the test hashing embedder shares character
+trigrams, which would find the line by themselves): the question's words meet the line's only
+through the project's own tokenisation (stemming, Chinese bigrams), which the worker wrote as
+analysed terms. With the raw text in the BM25 field instead, both fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+import mnemoflow.middleware.milvus_search as milvus_search
+from mnemoflow.activities.embeddings import HashingEmbeddings
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.search_corpus import SearchCorpus
+from mnemoflow.middleware.milvus_search import MilvusSearch
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.corpus import corpus_version, corpus_version_key
+from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.ids import fragment_id, user_key
+
+pytestmark = pytest.mark.integration
+
+NOW = time.time()
+#: Room for about one window of lines: what is found must rank first, not merely be among the
+#: candidates (a user with forty lines has every line among them).
+CONFIG = MemoryConfig(memory_budget_tokens=90)
+FILLER = [
+    "User: we talked about the weather at the coast today",
+    "Assistant: the forecast says rain all week",
+    "User: the train was late again this morning",
+    "Assistant: that sounds tiring",
+]
+
+
+def frag(
+    user: str, round_no: int, lines: list[str], *, thread: str = "t1", start: int = 0
+) -> Fragment:
+    return Fragment(
+        id=fragment_id(user, round_no, 0),
+        user_id=user,
+        theme="general",
+        types=["chat"],
+        content="\n".join(lines),
+        created_at=NOW - 86400 * (30 - round_no),
+        reinforced_at=NOW - 86400 * (30 - round_no),
+        round_no=round_no,
+        thread_id=thread,
+        start_pos=start,
+        end_pos=start + len(lines),
+    )
+
+
+@pytest.fixture
+async def store(milvus_uri: str, unique_name: str) -> AsyncIterator[FragmentStore]:
+    s = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name, lines=True)
+    await s.ensure()
+    try:
+        yield s
+    finally:
+        await s.drop()
+        if s.lines_collection is not None:
+            name = s.lines_collection
+            await s._run_write(lambda c: c.drop_collection(name))
+        await s.close()
+
+
+@pytest.fixture
+async def searcher(milvus_uri: str, store: FragmentStore) -> AsyncIterator[MilvusSearch]:
+    s = MilvusSearch(milvus_uri, collection=store.collection, embeddings=HashingEmbeddings())
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+async def lexical(milvus_uri: str, store: FragmentStore) -> AsyncIterator[MilvusSearch]:
+    s = MilvusSearch(milvus_uri, collection=store.collection)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def _text(searcher: MilvusSearch, user: str, query: str) -> str:
+    found = await searcher.search(user, query, CONFIG, NOW)
+    return "\n".join(f.content for f in found)
+
+
+async def _history(store: FragmentStore, user: str, detail: str) -> None:
+    """Ten rounds of filler with the detail in the third."""
+    for r in range(1, 11):
+        lines = list(FILLER)
+        if r == 3:
+            lines[2] = detail
+        await store.upsert([frag(user, r, lines, thread=f"s{r}")])
+
+
+async def test_english_needs_the_stemming_the_worker_wrote(
+    store: FragmentStore, lexical: MilvusSearch
+) -> None:
+    searcher = lexical
+    detail = "User: my daughter is playing the violins on Saturdays"
+    await _history(store, "ann", detail)
+    assert detail in await _text(searcher, "ann", "Who plays violin each Saturday?")
+    # another user's memory is never a candidate
+    await _history(store, "bob", "User: bob's cat is called Pixel")
+    assert "Pixel" not in await _text(searcher, "ann", "what is the cat called")
+    assert "Pixel" in await _text(searcher, "bob", "what is the cat called")
+
+
+async def test_chinese_needs_the_bigrams_the_worker_wrote(
+    store: FragmentStore, lexical: MilvusSearch
+) -> None:
+    searcher = lexical
+    detail = "User: 我女儿在学小提琴，每周六上课"
+    await _history(store, "李雷", detail)
+    # no space in either: Lite's standard analyzer alone would see one word each
+    assert detail in await _text(searcher, "李雷", "小提琴课是哪天？")
+
+
+async def test_the_window_crosses_into_the_next_fragment_of_the_thread(
+    store: FragmentStore, searcher: MilvusSearch
+) -> None:
+    first = ["User: filler one", "Assistant: filler two", "User: my sister Mia moved to Lisbon"]
+    after = ["Assistant: Lisbon is lovely in spring", "User: she loves it"]
+    await store.upsert([frag("cy", 1, first, thread="th", start=0)])
+    await store.upsert([frag("cy", 2, after, thread="th", start=3)])
+    await store.upsert([frag("cy", 3, FILLER, thread="other", start=0)])
+    found = await searcher.search("cy", "Where did Mia move?", CONFIG, NOW)
+    by_id = {f.id: f.content for f in found}
+    assert first[2] in by_id[fragment_id("cy", 1, 0)]
+    # the next turn, in the next fragment of the thread (a candidate too, by its vector)
+    assert after[0] in by_id[fragment_id("cy", 2, 0)]
+
+
+async def test_a_fragment_stored_again_keeps_only_its_new_lines(
+    store: FragmentStore, searcher: MilvusSearch
+) -> None:
+    secret = "User: my locker code is 4471 at the gym"
+    await store.upsert([frag("dee", 1, [*FILLER[:2], secret, FILLER[3]])])
+    assert secret in await _text(searcher, "dee", "locker code gym")
+    # a forget of that one line rewrites the row (same id, fewer lines)
+    await store.upsert([frag("dee", 1, [*FILLER[:2], FILLER[3]])])
+    assert "4471" not in await _text(searcher, "dee", "locker code gym")
+    assert await store._lines_left(user_key("dee"), [fragment_id("dee", 1, 0)]) == 3
+
+
+async def test_forget_during_a_search_leaves_the_candidates_in_the_same_step(
+    store: FragmentStore,
+    milvus_uri: str,
+    redis_url: str,
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker forgets a fragment (the store's delete, then the corpus version's bump)
+    between the hybrid search (which returned its line) and the rest of the search: the
+    fragment collection is the authority, so it is not injected; and the search says it read
+    the version before the forget, so a model call that reads the new one searches again."""
+    redis = aioredis.Redis.from_url(redis_url)
+    corpus = SearchCorpus(redis, f"{unique_name}:", entries=False)
+    searcher = MilvusSearch(
+        milvus_uri, collection=store.collection, redis=redis, key_prefix=f"{unique_name}:"
+    )
+    secret = "User: my locker code is 4471 at the gym"
+    await _history(store, "eve", secret)
+    await corpus.add([frag("eve", 1, FILLER)], [[0.0]])  # a version to start from
+    before = corpus_version(await redis.get(corpus_version_key(f"{unique_name}:", "eve")))
+    gone = fragment_id("eve", 3, 0)
+    loop = asyncio.get_running_loop()
+    real = milvus_search._fragments
+    seen: list[str] = []
+
+    async def forget() -> None:
+        await store.delete("eve", [gone])
+        await corpus.remove("eve", [gone])
+
+    def forget_meanwhile(client: Any, collection: str, key: str, ids: Any, opts: Any) -> Any:
+        seen.extend(ids)  # the hybrid search found the line
+        asyncio.run_coroutine_threadsafe(forget(), loop).result(30)
+        return real(client, collection, key, ids, opts)
+
+    monkeypatch.setattr(milvus_search, "_fragments", forget_meanwhile)
+    try:
+        found = await searcher.search("eve", "locker code gym", CONFIG, NOW)
+        after = corpus_version(await redis.get(corpus_version_key(f"{unique_name}:", "eve")))
+        assert gone in seen
+        assert "4471" not in "\n".join(f.content for f in found)
+        assert getattr(found, "version", None) == before != after
+        monkeypatch.undo()
+        # and the delete took its lines with it
+        assert await store._lines_left(user_key("eve"), [gone]) == 0
+        again = await searcher.search("eve", "locker code gym", CONFIG, NOW)
+        assert "4471" not in "\n".join(f.content for f in again)
+        assert getattr(again, "version", None) == after
+    finally:
+        await searcher.close()
+        await redis.aclose()
+
+
+async def test_a_line_whose_fragment_is_gone_is_no_candidate(
+    store: FragmentStore, searcher: MilvusSearch
+) -> None:
+    """A line row left behind (its delete lost, as Lite can lose one) is not injected."""
+    secret = "User: my locker code is 4471 at the gym"
+    await _history(store, "fay", secret)
+    expr = f'user_key == "{user_key("fay")}" and pk in ["{fragment_id("fay", 3, 0)}"]'
+    await store._run_write(lambda c: c.delete(store.collection, filter=expr))
+    assert await store._lines_left(user_key("fay"), [fragment_id("fay", 3, 0)]) == 4
+    assert "4471" not in await _text(searcher, "fay", "locker code gym")
+
+
+async def test_forgetting_the_user_deletes_every_line(
+    store: FragmentStore, searcher: MilvusSearch
+) -> None:
+    await _history(store, "gus", "User: my locker code is 4471 at the gym")
+    assert await store._lines_left(user_key("gus"), None) == 40
+    assert await store.delete_user("gus") == 10
+    assert await store._lines_left(user_key("gus"), None) == 0
+    assert await _text(searcher, "gus", "locker code gym") == ""
+
+
+async def test_copies_of_a_memory_are_found_through_milvus(
+    store: FragmentStore, searcher: MilvusSearch
+) -> None:
+    fact = "my locker code is 4471 at the gym"
+    await _history(store, "hal", f"User: please remember this: {fact}")
+    remembered = frag("hal", 20, [fact], thread="")
+    await store.upsert([remembered])
+    copies = await searcher.copies_of("hal", remembered.id, 16)
+    assert copies == [fragment_id("hal", 3, 0)]
