@@ -163,7 +163,7 @@ def resolve(settings: Settings, given: Components) -> WorkerResources:
     if read_model is None:
         read_model = ReadModel(settings.redis.url, settings.redis.key_prefix)
         owned.append(read_model)
-    if store.epochs is None:
+    if isinstance(store, FragmentStore) and store.epochs is None:
         # Every store write is checked against the user's forget epoch (docs/ARCHITECTURE.md,
         # "Forget epochs"), in the read model's Redis, where agents read the epoch too.
         epochs = StoreEpochs(settings.redis.url, read_model.prefix)
