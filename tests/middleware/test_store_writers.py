@@ -34,13 +34,13 @@ class HoldingStore(FragmentStore):
     entered: ClassVar[asyncio.Event | None] = None
 
     async def upsert_vectors(
-        self, fragments: list[Fragment], *, query: str | None = None
+        self, fragments: list[Fragment], **kwargs: Any
     ) -> list[tuple[Fragment, list[float]]]:
         cls = type(self)
         if cls.mark and cls.gate and cls.entered and any(cls.mark in f.content for f in fragments):
             cls.entered.set()
             await cls.gate.wait()
-        return await super().upsert_vectors(fragments, query=query)
+        return await super().upsert_vectors(fragments, **kwargs)
 
 
 async def one_value_everywhere(
