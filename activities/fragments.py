@@ -466,6 +466,13 @@ class FragmentActivities:
                     await self.corpus.delete_user(inp.user_id)
             else:
                 rows = await self.store.get(inp.user_id, inp.read) if inp.read else []
+                if inp.read_rounds:  # a failed round's rows, before a sweep deletes them
+                    rounds = set(inp.read_rounds)
+                    rows += [
+                        f
+                        for f in await self.store.all_for_user(inp.user_id)
+                        if not f.explicit and f.round_no in rounds
+                    ]
                 deleted = await self.store.delete(inp.user_id, inp.ids) if inp.ids else 0
                 if self.corpus is not None and inp.ids:
                     await self.corpus.remove(inp.user_id, inp.ids)

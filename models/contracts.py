@@ -154,6 +154,20 @@ class FragmentRef(BaseModel):
     seq: int = Field(description="monotonic per user; the induction cursor compares these")
 
 
+class SweptRow(BaseModel):
+    """What a forget needs of a failed round's row that a later round's sweep deletes
+    (docs/ARCHITECTURE.md, "The round"): its lines, its span and speaker positions, the round
+    that made it and the round that swept it (and stored its lines again under its own ids)."""
+
+    id: str
+    thread_id: str
+    round_no: int = Field(description="the failed round that stored it")
+    start_pos: int
+    end_pos: int
+    content: str
+    swept_by: int = Field(0, description="the round whose sweep deletes it (0: none started yet)")
+
+
 class ThreadState(BaseModel):
     """One thread's counts, the identities it accepted, and its accepted but not yet indexed
     turns (docs/ARCHITECTURE.md, "Message identity")."""
@@ -275,6 +289,12 @@ class UserMemoryState(BaseModel):
     )
     forgotten_fragments: list[str] = Field(
         default_factory=list, description="recently forgotten fragment ids (bounded)"
+    )
+    swept_rows: list[SweptRow] = Field(
+        default_factory=list,
+        description="rows of failed rounds read before a round's sweep deletes them, newest "
+        "last (bounded: state_ops.MAX_SWEPT_ROWS, MAX_SWEPT_BYTES): a forget of one finds its "
+        "lines here, in this run or a later one",
     )
     profile_stated: dict[str, list[str]] = Field(
         default_factory=dict,
@@ -824,13 +844,18 @@ class ForgetLines(BaseModel):
 class DeleteFragmentsInput(BaseModel):
     """Activity: delete some (ids) or all (ids None) of a user's fragments.
 
-    `read`: the output carries these rows as stored, read before anything is deleted.
+    `read`: the output carries these rows as stored, read before anything is deleted (and
+    `read_rounds`: those rows of these rounds).
     `forget_lines` also takes lines out of rows. Send both with `ids=[]`, never None: a worker
     from before the fields reads that as "delete nothing" rather than "delete all"."""
 
     user_id: str
     ids: list[str] | None = None
     read: list[str] = Field(default_factory=list)
+    read_rounds: list[int] = Field(
+        default_factory=list,
+        description="the output also carries the user's conversation rows of these rounds",
+    )
     forget_lines: ForgetLines | None = None
     epoch: int | None = Field(
         None,

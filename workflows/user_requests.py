@@ -175,6 +175,11 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
     thread_id = state_ops.failed_round_thread(run.state, made_in)
     if thread_id is not None and not workflow.patched(FORGET_FAILED_ROUND_TURNS):
         thread_id = None
+    # Kept when a round read it before its sweep (user_rounds.SWEEP_READS_FIRST): its thread
+    # even when its round left the thread's list since (more failures than it keeps).
+    kept = state_ops.swept_row(run.state, req.fragment_id)
+    if thread_id is None and kept is not None and kept.thread_id in run.state.threads:
+        thread_id = kept.thread_id
     # A round of the thread already running may take the row's turns (none starts from here).
     running = run.round_record
     if thread_id is not None:
@@ -215,6 +220,8 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
                     if record is not None and record.thread_id in cut:
                         await _round_over(run, record)
                 await _forget_stored_quotes(run, rows)
+        if kept is not None and out.deleted:
+            state_ops.drop_swept_row(run.state, req.fragment_id)
         return await _forgotten_everywhere(run, req, out)
     finally:
         # From here the state's forgotten ids keep a reinforce away from it; a forget that
@@ -320,11 +327,15 @@ async def _swept_row(
     run: UserRun, fragment_id: str, thread_id: str | None, running: RoundRecord | None
 ) -> tuple[int, Fragment] | None:
     """The forgotten row was not there to read: a round's sweep may have deleted it before the
-    forget came (a retry of its failed round, running then or completed since), and stored its
-    lines again under the retry's ids. That round's number and the row as the sweep found it,
-    or None (docs/ARCHITECTURE.md, "The round")."""
+    forget came (a retry of its failed round, running then, completed or failed since, in this
+    run or an earlier one), and stored its lines again under the retry's ids. That round's
+    number and the row as the workflow kept it (UserMemoryState.swept_rows) or the sweep found
+    it, or None (docs/ARCHITECTURE.md, "The round")."""
 
     def found() -> tuple[int, Fragment] | None:
+        kept = state_ops.swept_row(run.state, fragment_id)  # read before its sweep
+        if kept is not None and kept.swept_by > 0:
+            return kept.swept_by, state_ops.as_fragment(kept, run.inp.user_id)
         for round_no, rows in run.swept_rows.items():
             for row in rows:
                 if row.id == fragment_id:

@@ -125,13 +125,14 @@ def kit(mw: Any) -> type[Store]:
 
 
 async def fail_first(
-    mw: Any, user: str, first: list[ChatTurn]
+    mw: Any, user: str, first: list[ChatTurn], max_history_events: int = 10_000
 ) -> tuple[Any, RoundRecord, list[Fragment]]:
     """The user's first round fails after its write; its record and rows, in span order."""
     kit(mw).failures[user] = 1
     handle = await submit(
-        mw.client, mw.task_queue, user, first, event_id="first", urgent=True, config=CONFIG
-    )
+        mw.client, mw.task_queue, user, first, event_id="first", urgent=True, config=CONFIG,
+        max_history_events=max_history_events,
+    )  # fmt: skip
     status = await wait_status(handle, lambda s: s.rounds_failed >= 1, deadline_s=90, what="fail")
     failed = next(r for r in status.rounds if r.status == "failed")
     rows = [f for f in await mw.store.all_for_user(user) if f.round_no == failed.round_no]

@@ -1,0 +1,172 @@
+"""A forget of a failed round's row that a retry's sweep deleted, where the retry's result is
+not at hand (docs/ARCHITECTURE.md, "The round"): the user workflow continued as new since the
+sweep, the retry failed too after its sweep, or the row's round left the thread's list of
+failed rounds. The workflow reads the rows before the sweep and keeps what a forget needs of
+them (UserMemoryState.swept_rows); each test counts the lines said against those stored."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.models.contracts import RoundRecord, UserStatus
+from mnemoflow.workflows import state_ops
+from mnemoflow.workflows.user_memory import UserMemoryWorkflow
+from tests.support.drive import wait_status
+from tests.support.invariants import said_vs_stored
+from tests.support.memory_worker import memory_worker
+from tests.support.reliability import Ledger
+from tests.support.replay import assert_replays
+from tests.workflows.test_forget_failed_round_edges import (
+    HOUR,
+    fail_first,
+    forget,
+    kit,
+    retry,
+    said,
+    settled_counts,
+    store_class,
+    turns,
+)
+
+#: A history bound low enough that the workflow continues as new after the retry's round.
+CAP = 50
+
+
+def _done(s: UserStatus, after: int) -> bool:
+    return any(r.round_no > after and r.status == "completed" for r in s.rounds)
+
+
+async def test_a_row_swept_before_a_continue_as_new_is_forgotten_from_the_retrys_rows(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The retry swept the failed round's rows and stored the same turns under its own ids;
+    the workflow continued as new; then a row of the failed round is forgotten: its lines
+    leave the retry's rows (the run that kept the retry's result is gone)."""
+    started = time.monotonic()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url,
+        models=HeuristicMemoryModels(), store_cls=store_class(),
+    ) as mw:  # fmt: skip
+        user = f"sweptcan-{uuid.uuid4().hex[:8]}"
+        lines = said("sweptcan", 8)
+        first = turns(lines, time.time() - 3 * HOUR, 0)
+        handle, failed, rows = await fail_first(mw, user, first, max_history_events=CAP)
+        victim = rows[0]
+        gone = [x for x in lines if x in victim.content]
+        assert gone
+        before = (await handle.query(UserMemoryWorkflow.status)).continued
+        await retry(handle, failed)
+        status = await wait_status(
+            handle, lambda s: _done(s, failed.round_no) and s.continued > before,
+            deadline_s=90, what="the retry completed, then a continue-as-new",
+        )  # fmt: skip
+        assert await mw.store.get(user, [victim.id]) == [], "the retry swept the row"
+        texts = [f.content for f in await mw.store.all_for_user(user)]
+        assert all(any(x in t for t in texts) for x in gone), "its lines are stored again"
+        result = await forget(handle, victim.id)
+        now = [f.content for f in await mw.store.all_for_user(user)]
+        back = sum(any(x in t for t in now) for x in gone)
+        assert result.deleted == 1, result
+        await settled_counts(mw, handle, user, lines, gone, turns_kept=len(lines))
+        outcome = await said_vs_stored(
+            mw.store, user, None, {"t": [x for x in lines if x not in gone]}, forgotten=gone
+        )
+        assert outcome.clean, outcome
+        await assert_replays(dev_env.client, [handle.id], name="forget-swept-row-after-can")
+    reliability.record(
+        request,
+        key="forget-row-swept-before-continue-as-new",
+        kind="fault",
+        what="forget_fragment of a failed round's row that the retry had swept, after the user "
+        f"workflow continued as new ({status.continued} times) since the sweep",
+        happened=f"the row kept from before the sweep named its {len(gone)} lines, taken out "
+        f"of the retry's rows (deleted={result.deleted}); forgotten lines back: {back}",
+        outcome=outcome,
+        started=started,
+    )
+
+
+async def _retry_fails_after_its_sweep(
+    mw: Any, user: str, lines: list[str]
+) -> tuple[Any, RoundRecord, list[str], str]:
+    """The first round fails after its write; its retry sweeps its rows, writes its own and
+    fails too. Returns the handle, the retry's record, the lines of the failed round's first
+    row, and that row's id (swept, its lines in the retry's rows)."""
+    handle, failed, rows = await fail_first(mw, user, turns(lines, time.time() - 3 * HOUR, 0))
+    victim = rows[0]
+    gone = [x for x in lines if x in victim.content]
+    assert gone
+    kit(mw).failures[user] = 1
+    await retry(handle, failed)
+    status = await wait_status(
+        handle, lambda s: s.rounds_failed >= 2 and not any(r.status == "running" for r in s.rounds),
+        deadline_s=90, what="the retry failed after its sweep",
+    )  # fmt: skip
+    second = next(r for r in status.rounds if r.round_no > failed.round_no)
+    assert second.status == "failed", second
+    store = mw.store
+    assert await store.get(user, [victim.id]) == [], "the retry swept the row"
+    again = [f.content for f in await store.all_for_user(user) if f.round_no == second.round_no]
+    assert all(any(x in t for t in again) for x in gone), "the retry stored its lines again"
+    return handle, second, gone, victim.id
+
+
+@pytest.mark.parametrize("listed", ["listed", "left the list"])
+async def test_a_row_swept_by_a_retry_that_failed_too_stays_forgotten(
+    listed: str,
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The retry swept the failed round's rows, stored its own and failed: it handed nothing
+    back. A row of the first round is forgotten, then the next retry runs: the forgotten lines
+    are nowhere, every other line is stored once. "left the list": the thread keeps one failed
+    round (the workflow reads the bound from the state_ops module), so the first round left
+    its list when the retry failed and the row would be forgotten as a plain one."""
+    if listed != "listed":
+        monkeypatch.setattr(state_ops, "MAX_FAILED_ROUNDS", 1)
+    started = time.monotonic()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url,
+        models=HeuristicMemoryModels(), store_cls=store_class(),
+    ) as mw:  # fmt: skip
+        user = f"sweptfail-{uuid.uuid4().hex[:8]}"
+        lines = said(f"sweptfail {listed}", 8)
+        handle, second, gone, victim = await _retry_fails_after_its_sweep(mw, user, lines)
+        result = await forget(handle, victim)
+        assert result.deleted == 1, result
+        await retry(handle, second)
+        await settled_counts(mw, handle, user, lines, gone)
+        stored = [f.content for f in await mw.store.all_for_user(user)]
+        back = sum(any(x in t for t in stored) for x in gone)
+        outcome = await said_vs_stored(
+            mw.store, user, None, {"t": [x for x in lines if x not in gone]}, forgotten=gone
+        )
+        assert outcome.clean, outcome
+        await assert_replays(dev_env.client, [handle.id], name=f"forget-swept-row-{listed}")
+    reliability.record(
+        request,
+        key=f"forget-row-swept-by-failed-retry-{listed.replace(' ', '-')}",
+        kind="fault",
+        what="forget_fragment of a failed round's row that a retry swept before it failed too "
+        + ("" if listed == "listed" else "(the row's round had left the thread's list) ")
+        + "then the next retry",
+        happened=f"the row kept from before the sweep named its {len(gone)} lines: cut from "
+        f"the pending turns and the failed retry's rows (deleted={result.deleted}); forgotten "
+        f"lines back after the next retry: {back}",
+        outcome=outcome,
+        started=started,
+    )
