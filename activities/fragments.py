@@ -483,8 +483,15 @@ class FragmentActivities:
                         inp.user_id, inp.forget_lines, inp.epoch
                     )
                     deleted += len(gone)
+                checked = None
+                if inp.forget_lines is not None and inp.forget_lines.check_ids:
+                    checked = await self.store.get(inp.user_id, inp.forget_lines.check_ids)
                 return DeleteFragmentsOutput(
-                    deleted=deleted, rows=rows, deleted_ids=gone, rewritten=rewritten
+                    deleted=deleted,
+                    rows=rows,
+                    deleted_ids=gone,
+                    rewritten=rewritten,
+                    checked=checked,
                 )
         return DeleteFragmentsOutput(deleted=deleted)
 
@@ -536,9 +543,11 @@ class FragmentActivities:
             else:
                 gone.append(row.id)
         if gone:
-            await self.store.delete(user_id, gone)
+            # The search corpus first: a retry after the Milvus delete (its reply lost) finds
+            # nothing left to do, and would leave the corpus serving the forgotten lines.
             if self.corpus is not None:
                 await self.corpus.remove(user_id, gone)
+            await self.store.delete(user_id, gone)
         if kept:
             written = await self.store.upsert_vectors(kept, epoch=epoch)
             if self.corpus is not None:

@@ -833,6 +833,12 @@ class ForgetLines(BaseModel):
     end_pos: int
     content: str
     skip_ids: list[str] = Field(default_factory=list, description="rows being forgotten")
+    check_ids: list[str] = Field(
+        default_factory=list,
+        description="rows the published context shows with these lines: the output's "
+        "`checked` holds those still stored, as stored (a retry after a lost reply finds "
+        "nothing left to do, yet the workflow learns what became of them)",
+    )
     quotes: bool = Field(
         False,
         description="cut the row's words out wherever the round's rows quote them "
@@ -872,6 +878,9 @@ class DeleteFragmentsOutput(BaseModel):
     rows: list[Fragment] = Field(default_factory=list)
     deleted_ids: list[str] = Field(default_factory=list)
     rewritten: list[Fragment] = Field(default_factory=list)
+    checked: list[Fragment] | None = Field(
+        None, description="`forget_lines.check_ids` still stored (None: a worker from before)"
+    )
 
 
 class DeleteReadModelInput(BaseModel):

@@ -764,6 +764,40 @@ def rewritten(s: UserMemoryState, fragments: list[Fragment], by_statement: bool 
         )
 
 
+def shown_with_lines(s: UserMemoryState, content: str, quotes: bool, skip: set[str]) -> list[str]:
+    """Ids of the published context's fragments that show a line of `content` (its quotes,
+    `quotes`): a rewrite that takes those lines out checks what became of them."""
+    if quotes:
+        texts = quoted_texts(content)
+    else:
+        texts = [ln.text for ln in spoken_lines(content) if ln.role and ln.text]
+    if s.context is None or not texts:
+        return []
+    return [
+        f.id
+        for f in s.context.fragments
+        if f.id not in skip and not is_stub(f) and any(t in f.content for t in texts)
+    ]
+
+
+def after_lost_reply(
+    s: UserMemoryState,
+    check_ids: list[str],
+    deleted_ids: list[str],
+    rewritten: list[Fragment],
+    checked: list[Fragment],
+) -> tuple[list[str], list[Fragment]]:
+    """What a rewrite's reply did not say of the rows the context showed with its lines
+    (`check_ids`; `checked`: those still stored): gone ones (deleted, by an attempt whose reply
+    was lost) and stored ones whose contents the context does not show."""
+    done = set(deleted_ids) | {f.id for f in rewritten}
+    found = {f.id: f for f in checked}
+    shown = {f.id: f.content for f in s.context.fragments} if s.context is not None else {}
+    gone = [i for i in check_ids if i not in done and i not in found]
+    stale = [f for i, f in found.items() if i not in done and i in shown and shown[i] != f.content]
+    return gone, stale
+
+
 def keep_swept_rows(
     s: UserMemoryState, thread_id: str, rows: list[Fragment], failed: Collection[int]
 ) -> list[SweptRow]:

@@ -78,6 +78,10 @@ FORGET_FRAGMENT_PUBLISH_COUNTED = "forget-fragment-publish-counted"
 #: forget_fragment of a failed round's row that a retry already swept takes its lines out of
 #: the retry's rows (the sweep hands the rows it deleted back in the round's result).
 FORGET_SWEPT_ROW = "forget-swept-row"
+#: A rewrite (`ForgetLines`) checks the rows the context shows with the forgotten lines: after
+#: a lost reply, the retried call finds nothing left to do, yet those rows leave the context
+#: or show their new contents (docs/ARCHITECTURE.md, "The round").
+FORGET_LINES_CHECKS_CONTEXT = "forget-lines-checks-context"
 
 #: An explicit memory starts as if reinforced a few times: the user asked for it.
 EXPLICIT_STRENGTH = 4
@@ -385,6 +389,11 @@ async def _rewrite_rows(run: UserRun, lines: ForgetLines, summary: str) -> None:
     try:
         # Rows being forgotten meanwhile are left alone: a rewrite would put them back.
         lines.skip_ids = sorted(run.forgetting | set(run.state.forgotten_fragments))
+        shown = state_ops.shown_with_lines(
+            run.state, lines.content, lines.quotes, set(lines.skip_ids)
+        )
+        if shown and workflow.patched(FORGET_LINES_CHECKS_CONTEXT):
+            lines.check_ids = shown
         again = await _delete(
             run,
             DeleteFragmentsInput(
@@ -399,10 +408,16 @@ async def _rewrite_rows(run: UserRun, lines: ForgetLines, summary: str) -> None:
         # put the old contents back.
         await workflow.wait_condition(lambda: not run.publishing)
         by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
-        for fid in again.deleted_ids:
+        gone, stale = list(again.deleted_ids), list(again.rewritten)
+        if lines.check_ids and again.checked is not None:
+            lost, shown_old = state_ops.after_lost_reply(
+                run.state, lines.check_ids, gone, stale, again.checked
+            )
+            gone, stale = gone + lost, stale + shown_old
+        for fid in gone:
             state_ops.forget_fragment_facts(run.state, fid, by_statement=by_statement)
             run.dropped_ids.append(fid)
-        state_ops.rewritten(run.state, again.rewritten, by_statement=by_statement)
+        state_ops.rewritten(run.state, stale, by_statement=by_statement)
     finally:
         run.rewriting = False
 

@@ -170,3 +170,59 @@ async def test_a_row_swept_by_a_retry_that_failed_too_stays_forgotten(
         outcome=outcome,
         started=started,
     )
+
+
+async def test_a_lost_reply_of_the_rewrite_leaves_no_forgotten_line_in_the_context(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    """As above, and the delete of the retry's rows that the forgotten lines emptied is done
+    but its reply lost: the retried rewrite finds nothing left to do, yet the published
+    context no longer shows those rows (they were in the retry's selection)."""
+    started = time.monotonic()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url,
+        models=HeuristicMemoryModels(), store_cls=store_class(),
+    ) as mw:  # fmt: skip
+        user = f"sweptlost-{uuid.uuid4().hex[:8]}"
+        lines = said("sweptlost", 8)
+        first = turns(lines, time.time() - 3 * HOUR, 0)
+        handle, failed, rows = await fail_first(mw, user, first)
+        victim = rows[0]
+        gone = [x for x in lines if x in victim.content]
+        await retry(handle, failed)
+        await wait_status(handle, lambda s: _done(s, failed.round_no), what="the retry completed")
+        again = [
+            f for f in await mw.store.all_for_user(user)
+            if f.round_no != failed.round_no and any(x in f.content for x in gone)
+        ]  # fmt: skip
+        published = await mw.read_model.get(user)
+        assert published is not None
+        shown = {f.id for f in published.fragments}
+        assert shown & {f.id for f in again}, "the retry's rows with the lines are not shown"
+        kit(mw).lose_reply = {f.id for f in again}
+        result = await forget(handle, victim.id)
+        assert not kit(mw).lose_reply, "no reply was lost: nothing tested"
+        assert result.deleted == 1, result
+        await settled_counts(mw, handle, user, lines, gone, turns_kept=len(lines))
+        published = await mw.read_model.get(user)
+        assert published is not None
+        shown_back = sum(any(x in f.content for f in published.fragments) for x in gone)
+        outcome = await said_vs_stored(
+            mw.store, user, None, {"t": [x for x in lines if x not in gone]}, forgotten=gone
+        )
+        assert outcome.clean, outcome
+        await assert_replays(dev_env.client, [handle.id], name="forget-lines-reply-lost")
+    reliability.record(
+        request,
+        key="forget-lines-reply-lost",
+        kind="fault",
+        what="forget_fragment of a swept row whose rewrite of the retry's rows deleted them and "
+        "lost its reply (the retried call found nothing left to do)",
+        happened=f"forgotten lines shown in the published context after it: {shown_back}",
+        outcome=outcome,
+        started=started,
+    )

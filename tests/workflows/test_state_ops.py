@@ -561,7 +561,7 @@ def test_a_batch_refused_for_good_halves_then_skips_one_fragment() -> None:
         assert s.induction_batch_limit == expected
 
 
-def _row(round_no: int, n: int, size: int = 10) -> Fragment:
+def _failed_row(round_no: int, n: int, size: int = 10) -> Fragment:
     return Fragment(
         id=f"u:{round_no}:{n}",
         user_id="u",
@@ -583,11 +583,11 @@ def test_swept_rows_are_kept_newest_last_bounded_by_count_and_bytes(
     """The rows read before a sweep travel in the continue-as-new input: bounded."""
     s = UserMemoryState()
     monkeypatch.setattr(state_ops, "MAX_SWEPT_ROWS", 3)
-    kept = state_ops.keep_swept_rows(s, "t", [_row(1, n) for n in range(5)], {1})
+    kept = state_ops.keep_swept_rows(s, "t", [_failed_row(1, n) for n in range(5)], {1})
     assert [r.id for r in s.swept_rows] == ["u:1:2", "u:1:3", "u:1:4"]
     assert kept == s.swept_rows
-    monkeypatch.setattr(state_ops, "MAX_SWEPT_BYTES", 2 * len(_row(2, 0, 100).content))
-    state_ops.keep_swept_rows(s, "t", [_row(2, n, 100) for n in range(3)], {2})
+    monkeypatch.setattr(state_ops, "MAX_SWEPT_BYTES", 2 * len(_failed_row(2, 0, 100).content))
+    state_ops.keep_swept_rows(s, "t", [_failed_row(2, n, 100) for n in range(3)], {2})
     assert [r.id for r in s.swept_rows] == ["u:2:1", "u:2:2"]
     state_ops.forget_all(s)
     assert s.swept_rows == []
@@ -598,18 +598,18 @@ def test_a_swept_row_follows_its_lines_to_the_round_that_sweeps_its_sweeper() ->
     kept row's lines were stored again, so the kept row is now swept by round 3. A read of the
     same row again (its round failed before sweeping) replaces it, not twice."""
     s = UserMemoryState()
-    for row in state_ops.keep_swept_rows(s, "t", [_row(1, 0), _row(1, 1)], {1}):
+    for row in state_ops.keep_swept_rows(s, "t", [_failed_row(1, 0), _failed_row(1, 1)], {1}):
         row.swept_by = 2
-    other = state_ops.keep_swept_rows(s, "o", [_row(7, 5)], {7})
+    other = state_ops.keep_swept_rows(s, "o", [_failed_row(7, 5)], {7})
     other[0].swept_by = 2  # another thread's round 2 (numbers are the user's: not in practice)
     moved = state_ops.keep_swept_rows(s, "t", [], {1, 2})
     assert sorted(r.id for r in moved) == ["u:1:0", "u:1:1"]
-    again = state_ops.keep_swept_rows(s, "t", [_row(1, 1)], {1})
+    again = state_ops.keep_swept_rows(s, "t", [_failed_row(1, 1)], {1})
     assert [r.id for r in again] == ["u:1:1"] and again[0].swept_by == 0
     assert [r.id for r in s.swept_rows] == ["u:1:0", "u:7:5", "u:1:1"]
     found = state_ops.swept_row(s, "u:1:0")
     assert found is not None
     as_row = state_ops.as_fragment(found, "u")
-    assert (as_row.content, as_row.start_pos, as_row.end_pos) == (_row(1, 0).content, 0, 2)
+    assert (as_row.content, as_row.start_pos, as_row.end_pos) == (_failed_row(1, 0).content, 0, 2)
     state_ops.drop_swept_row(s, "u:1:0")
     assert state_ops.swept_row(s, "u:1:0") is None
