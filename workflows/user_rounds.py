@@ -355,6 +355,8 @@ async def _read_before_sweep(run: UserRun, thread_id: str) -> list[SweptRow]:
         )
     except ActivityError as err:
         raise ApplicationError(f"reading the rows to sweep failed: {failure_text(err)}") from err
+    if run.forget_request is not None:  # came during the read: the round is not started
+        raise ApplicationError("cancelled by forget")
     return state_ops.keep_swept_rows(run.state, thread_id, out.rows, set(failed))
 
 

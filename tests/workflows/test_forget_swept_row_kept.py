@@ -6,15 +6,17 @@ them (UserMemoryState.swept_rows); each test counts the lines said against those
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
 
 import pytest
+from temporalio.client import WorkflowUpdateStage
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
-from mnemoflow.models.contracts import RoundRecord, UserStatus
+from mnemoflow.models.contracts import ForgetRequest, RoundRecord, UserStatus
 from mnemoflow.workflows import state_ops
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import wait_status
@@ -223,6 +225,50 @@ async def test_a_lost_reply_of_the_rewrite_leaves_no_forgotten_line_in_the_conte
         what="forget_fragment of a swept row whose rewrite of the retry's rows deleted them and "
         "lost its reply (the retried call found nothing left to do)",
         happened=f"forgotten lines shown in the published context after it: {shown_back}",
+        outcome=outcome,
+        started=started,
+    )
+
+
+async def test_a_whole_user_forget_during_the_read_before_a_sweep_starts_no_round(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The workflow is reading the rows the retry will sweep when the user is forgotten: the
+    retry is not started (it would run to its end before the forget), the receipt counts it
+    cancelled, and nothing the user said is stored."""
+    started = time.monotonic()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url,
+        models=HeuristicMemoryModels(), store_cls=store_class(),
+    ) as mw:  # fmt: skip
+        user = f"sweptall-{uuid.uuid4().hex[:8]}"
+        lines = said("sweptall", 8)
+        handle, failed, _ = await fail_first(mw, user, turns(lines, time.time() - 3 * HOUR, 0))
+        store = kit(mw)
+        store.hold, store.reached = asyncio.Event(), asyncio.Event()
+        await retry(handle, failed)
+        await asyncio.wait_for(store.reached.wait(), 60)  # the read of the rows to sweep
+        pending = await handle.start_update(
+            UserMemoryWorkflow.forget, ForgetRequest(), wait_for_stage=WorkflowUpdateStage.ACCEPTED
+        )
+        store.hold.set()
+        receipt = await asyncio.wait_for(pending.result(), 60)
+        status = await handle.query(UserMemoryWorkflow.status)
+        assert receipt.rounds_cancelled == 1, receipt
+        assert not any(r.round_no > failed.round_no for r in status.rounds if r.fragments), status
+        outcome = await said_vs_stored(mw.store, user, None, {"t": []}, forgotten=lines)
+        assert outcome.clean, outcome
+        await assert_replays(dev_env.client, [handle.id], name="forget-during-sweep-read")
+    reliability.record(
+        request,
+        key="forget-user-during-sweep-read",
+        kind="fault",
+        what="whole-user forget while the workflow read the rows a retry was to sweep",
+        happened=f"rounds cancelled: {receipt.rounds_cancelled}; the retry never started",
         outcome=outcome,
         started=started,
     )
