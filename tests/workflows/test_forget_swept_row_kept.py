@@ -22,6 +22,7 @@ from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import wait_status
 from tests.support.invariants import said_vs_stored
 from tests.support.memory_worker import memory_worker
+from tests.support.operations import Forbidden
 from tests.support.reliability import Ledger
 from tests.support.replay import assert_replays
 from tests.workflows.test_forget_failed_round_edges import (
@@ -38,6 +39,10 @@ from tests.workflows.test_forget_failed_round_edges import (
 
 #: A history bound low enough that the workflow continues as new after the retry's round.
 CAP = 50
+
+
+def _running(s: UserStatus) -> bool:
+    return any(r.status == "running" for r in s.rounds)
 
 
 def _done(s: UserStatus, after: int) -> bool:
@@ -269,6 +274,79 @@ async def test_a_whole_user_forget_during_the_read_before_a_sweep_starts_no_roun
         kind="fault",
         what="whole-user forget while the workflow read the rows a retry was to sweep",
         happened=f"rounds cancelled: {receipt.rounds_cancelled}; the retry never started",
+        outcome=outcome,
+        started=started,
+    )
+
+
+class SliceDown(HeuristicMemoryModels):
+    """Rejects every slice while `down` (the round fails before its store step)."""
+
+    down = False
+
+    async def slice(self, turns, max_fragments):  # type: ignore[no-untyped-def]
+        if self.down:
+            raise Forbidden("memory model down (test)")
+        return await super().slice(turns, max_fragments)
+
+
+async def test_a_row_of_a_round_that_left_the_list_unswept_stays_forgotten(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The thread keeps one failed round (the workflow reads the bound from the state_ops
+    module). The first round fails after its write; its retry fails before its store step, so
+    the first round's rows are never swept and the round leaves the thread's list. A row of it
+    is forgotten, then the next retry stores the thread's turns: none of the forgotten lines
+    comes back. (The first round's other rows stay stored beside the retry's: rows of a round
+    that left the list are not swept, `state_ops.MAX_FAILED_ROUNDS`; only the forgotten lines
+    are counted here.)"""
+    monkeypatch.setattr(state_ops, "MAX_FAILED_ROUNDS", 1)
+    started = time.monotonic()
+    models = SliceDown()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url,
+        models=models, store_cls=store_class(),
+    ) as mw:  # fmt: skip
+        user = f"sweptleft-{uuid.uuid4().hex[:8]}"
+        lines = said("sweptleft", 8)
+        handle, failed, rows = await fail_first(mw, user, turns(lines, time.time() - 3 * HOUR, 0))
+        victim = rows[0]
+        gone = [x for x in lines if x in victim.content]
+        assert gone
+        models.down = True
+        await retry(handle, failed)
+        status = await wait_status(
+            handle, lambda s: s.rounds_failed >= 2 and not _running(s),
+            deadline_s=90, what="the retry failed before its store step",
+        )  # fmt: skip
+        second = next(r for r in status.rounds if r.round_no > failed.round_no)
+        assert await mw.store.get(user, [victim.id]), "the row was swept: nothing tested"
+        result = await forget(handle, victim.id)
+        assert result.deleted == 1, result
+        models.down = False
+        await retry(handle, second)
+        await wait_status(
+            handle, lambda s: _done(s, second.round_no) and s.pending_turns == 0,
+            deadline_s=90, what="the next retry stored the turns",
+        )  # fmt: skip
+        stored = [f.content for f in await mw.store.all_for_user(user)]
+        back = sum(any(x in t for t in stored) for x in gone)
+        outcome = await said_vs_stored(mw.store, user, None, {"t": []}, forgotten=gone)
+        assert outcome.clean, outcome
+        await assert_replays(dev_env.client, [handle.id], name="forget-row-left-the-list")
+    reliability.record(
+        request,
+        key="forget-row-of-round-that-left-the-list-unswept",
+        kind="fault",
+        what="forget_fragment of a row of a failed round that left the thread's list of failed "
+        "rounds unswept (its retry failed before its store step), then the next retry",
+        happened=f"the row kept from the read before the failed retry named its thread: its "
+        f"{len(gone)} turns were cut from the pending ones; forgotten lines back: {back}",
         outcome=outcome,
         started=started,
     )
