@@ -466,6 +466,13 @@ class FragmentActivities:
                     await self.corpus.delete_user(inp.user_id)
             else:
                 rows = await self.store.get(inp.user_id, inp.read) if inp.read else []
+                if inp.read_rounds:  # a failed round's rows, before a sweep deletes them
+                    rounds = set(inp.read_rounds)
+                    rows += [
+                        f
+                        for f in await self.store.all_for_user(inp.user_id)
+                        if not f.explicit and f.round_no in rounds
+                    ]
                 deleted = await self.store.delete(inp.user_id, inp.ids) if inp.ids else 0
                 if self.corpus is not None and inp.ids:
                     await self.corpus.remove(inp.user_id, inp.ids)
@@ -476,8 +483,15 @@ class FragmentActivities:
                         inp.user_id, inp.forget_lines, inp.epoch
                     )
                     deleted += len(gone)
+                checked = None
+                if inp.forget_lines is not None and inp.forget_lines.check_ids:
+                    checked = await self.store.get(inp.user_id, inp.forget_lines.check_ids)
                 return DeleteFragmentsOutput(
-                    deleted=deleted, rows=rows, deleted_ids=gone, rewritten=rewritten
+                    deleted=deleted,
+                    rows=rows,
+                    deleted_ids=gone,
+                    rewritten=rewritten,
+                    checked=checked,
                 )
         return DeleteFragmentsOutput(deleted=deleted)
 
@@ -529,9 +543,11 @@ class FragmentActivities:
             else:
                 gone.append(row.id)
         if gone:
-            await self.store.delete(user_id, gone)
+            # The search corpus first: a retry after the Milvus delete (its reply lost) finds
+            # nothing left to do, and would leave the corpus serving the forgotten lines.
             if self.corpus is not None:
                 await self.corpus.remove(user_id, gone)
+            await self.store.delete(user_id, gone)
         if kept:
             written = await self.store.upsert_vectors(kept, epoch=epoch)
             if self.corpus is not None:

@@ -154,6 +154,20 @@ class FragmentRef(BaseModel):
     seq: int = Field(description="monotonic per user; the induction cursor compares these")
 
 
+class SweptRow(BaseModel):
+    """What a forget needs of a failed round's row that a later round's sweep deletes
+    (docs/ARCHITECTURE.md, "The round"): its lines, its span and speaker positions, the round
+    that made it and the round that swept it (and stored its lines again under its own ids)."""
+
+    id: str
+    thread_id: str
+    round_no: int = Field(description="the failed round that stored it")
+    start_pos: int
+    end_pos: int
+    content: str
+    swept_by: int = Field(0, description="the round whose sweep deletes it (0: none started yet)")
+
+
 class ThreadState(BaseModel):
     """One thread's counts, the identities it accepted, and its accepted but not yet indexed
     turns (docs/ARCHITECTURE.md, "Message identity")."""
@@ -275,6 +289,12 @@ class UserMemoryState(BaseModel):
     )
     forgotten_fragments: list[str] = Field(
         default_factory=list, description="recently forgotten fragment ids (bounded)"
+    )
+    swept_rows: list[SweptRow] = Field(
+        default_factory=list,
+        description="rows of failed rounds read before a round's sweep deletes them, newest "
+        "last (bounded: state_ops.MAX_SWEPT_ROWS, MAX_SWEPT_BYTES): a forget of one finds its "
+        "lines here, in this run or a later one",
     )
     profile_stated: dict[str, list[str]] = Field(
         default_factory=dict,
@@ -813,6 +833,12 @@ class ForgetLines(BaseModel):
     end_pos: int
     content: str
     skip_ids: list[str] = Field(default_factory=list, description="rows being forgotten")
+    check_ids: list[str] = Field(
+        default_factory=list,
+        description="rows the published context shows with these lines: the output's "
+        "`checked` holds those still stored, as stored (a retry after a lost reply finds "
+        "nothing left to do, yet the workflow learns what became of them)",
+    )
     quotes: bool = Field(
         False,
         description="cut the row's words out wherever the round's rows quote them "
@@ -824,13 +850,18 @@ class ForgetLines(BaseModel):
 class DeleteFragmentsInput(BaseModel):
     """Activity: delete some (ids) or all (ids None) of a user's fragments.
 
-    `read`: the output carries these rows as stored, read before anything is deleted.
+    `read`: the output carries these rows as stored, read before anything is deleted (and
+    `read_rounds`: those rows of these rounds).
     `forget_lines` also takes lines out of rows. Send both with `ids=[]`, never None: a worker
     from before the fields reads that as "delete nothing" rather than "delete all"."""
 
     user_id: str
     ids: list[str] | None = None
     read: list[str] = Field(default_factory=list)
+    read_rounds: list[int] = Field(
+        default_factory=list,
+        description="the output also carries the user's conversation rows of these rounds",
+    )
     forget_lines: ForgetLines | None = None
     epoch: int | None = Field(
         None,
@@ -847,6 +878,9 @@ class DeleteFragmentsOutput(BaseModel):
     rows: list[Fragment] = Field(default_factory=list)
     deleted_ids: list[str] = Field(default_factory=list)
     rewritten: list[Fragment] = Field(default_factory=list)
+    checked: list[Fragment] | None = Field(
+        None, description="`forget_lines.check_ids` still stored (None: a worker from before)"
+    )
 
 
 class DeleteReadModelInput(BaseModel):

@@ -24,6 +24,7 @@ from mnemoflow.models.contracts import (
     RoundRecord,
     RoundResult,
     SubmitEvent,
+    SweptRow,
     ThreadState,
     Trigger,
     UserMemoryState,
@@ -65,6 +66,11 @@ MAX_FORGOTTEN_FRAGMENTS = 512
 MAX_FENCED_TURNS = 1024
 #: Failed rounds of one thread whose rows its next round deletes (older ones stay stored).
 MAX_FAILED_ROUNDS = 32
+#: Rows of failed rounds kept, read before a sweep deletes them (UserMemoryState.swept_rows):
+#: at most this many, newest kept, and this many bytes of contents (they travel in the
+#: continue-as-new input).
+MAX_SWEPT_ROWS = 64
+MAX_SWEPT_BYTES = 128_000
 MAX_RETIRED_THREADS = 1000
 #: The contents of the fragments the latest rounds made that the user workflow keeps
 #: (`recent`, docs/ARCHITECTURE.md "The round"): at most this many fragments and this many
@@ -758,6 +764,98 @@ def rewritten(s: UserMemoryState, fragments: list[Fragment], by_statement: bool 
         )
 
 
+def shown_with_lines(s: UserMemoryState, content: str, quotes: bool, skip: set[str]) -> list[str]:
+    """Ids of the published context's fragments that show a line of `content` (its quotes,
+    `quotes`): a rewrite that takes those lines out checks what became of them."""
+    if quotes:
+        texts = quoted_texts(content)
+    else:
+        texts = [ln.text for ln in spoken_lines(content) if ln.role and ln.text]
+    if s.context is None or not texts:
+        return []
+    return [
+        f.id
+        for f in s.context.fragments
+        if f.id not in skip and not is_stub(f) and any(t in f.content for t in texts)
+    ]
+
+
+def after_lost_reply(
+    s: UserMemoryState,
+    check_ids: list[str],
+    deleted_ids: list[str],
+    rewritten: list[Fragment],
+    checked: list[Fragment],
+) -> tuple[list[str], list[Fragment]]:
+    """What a rewrite's reply did not say of the rows the context showed with its lines
+    (`check_ids`; `checked`: those still stored): gone ones (deleted, by an attempt whose reply
+    was lost) and stored ones whose contents the context does not show."""
+    done = set(deleted_ids) | {f.id for f in rewritten}
+    found = {f.id: f for f in checked}
+    shown = {f.id: f.content for f in s.context.fragments} if s.context is not None else {}
+    gone = [i for i in check_ids if i not in done and i not in found]
+    stale = [f for i, f in found.items() if i not in done and i in shown and shown[i] != f.content]
+    return gone, stale
+
+
+def keep_swept_rows(
+    s: UserMemoryState, thread_id: str, rows: list[Fragment], failed: Collection[int]
+) -> list[SweptRow]:
+    """Keep what a forget needs of the rows of the thread's `failed` rounds that a round is
+    about to sweep (read before the sweep, so a forget that comes after it finds them: in a
+    later run, or when the sweeping round failed too; docs/ARCHITECTURE.md, "The round").
+    Returns the entries the round sweeps now: these, and those an earlier sweeper of the
+    `failed` rounds stored again (their lines are in its rows, which this round sweeps)."""
+    fresh = [
+        SweptRow(
+            id=f.id,
+            thread_id=thread_id,
+            round_no=f.round_no,
+            start_pos=f.start_pos,
+            end_pos=f.end_pos,
+            content=f.content,
+        )
+        for f in rows
+    ]
+    ids = {r.id for r in fresh}
+    kept = [r for r in s.swept_rows if r.id not in ids] + fresh
+    del kept[:-MAX_SWEPT_ROWS]
+    size = 0
+    for n in range(len(kept) - 1, -1, -1):
+        size += len(kept[n].content.encode())
+        if size > MAX_SWEPT_BYTES:
+            del kept[: n + 1]
+            break
+    s.swept_rows = kept
+    return [r for r in kept if r.id in ids or (r.thread_id == thread_id and r.swept_by in failed)]
+
+
+def swept_row(s: UserMemoryState, fragment_id: str) -> SweptRow | None:
+    """The kept row of a failed round with this id, if any (keep_swept_rows)."""
+    return next((r for r in s.swept_rows if r.id == fragment_id), None)
+
+
+def drop_swept_row(s: UserMemoryState, fragment_id: str) -> None:
+    s.swept_rows = [r for r in s.swept_rows if r.id != fragment_id]
+
+
+def as_fragment(row: SweptRow, user_id: str) -> Fragment:
+    """A kept row as the fragment it was (what forgotten_parts and ForgetLines read)."""
+    return Fragment(
+        id=row.id,
+        user_id=user_id,
+        theme="",
+        types=[],
+        content=row.content,
+        created_at=0.0,
+        reinforced_at=0.0,
+        round_no=row.round_no,
+        thread_id=row.thread_id,
+        start_pos=row.start_pos,
+        end_pos=row.end_pos,
+    )
+
+
 def _keep_failed_batches(ts: ThreadState) -> None:
     """Batches of the failed rounds still listed only (bounded with them)."""
     listed = {str(n) for n in ts.failed_rounds}
@@ -986,6 +1084,7 @@ def forget_all(s: UserMemoryState, clear_backoff: bool = False) -> int:
         if clear_backoff:
             ts.not_before = 0.0
     s.pending_reinforce = []
+    s.swept_rows = []  # their words went with the user's rows
     s.uninducted = []
     s.tuned = {}
     s.profile = UserProfile()

@@ -78,6 +78,10 @@ FORGET_FRAGMENT_PUBLISH_COUNTED = "forget-fragment-publish-counted"
 #: forget_fragment of a failed round's row that a retry already swept takes its lines out of
 #: the retry's rows (the sweep hands the rows it deleted back in the round's result).
 FORGET_SWEPT_ROW = "forget-swept-row"
+#: A rewrite (`ForgetLines`) checks the rows the context shows with the forgotten lines: after
+#: a lost reply, the retried call finds nothing left to do, yet those rows leave the context
+#: or show their new contents (docs/ARCHITECTURE.md, "The round").
+FORGET_LINES_CHECKS_CONTEXT = "forget-lines-checks-context"
 
 #: An explicit memory starts as if reinforced a few times: the user asked for it.
 EXPLICIT_STRENGTH = 4
@@ -175,6 +179,11 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
     thread_id = state_ops.failed_round_thread(run.state, made_in)
     if thread_id is not None and not workflow.patched(FORGET_FAILED_ROUND_TURNS):
         thread_id = None
+    # Kept when a round read it before its sweep (user_rounds.SWEEP_READS_FIRST): its thread
+    # even when its round left the thread's list since (more failures than it keeps).
+    kept = state_ops.swept_row(run.state, req.fragment_id)
+    if thread_id is None and kept is not None and kept.thread_id in run.state.threads:
+        thread_id = kept.thread_id
     # A round of the thread already running may take the row's turns (none starts from here).
     running = run.round_record
     if thread_id is not None:
@@ -215,6 +224,8 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
                     if record is not None and record.thread_id in cut:
                         await _round_over(run, record)
                 await _forget_stored_quotes(run, rows)
+        if kept is not None and out.deleted:
+            state_ops.drop_swept_row(run.state, req.fragment_id)
         return await _forgotten_everywhere(run, req, out)
     finally:
         # From here the state's forgotten ids keep a reinforce away from it; a forget that
@@ -320,11 +331,15 @@ async def _swept_row(
     run: UserRun, fragment_id: str, thread_id: str | None, running: RoundRecord | None
 ) -> tuple[int, Fragment] | None:
     """The forgotten row was not there to read: a round's sweep may have deleted it before the
-    forget came (a retry of its failed round, running then or completed since), and stored its
-    lines again under the retry's ids. That round's number and the row as the sweep found it,
-    or None (docs/ARCHITECTURE.md, "The round")."""
+    forget came (a retry of its failed round, running then, completed or failed since, in this
+    run or an earlier one), and stored its lines again under the retry's ids. That round's
+    number and the row as the workflow kept it (UserMemoryState.swept_rows) or the sweep found
+    it, or None (docs/ARCHITECTURE.md, "The round")."""
 
     def found() -> tuple[int, Fragment] | None:
+        kept = state_ops.swept_row(run.state, fragment_id)  # read before its sweep
+        if kept is not None and kept.swept_by > 0:
+            return kept.swept_by, state_ops.as_fragment(kept, run.inp.user_id)
         for round_no, rows in run.swept_rows.items():
             for row in rows:
                 if row.id == fragment_id:
@@ -374,6 +389,11 @@ async def _rewrite_rows(run: UserRun, lines: ForgetLines, summary: str) -> None:
     try:
         # Rows being forgotten meanwhile are left alone: a rewrite would put them back.
         lines.skip_ids = sorted(run.forgetting | set(run.state.forgotten_fragments))
+        shown = state_ops.shown_with_lines(
+            run.state, lines.content, lines.quotes, set(lines.skip_ids)
+        )
+        if shown and workflow.patched(FORGET_LINES_CHECKS_CONTEXT):
+            lines.check_ids = shown
         again = await _delete(
             run,
             DeleteFragmentsInput(
@@ -388,10 +408,16 @@ async def _rewrite_rows(run: UserRun, lines: ForgetLines, summary: str) -> None:
         # put the old contents back.
         await workflow.wait_condition(lambda: not run.publishing)
         by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
-        for fid in again.deleted_ids:
+        gone, stale = list(again.deleted_ids), list(again.rewritten)
+        if lines.check_ids and again.checked is not None:
+            lost, shown_old = state_ops.after_lost_reply(
+                run.state, lines.check_ids, gone, stale, again.checked
+            )
+            gone, stale = gone + lost, stale + shown_old
+        for fid in gone:
             state_ops.forget_fragment_facts(run.state, fid, by_statement=by_statement)
             run.dropped_ids.append(fid)
-        state_ops.rewritten(run.state, again.rewritten, by_statement=by_statement)
+        state_ops.rewritten(run.state, stale, by_statement=by_statement)
     finally:
         run.rewriting = False
 

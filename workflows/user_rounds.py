@@ -23,12 +23,16 @@ from temporalio.workflow import ChildWorkflowHandle
 
 with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.contracts import (
+        ActivityName,
         ContextFragment,
+        DeleteFragmentsInput,
+        DeleteFragmentsOutput,
         InjectedContext,
         RankedRef,
         RoundInput,
         RoundRecord,
         RoundResult,
+        SweptRow,
         Watermark,
         is_stub,
         stub_fragment,
@@ -53,8 +57,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from mnemoflow.workflows.options import (
         ROUND_TASK_TIMEOUT,
+        STORE_HEARTBEAT,
         failure_text,
         round_search_attributes,
+        store_activity,
     )
     from mnemoflow.workflows.remembered import REMEMBER_PUBLISH_BOUND, with_remembered
     from mnemoflow.workflows.user_state import UserRun
@@ -83,8 +89,14 @@ REMEMBERED_SKIPS_FORGOTTEN = "remembered-skips-forgotten"
 #: A round during which this workflow published completes with its selection published
 #: again above that (Redis refused the round's own publish, histories from before left it).
 ROUND_REPUBLISHED = "round-republished-after-newer"
-#: Rounds whose swept rows this run keeps (UserRun.swept_rows).
+#: Rounds whose swept rows this run keeps (UserRun.swept_rows; histories before
+#: SWEEP_READS_FIRST).
 SWEPT_ROUNDS_KEPT = 8
+#: Before a round that sweeps failed rounds' rows starts, the workflow reads those rows and
+#: keeps what a forget needs of them in its state (UserMemoryState.swept_rows): a forget that
+#: comes after the sweep finds their lines in a later run, after a sweeping round that failed
+#: too, and after their round left the thread's list (docs/ARCHITECTURE.md, "The round").
+SWEEP_READS_FIRST = "sweep-reads-rows-first"
 #: A round the store refused as of an older forget epoch than the user's record, with no forget
 #: of this workflow under way (a fresh history that could not read the record at its start):
 #: the workflow takes the record's epoch and the thread's next round goes at once.
@@ -140,7 +152,8 @@ async def maybe_round(run: UserRun) -> bool:
     base = run.round_base = run.context().version
     run.round_record = record
     try:
-        handle = await _start_round(run, record, batch, after)
+        sweeping = await _read_before_sweep(run, thread_id)
+        handle = await _start_round(run, record, batch, after, sweeping)
         run.round_task = handle
         result = await handle
     except (ChildWorkflowError, ApplicationError) as err:
@@ -326,10 +339,36 @@ async def _keep_remembered(run: UserRun, floor: int) -> bool:
     return True
 
 
+async def _read_before_sweep(run: UserRun, thread_id: str) -> list[SweptRow]:
+    """The rows of the thread's failed rounds, read and kept in the state before the round
+    that sweeps them starts (SWEEP_READS_FIRST); a read that fails fails the round before it
+    starts (it backs off): nothing is swept that the workflow has not kept."""
+    failed = run.state.threads[thread_id].failed_rounds
+    if not failed or not workflow.patched(SWEEP_READS_FIRST):
+        return []
+    try:
+        out = await workflow.execute_activity(
+            ActivityName.DELETE_FRAGMENTS,
+            DeleteFragmentsInput(user_id=run.inp.user_id, ids=[], read_rounds=list(failed)),
+            result_type=DeleteFragmentsOutput,
+            **store_activity("read the failed rounds' rows", heartbeat=STORE_HEARTBEAT),
+        )
+    except ActivityError as err:
+        raise ApplicationError(f"reading the rows to sweep failed: {failure_text(err)}") from err
+    if run.forget_request is not None:  # came during the read: the round is not started
+        raise ApplicationError("cancelled by forget")
+    return state_ops.keep_swept_rows(run.state, thread_id, out.rows, set(failed))
+
+
 async def _start_round(
-    run: UserRun, record: RoundRecord, batch: list[ChatTurn], after: dict[str, Watermark]
+    run: UserRun,
+    record: RoundRecord,
+    batch: list[ChatTurn],
+    after: dict[str, Watermark],
+    sweeping: list[SweptRow] | None = None,
 ) -> ChildWorkflowHandle[MemoryRoundWorkflow, RoundResult]:
-    """Start the round child; a number already used (fresh history) is skipped, not reused."""
+    """Start the round child; a number already used (fresh history) is skipped, not reused.
+    The kept rows it sweeps (`sweeping`) are marked as swept by it."""
     s = run.state
     parent_id = workflow.info().workflow_id
     step = 1
@@ -337,6 +376,8 @@ async def _start_round(
         s.rounds_started += 1
         round_no = s.rounds_started
         record.round_no = round_no
+        for row in sweeping or []:
+            row.swept_by = round_no
         record.workflow_id = round_workflow_id(parent_id, round_no)
         try:
             handle = await workflow.start_child_workflow(

@@ -113,17 +113,23 @@ async def test_a_round_that_failed_after_its_write_leaves_no_rows_behind(
 
 class HeldSweep(FailsAfterWrite):
     """FailsAfterWrite whose next read of all of a user's rows (the sweep that opens a round's
-    store step) waits for the test once `hold` is armed."""
+    store step) waits for the test once `hold` is armed; `pass_reads` reads go first (the
+    workflow's read of the rows to sweep, before the round starts)."""
 
     failures: ClassVar[dict[str, int]] = {}
     hold: ClassVar[asyncio.Event | None] = None
     reached: ClassVar[asyncio.Event | None] = None
+    pass_reads: ClassVar[int] = 0
 
     async def all_for_user(self, user_id: str) -> list[Fragment]:
-        hold, reached = type(self).hold, type(self).reached
+        cls = type(self)
+        hold, reached = cls.hold, cls.reached
         if hold is not None and reached is not None and not reached.is_set():
-            reached.set()
-            await hold.wait()
+            if cls.pass_reads > 0:
+                cls.pass_reads -= 1
+            else:
+                reached.set()
+                await hold.wait()
         return await super().all_for_user(user_id)
 
 
@@ -170,6 +176,7 @@ async def _forget_a_row_of_a_failed_round(
         forget = ForgetFragmentRequest(fragment_id=victim.id)
         if while_its_thread_runs:
             Store.hold, Store.reached = asyncio.Event(), asyncio.Event()
+            Store.pass_reads = 1
             await handle.execute_update(
                 UserMemoryWorkflow.retry_round, RetryRoundRequest(event_id=failed.event_id)
             )

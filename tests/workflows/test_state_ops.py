@@ -559,3 +559,57 @@ def test_a_batch_refused_for_good_halves_then_skips_one_fragment() -> None:
     for expected in (2, 4, 0, 0):  # grows back after stored inductions
         state_ops.induction_grows(s, 8)
         assert s.induction_batch_limit == expected
+
+
+def _failed_row(round_no: int, n: int, size: int = 10) -> Fragment:
+    return Fragment(
+        id=f"u:{round_no}:{n}",
+        user_id="u",
+        theme="t",
+        types=[],
+        content=f"User: {chr(65 + n % 26) * size}",
+        created_at=T0,
+        reinforced_at=T0,
+        round_no=round_no,
+        thread_id="t",
+        start_pos=2 * n,
+        end_pos=2 * n + 2,
+    )
+
+
+def test_swept_rows_are_kept_newest_last_bounded_by_count_and_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rows read before a sweep travel in the continue-as-new input: bounded."""
+    s = UserMemoryState()
+    monkeypatch.setattr(state_ops, "MAX_SWEPT_ROWS", 3)
+    kept = state_ops.keep_swept_rows(s, "t", [_failed_row(1, n) for n in range(5)], {1})
+    assert [r.id for r in s.swept_rows] == ["u:1:2", "u:1:3", "u:1:4"]
+    assert kept == s.swept_rows
+    monkeypatch.setattr(state_ops, "MAX_SWEPT_BYTES", 2 * len(_failed_row(2, 0, 100).content))
+    state_ops.keep_swept_rows(s, "t", [_failed_row(2, n, 100) for n in range(3)], {2})
+    assert [r.id for r in s.swept_rows] == ["u:2:1", "u:2:2"]
+    state_ops.forget_all(s)
+    assert s.swept_rows == []
+
+
+def test_a_swept_row_follows_its_lines_to_the_round_that_sweeps_its_sweeper() -> None:
+    """Round 2 swept round 1's rows and failed too: round 3 sweeps round 2's rows, where the
+    kept row's lines were stored again, so the kept row is now swept by round 3. A read of the
+    same row again (its round failed before sweeping) replaces it, not twice."""
+    s = UserMemoryState()
+    for row in state_ops.keep_swept_rows(s, "t", [_failed_row(1, 0), _failed_row(1, 1)], {1}):
+        row.swept_by = 2
+    other = state_ops.keep_swept_rows(s, "o", [_failed_row(7, 5)], {7})
+    other[0].swept_by = 2  # another thread's round 2 (numbers are the user's: not in practice)
+    moved = state_ops.keep_swept_rows(s, "t", [], {1, 2})
+    assert sorted(r.id for r in moved) == ["u:1:0", "u:1:1"]
+    again = state_ops.keep_swept_rows(s, "t", [_failed_row(1, 1)], {1})
+    assert [r.id for r in again] == ["u:1:1"] and again[0].swept_by == 0
+    assert [r.id for r in s.swept_rows] == ["u:1:0", "u:7:5", "u:1:1"]
+    found = state_ops.swept_row(s, "u:1:0")
+    assert found is not None
+    as_row = state_ops.as_fragment(found, "u")
+    assert (as_row.content, as_row.start_pos, as_row.end_pos) == (_failed_row(1, 0).content, 0, 2)
+    state_ops.drop_swept_row(s, "u:1:0")
+    assert state_ops.swept_row(s, "u:1:0") is None
