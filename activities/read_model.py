@@ -50,15 +50,16 @@ DEFAULT_MAX_BYTES = 1_000_000
 # version, ARGV[3] = its forget epoch. Returns {1, version} when written, {0, stored version} when
 # a newer one is already there, {2, recorded epoch} when the user was forgotten after the context
 # was made (docs/ARCHITECTURE.md, "Forget epochs"). A written context keeps the epoch key at
-# least at its epoch (agents read it). An unreadable stored value counts as absent: the read
-# model is rebuildable, never authoritative.
+# least at its epoch (agents read it), and writes it at 0 when it is absent. An unreadable
+# stored value counts as absent: the read model is rebuildable, never authoritative.
 _PUBLISH_LUA = """
-local recorded = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local raw = redis.call('GET', KEYS[2])
+local recorded = tonumber(raw or '0') or 0
 local epoch = tonumber(ARGV[3])
 if recorded > epoch then
   return {2, recorded}
 end
-if epoch > recorded then
+if epoch > recorded or not raw then
   redis.call('SET', KEYS[2], ARGV[3])
 end
 local current = redis.call('GET', KEYS[1])

@@ -11,6 +11,8 @@ searchable type of models/errors.py.
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -65,10 +67,16 @@ class RoundStoreActivities:
             epoch = await self.store.forget_epoch(inp.user_id)
         except InvalidInputError as exc:
             raise ApplicationError(str(exc), type=exc.type, non_retryable=True) from exc
+        floor = max(epoch, published.forget_epoch if published else 0)
+        epochs = getattr(self.store, "epochs", None)
+        if epochs is not None:
+            # The record exists from the user's first history on (at 0 before any forget), so
+            # an agent that finds it absent knows it was lost, not that it is 0.
+            await asyncio.to_thread(epochs.advance, inp.user_id, floor)
         return StoredFloorOutput(
             round_no=highest,
             context_version=published.version if published else 0,
-            forget_epoch=max(epoch, published.forget_epoch if published else 0),
+            forget_epoch=floor,
         )
 
     @activity.defn(name=STORE_ROUND)

@@ -24,10 +24,13 @@ from mnemoflow.models.errors import StaleEpochError
 from mnemoflow.models.ids import epoch_key
 
 # KEYS[1] = the epoch key; ARGV[1] = an epoch. The stored epoch becomes the larger; returned.
+# An absent key is written even at 0: agents tell "recorded 0" from "lost" (docs/ARCHITECTURE.md,
+# "Forget epochs").
 ADVANCE_LUA = """
-local stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local raw = redis.call('GET', KEYS[1])
+local stored = tonumber(raw or '0') or 0
 local wanted = tonumber(ARGV[1])
-if wanted > stored then
+if wanted > stored or not raw then
   redis.call('SET', KEYS[1], ARGV[1])
   return wanted
 end

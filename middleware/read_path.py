@@ -73,7 +73,9 @@ class ContextReader:
 
     async def forget_epoch(self, uid: str) -> int | None:
         """The user's forget epoch, for the messages of a turn starting now: one Redis GET
-        (0 when none was ever recorded), never lower than one seen before by this process
+        (the key is written at 0 when the user's workflow starts or publishes; absent, the one
+        this process saw before, else the workflow's `context` query says it, 0 when there is
+        no workflow), never lower than one seen before by this process
         (a forget's receipt, a context). When Redis does not answer in time, the highest seen
         before (no forget completes while Redis is down: it records the epoch there first), or
         None when none was. Without Redis, the workflow's `context` query says it (None when
@@ -87,9 +89,22 @@ class ContextReader:
         try:
             async with asyncio.timeout(self.timeout_s):
                 raw = await self.redis.get(epoch_key(self.key_prefix, uid))
-            self.saw_epoch(uid, int(raw) if raw is not None else 0)
+            if raw is not None:
+                self.saw_epoch(uid, int(raw))
         except Exception as err:  # memory never fails a turn: the last epoch seen
             log.debug("forget epoch unavailable: %r", err)
+            return self._epochs.get(uid)
+        if raw is None and uid not in self._epochs:
+            # Absent: the user's workflow never started (no forget yet), or Redis lost the key.
+            # Taking it for 0 would refuse every line of a user forgotten before the loss, and
+            # the time fence needs the clocks to agree: the workflow says (once per process;
+            # docs/ARCHITECTURE.md, "Forget epochs"). No workflow: nothing to refuse against.
+            try:
+                self.saw_epoch(uid, (await self._query(uid)).forget_epoch)
+            except LookupError:
+                return 0
+            except Exception as err:  # memory never fails a turn: unknown, the time fence
+                log.debug("forget epoch unavailable: %r", err)
         return self._epochs.get(uid)
 
     def saw_epoch(self, uid: str, epoch: int) -> None:

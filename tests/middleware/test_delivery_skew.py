@@ -249,3 +249,64 @@ async def test_a_turn_said_before_a_forget_by_a_clock_ahead_never_comes_back(
         outcome=outcome,
         started=started,
     )
+
+
+async def test_a_fresh_process_after_redis_lost_the_epoch_key_loses_nothing(
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    reliability: Ledger,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The user is forgotten (epoch 1), then Redis loses the epoch key (a flushed or restarted
+    cache). A new agent process, which never saw the epoch, reads no key: it must not stamp 0,
+    which the workflow would take for "said before the forget" and refuse. Its lines, said
+    after the forget by a clock 10 s behind the worker's, are all stored; nothing said before
+    the forget comes back."""
+    import redis.asyncio as aioredis
+
+    from mnemoflow.models.ids import epoch_key
+
+    started = time.monotonic()
+    async with memory_worker(
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        user = f"lostkey-{uuid.uuid4().hex[:8]}"
+        async with mw.memory_client(redis_url) as first:
+            mw.track(first.workflow_id(user))
+            writer = SkewedWriter(first, 0.0)
+            before = "My storage cage is 77-B, by the lift."
+            said_before = [before, await writer.say(user, "t", before)]
+            assert await writer.memory.flush(timeout_s=30) == 0
+            await settled(first, user, ["t"])
+            receipt_ = await first.forget(user, "user asked")
+            assert receipt_.epoch == 1
+        cache = aioredis.Redis.from_url(redis_url)
+        try:
+            assert await cache.delete(epoch_key(mw.read_model.prefix, user)) == 1
+        finally:
+            await cache.aclose()
+        async with mw.memory_client(redis_url) as fresh:  # a new process: saw no epoch
+            writer = SkewedWriter(fresh, -10.0)
+            said_after: list[str] = []
+            for text in ("Ship my parcel to the Leeds office.", "My new cage is 91-C."):
+                said_after += [text, await writer.say(user, "t", text)]
+            assert await writer.memory.flush(timeout_s=30) == 0
+            status = await settled(fresh, user, ["t"])
+            outcome = await said_vs_stored(
+                mw.store, user, None, {"t": said_after}, forgotten=said_before
+            )
+    assert outcome.clean, (outcome, status)
+    assert status.refused_stale == 0, status
+    reliability.record(
+        request,
+        key="epoch-key-lost-fresh-process",
+        kind="fault",
+        what="The user forgotten, then Redis lost the forget-epoch key; a new agent process "
+        "(clock 10 s behind the worker's) that never saw the epoch says 2 turns",
+        happened="the process found no key and stamped no epoch (the time fence judged the "
+        f"turns); {len(said_after)} lines said after the forget stored once, "
+        f"{status.refused_stale} refused as stale; nothing said before the forget back",
+        outcome=outcome,
+        started=started,
+    )

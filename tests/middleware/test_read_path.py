@@ -136,8 +136,15 @@ async def test_the_forget_epoch_is_read_per_turn_never_lowered_and_unknown_witho
     prefix = f"{unique_name}:"
     reader = ContextReader(redis_url, prefix, 0.5, WorkflowAnswers())
     try:
-        assert await reader.forget_epoch("ana") == 0  # never forgotten: no key
+        # No key: never recorded, or lost with Redis; this process saw none: the workflow says
+        # (never a guessed 0, which a forget's epoch would refuse), once per process.
+        answers = reader._query
+        assert isinstance(answers, WorkflowAnswers)
+        assert await reader.forget_epoch("ana") == 0 and answers.calls == ["ana"]
+        assert await reader.forget_epoch("ana") == 0 and answers.calls == ["ana"]
         assert reader.redis is not None
+        await reader.redis.set(epoch_key(prefix, "ana"), 0)  # the workflow started: 0
+        assert await reader.forget_epoch("ana") == 0
         await reader.redis.set(epoch_key(prefix, "ana"), 2)
         assert await reader.forget_epoch("ana") == 2
         await reader.redis.delete(epoch_key(prefix, "ana"))  # Redis lost it
