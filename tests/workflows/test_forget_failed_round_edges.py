@@ -31,7 +31,7 @@ from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.turns import ChatTurn
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.support.drive import submit, wait_status
-from tests.support.invariants import said_vs_stored
+from tests.support.invariants import Outcome, said_vs_stored
 from tests.support.memory_worker import memory_worker
 from tests.support.reliability import Ledger
 from tests.support.replay import assert_replays
@@ -165,6 +165,16 @@ async def retry(handle: WorkflowHandle, failed: RoundRecord) -> None:
     await handle.execute_update(
         UserMemoryWorkflow.retry_round, RetryRoundRequest(event_id=failed.event_id)
     )
+
+
+async def kept_once(mw: Any, user: str, lines: list[str], gone: list[str]) -> Outcome:
+    """Every line but the forgotten ones stored once, none of `gone` anywhere (asserted); the
+    checker's outcome, for the ledger."""
+    outcome = await said_vs_stored(
+        mw.store, user, None, {"t": [x for x in lines if x not in gone]}, forgotten=gone
+    )
+    assert outcome.clean, outcome
+    return outcome
 
 
 async def settled_counts(
@@ -380,10 +390,7 @@ async def test_a_row_the_running_retry_already_swept_is_forgotten_from_its_rows(
         # The retry had indexed the turns before the forget came: they stay counted, as after
         # a forget of any indexed row.
         await settled_counts(mw, handle, user, lines, gone, turns_kept=len(lines))
-        outcome = await said_vs_stored(
-            mw.store, user, None, {"t": [x for x in lines if x not in gone]}, forgotten=gone
-        )
-        assert outcome.clean, outcome
+        outcome = await kept_once(mw, user, lines, gone)
         await assert_replays(dev_env.client, [handle.id], name="forget-swept-row")
     reliability.record(
         request,

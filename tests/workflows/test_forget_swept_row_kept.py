@@ -29,6 +29,7 @@ from tests.workflows.test_forget_failed_round_edges import (
     HOUR,
     fail_first,
     forget,
+    kept_once,
     kit,
     retry,
     said,
@@ -85,10 +86,7 @@ async def test_a_row_swept_before_a_continue_as_new_is_forgotten_from_the_retrys
         back = sum(any(x in t for t in now) for x in gone)
         assert result.deleted == 1, result
         await settled_counts(mw, handle, user, lines, gone, turns_kept=len(lines))
-        outcome = await said_vs_stored(
-            mw.store, user, None, {"t": [x for x in lines if x not in gone]}, forgotten=gone
-        )
-        assert outcome.clean, outcome
+        outcome = await kept_once(mw, user, lines, gone)
         await assert_replays(dev_env.client, [handle.id], name="forget-swept-row-after-can")
     reliability.record(
         request,
@@ -159,10 +157,7 @@ async def test_a_row_swept_by_a_retry_that_failed_too_stays_forgotten(
         await settled_counts(mw, handle, user, lines, gone)
         stored = [f.content for f in await mw.store.all_for_user(user)]
         back = sum(any(x in t for t in stored) for x in gone)
-        outcome = await said_vs_stored(
-            mw.store, user, None, {"t": [x for x in lines if x not in gone]}, forgotten=gone
-        )
-        assert outcome.clean, outcome
+        outcome = await kept_once(mw, user, lines, gone)
         await assert_replays(dev_env.client, [handle.id], name=f"forget-swept-row-{listed}")
     reliability.record(
         request,
@@ -218,10 +213,7 @@ async def test_a_lost_reply_of_the_rewrite_leaves_no_forgotten_line_in_the_conte
         published = await mw.read_model.get(user)
         assert published is not None
         shown_back = sum(any(x in f.content for f in published.fragments) for x in gone)
-        outcome = await said_vs_stored(
-            mw.store, user, None, {"t": [x for x in lines if x not in gone]}, forgotten=gone
-        )
-        assert outcome.clean, outcome
+        outcome = await kept_once(mw, user, lines, gone)
         await assert_replays(dev_env.client, [handle.id], name="forget-lines-reply-lost")
     reliability.record(
         request,
