@@ -214,9 +214,11 @@ class LLMActivities:
 
     @activity.defn(name=SLICE_AND_TUNE)
     async def slice_and_tune(self, inp: SliceTuneInput) -> SliceTuneOutput:
-        """A round's one local LLM attempt (shape 3): slice, then tune the themes not cached.
+        """A round's LLM step: slice, then tune the themes not cached; shape 3's one local
+        attempt, and shape 6's one ordinary activity on an LLM queue of its own.
 
-        A slice failure fails the step (the round then slices as an ordinary activity). After
+        A slice failure fails the step (locally, the round then slices as an ordinary
+        activity; as an activity, Temporal retries it like the slice activity). After
         the slice succeeded the step never fails: a tune that fails or would run past
         `tune_budget_s` ends the tuning, and the round tunes what is left as ordinary
         activities, so the slice is never made twice.

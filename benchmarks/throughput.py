@@ -922,6 +922,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     users = args.users or (40 if args.short else 100)
     rounds = args.rounds or (5 if args.short else 10)
+    if not args.shapes:
+        from mnemoflow.workflows.user_rounds import ROUND_SHAPE
+
+        args.shapes = str(ROUND_SHAPE)
     shapes = [int(s) for s in args.shapes.split(",") if s]
     modes = [m for m in args.sqlite.split(",") if m]
     unknown = set(modes) - set(SQLITE_MODES)
@@ -1008,9 +1012,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=0)
     parser.add_argument(
         "--shapes",
-        default="5",
+        default="",
         help="round shapes measured in turn (1 classic, 2 lean, 3 lean with local LLM attempts, "
-        "4 as 3 with earlier fragments by reference)",
+        "4 as 3 with earlier fragments by reference, 5 weights looked up, 6 one LLM activity "
+        "on a queue of its own; default: the shape in use, workflows/user_rounds.ROUND_SHAPE)",
     )
     parser.add_argument("--one-user", type=int, default=0, help="rounds of one user (0: none)")
     parser.add_argument(

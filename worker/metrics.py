@@ -130,7 +130,7 @@ class MnemoflowMetrics:
             size = getattr(result, "published_bytes", None)
             if isinstance(size, int) and size:
                 self.injected_bytes.observe(size)
-        elif activity == SLICE_AND_TUNE:  # shape 3's local slice and tunes, counted as theirs
+        elif activity == SLICE_AND_TUNE:  # the slice and its tunes in one step, counted as theirs
             self._refused("slice", getattr(result, "sliced", None))
             for tuned in getattr(result, "tuned", {}).values():
                 self._refused("tune", tuned)

@@ -8,9 +8,14 @@ Each step is an activity with explicit timeouts and a retry policy. An LLM outag
 absorbed by retries up to the schedule-to-close bound; past it the round fails visibly and its
 messages stay un-indexed for a later round or an operator retry.
 
-Five shapes (docs/ARCHITECTURE.md, "The round"), chosen by the input's `shape` (the user
+Six shapes (docs/ARCHITECTURE.md, "The round"), chosen by the input's `shape` (the user
 workflow sets it; rounds recorded before the lean shape have none and replay unchanged):
 
+- 6, one LLM activity (every new round): as 5 where the LLM calls share the workflow's queue.
+  Where they have a queue of their own (the chart's layout, a queue-wide rate limit), the slice,
+  the lookup of the stored weights and the tunes of the themes still missing are one ordinary
+  activity on that queue (`SLICE_AND_TUNE`), not a slice activity and a tune activity per new
+  theme: one activity's three events and one workflow task a round, whatever the themes.
 - 5, weights looked up (every new round whose LLM calls share the workflow's queue): as 4,
   without the theme cache in the input. The LLM step looks the weights of the themes it sliced
   up in Redis (activities/theme_weights.py) and tunes only those missing; the store step stores
@@ -89,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.workflows.options import (
         PUBLISH_START_TO_CLOSE,
         STORE_HEARTBEAT,
+        activity_tune_budget_s,
         llm_activity,
         llm_local_activity,
         local_tune_budget_s,
@@ -111,6 +117,9 @@ BY_REFERENCE_SHAPE = 4
 #: From this shape the input carries no theme cache: the LLM step looks the round's themes up
 #: in Redis (activities/theme_weights.py) and the store step stores the new ones.
 STORED_WEIGHTS_SHAPE = 5
+#: From this shape a round whose LLM calls have a queue of their own makes them as one ordinary
+#: activity there (slice, weights looked up, missing tunes), as shape 3 does locally.
+ONE_LLM_ACTIVITY_SHAPE = 6
 
 T = TypeVar("T")
 
@@ -175,6 +184,8 @@ class MemoryRoundWorkflow:
         retried = 0
         if slim and inp.llm_task_queue in (None, workflow.info().task_queue):
             sliced, pre, retried = await self._slice_and_tune(inp)
+        elif inp.shape >= ONE_LLM_ACTIVITY_SHAPE:
+            sliced, pre, retried = await self._slice_and_tune_activity(inp)
         else:
             sliced = await self._slice(inp)
         usage["slice"] = sliced.usage
@@ -328,6 +339,29 @@ class MemoryRoundWorkflow:
         await wait_out(SLICE_AND_TUNE, delay)
         # The local attempt failed: it counts toward the malformed-output limit.
         return await self._slice(inp, attempts_before=1), {}, 0
+
+    async def _slice_and_tune_activity(
+        self, inp: RoundInput
+    ) -> tuple[SliceOutput, dict[str, TuneOutput], int]:
+        """Shape 6 on an LLM queue of its own: the slice, the weights lookup and the tunes of
+        the themes still missing as one ordinary activity there (its queue-wide rate limit
+        holds; retried for hours like every LLM activity, heartbeating, its attempts visible).
+        The activity never fails once its slice succeeded: a tune that failed or ran out of
+        its budget is left to the round, which makes it as a tune activity."""
+        step = SliceTuneInput(
+            slice=SliceInput(user_id=inp.user_id, turns=inp.turns),
+            cached=list(inp.tuned),
+            tune_budget_s=activity_tune_budget_s(),
+            lookup_user=self._lookup_user,
+        )
+        out = await workflow.execute_activity(
+            SLICE_AND_TUNE,
+            step,
+            result_type=SliceTuneOutput,
+            **llm_activity(f"slice {len(inp.turns)} turns, tune new themes", inp.llm_task_queue),
+        )
+        self._looked_up = {k: unpack_params(v) for k, v in out.looked_up.items()}
+        return out.sliced, out.tuned, int(out.tune_failed)
 
     async def _tune_missing(
         self,

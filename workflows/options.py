@@ -143,6 +143,12 @@ def local_tune_budget_s() -> float:
     return LOCAL_LLM_BOUND.total_seconds() * 2 / 3
 
 
+def activity_tune_budget_s() -> float:
+    """The same for shape 6's slice-and-tune activity on an LLM queue of its own: two thirds
+    of LLM_START_TO_CLOSE, so the attempt returns its slice before it would time out."""
+    return LLM_START_TO_CLOSE.total_seconds() * 2 / 3
+
+
 def round_search_attributes(
     *,
     user: str | None = None,

@@ -66,11 +66,12 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.workflows.user_state import UserRun
 
 MAX_ROUND_ID_PROBES = 24
-#: The shape of the rounds this code starts (workflows/memory_round.py): 5, lean with local
+#: The shape of the rounds this code starts (workflows/memory_round.py): 6, lean with local
 #: LLM attempts, the contents of earlier fragments by reference, the theme weights looked up
-#: in Redis (4, with the theme cache in the input, when the LLM calls have a queue of their
-#: own). It travels in the round's input, so rounds started by older code replay their own.
-ROUND_SHAPE = 5
+#: in Redis, and with an LLM queue of their own one LLM activity a round (slice, lookup,
+#: missing tunes). It travels in the round's input, so rounds started by older code replay
+#: their own.
+ROUND_SHAPE = 6
 #: Shape 3 sends the theme cache packed (weights as lists, not named fields) and rounded to this
 #: many places: a third of its bytes in the round's input; the scores move by less than 1e-5.
 TUNED_PLACES = 6
@@ -409,9 +410,10 @@ def _round_input(
 ) -> RoundInput:
     s, inp = run.state, run.inp
     shape = ROUND_SHAPE
-    if shape >= 5 and inp.llm_task_queue not in (None, workflow.info().task_queue):
-        # LLM calls on a queue of their own go through ordinary activities: looking the
-        # weights up there would cost a tune activity per cached theme; the input carries them.
+    if shape == 5 and inp.llm_task_queue not in (None, workflow.info().task_queue):
+        # Shape 5 on a queue of its own would look the weights up with a tune activity per
+        # cached theme; as shape 4 the input carries them (shape 6 looks them up in its one
+        # LLM activity).
         shape = 4
     slim = shape >= 3
     compact = shape == 4

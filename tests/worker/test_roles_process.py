@@ -24,15 +24,17 @@ from mnemoflow.activities.embeddings import HashingEmbeddings
 from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.middleware.client import MemoryClient
 from mnemoflow.models.contracts import ActivityName, UserStatus
+from mnemoflow.models.round_store import SLICE_AND_TUNE
 from mnemoflow.models.turns import ChatTurn
 from tests.support.drive import eventually
 from tests.support.invariants import Outcome, indexed_once, no_messages
 from tests.support.reliability import Ledger
+from tests.support.replay import assert_replays
 from tests.support.worker_cli import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration
 
-LLM_ACTIVITIES = {ActivityName.SLICE, ActivityName.TUNE, ActivityName.INDUCT}
+LLM_ACTIVITIES = {ActivityName.SLICE, ActivityName.TUNE, ActivityName.INDUCT, SLICE_AND_TUNE}
 USERS = 3
 THREAD = "t1"
 #: Seconds each heuristic model call takes: long enough to SIGTERM during one.
@@ -137,6 +139,20 @@ async def llm_attempts(client: Client, workflow_ids: list[str]) -> dict[tuple[st
     return attempts
 
 
+async def llm_activity_types(client: Client, workflow_ids: list[str]) -> dict[str, list[str]]:
+    """workflow id -> the type of every LLM activity it scheduled, in order."""
+    kinds: dict[str, list[str]] = {}
+    for workflow_id in workflow_ids:
+        events = [e async for e in client.get_workflow_handle(workflow_id).fetch_history_events()]
+        kinds[workflow_id] = [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and e.activity_task_scheduled_event_attributes.activity_type.name in LLM_ACTIVITIES
+        ]
+    return kinds
+
+
 async def test_split_roles_complete_rounds_and_survive_sigterm_mid_llm_call(
     tmp_path: Path,
     dev_env: WorkflowEnvironment,
@@ -217,6 +233,15 @@ async def test_split_roles_complete_rounds_and_survive_sigterm_mid_llm_call(
         workflow_ids = [r.workflow_id for s in statuses.values() for r in s.rounds]
         workflow_ids += [memory.workflow_id(u) for u in users]
         attempts = await llm_attempts(client, workflow_ids)
+        # The chart's layout makes one LLM activity a round (shape 6): the slice, the stored
+        # weights and the tunes of new themes together, never a slice and a tune apart.
+        round_ids = [r.workflow_id for s in statuses.values() for r in s.rounds]
+        kinds = await llm_activity_types(client, round_ids)
+        assert kinds == {w: [SLICE_AND_TUNE] for w in round_ids}, kinds
+        user_ids = [memory.workflow_id(u) for u in users]
+        assert await assert_replays(client, user_ids[:1], name="split-user") == 1
+        first = [r.workflow_id for r in statuses[users[0]].rounds]
+        assert await assert_replays(client, first, name="round-split") == len(first)
         assert in_flight <= attempts.keys(), "an in-flight LLM call never finished"
         assert max(attempts.values()) <= 2, {k: v for k, v in attempts.items() if v > 1}
         retried = sum(1 for v in attempts.values() if v > 1)
