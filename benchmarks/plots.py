@@ -50,29 +50,40 @@ def hot_path(plt: Any, data: dict[str, Any]) -> None:
 
 
 def throughput(plt: Any, data: dict[str, Any]) -> None:
-    """Per round shape (side by side, one run): CPU-ms per round by process, and history cost."""
-    phases = data["phases"]
-    names = [f"shape {p['shape']}\n{p['rounds_per_s']} rounds/s" for p in phases]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    """Per round shape (side by side, one run) and the chart's split layout (its own run):
+    CPU-ms per round by process, and history cost against each layout's targets."""
+    phases = [(f"shape {p['shape']}\n{p['rounds_per_s']} rounds/s", p) for p in data["phases"]]
+    split = _load("throughput_split")
+    if split is not None:
+        p = split["phases"][-1]
+        phases.append((f"shape {p['shape']}, split\n{p['rounds_per_s']} rounds/s", p))
+    names = [n for n, _ in phases]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), gridspec_kw={"wspace": 0.55})
     bottom = [0.0] * len(phases)
-    for proc in phases[0]["cpu_ms_per_round"]:
-        values = [p["cpu_ms_per_round"][proc] for p in phases]
+    procs = list(dict.fromkeys(k for _, p in phases for k in p["cpu_ms_per_round"]))
+    for proc in procs:
+        values = [p["cpu_ms_per_round"].get(proc, 0.0) for _, p in phases]
         axes[0].bar(names, values, bottom=bottom, label=proc)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     axes[0].axhline(60, color="red", linestyle="--", linewidth=1, label="target 60")
     axes[0].set_ylabel("CPU-ms per round")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     axes[0].set_title("CPU per round, each process apart", fontsize=10)
-    x = range(len(phases))
-    events = [p["history_per_round"]["total"]["events"] for p in phases]
-    tasks = [p["history_per_round"]["total"]["workflow_tasks"] for p in phases]
+    x = list(range(len(phases)))
+    events = [p["history_per_round"]["total"]["events"] for _, p in phases]
+    tasks = [p["history_per_round"]["total"]["workflow_tasks"] for _, p in phases]
     axes[1].bar([i - 0.2 for i in x], events, width=0.4, label="history events")
     axes[1].bar([i + 0.2 for i in x], tasks, width=0.4, label="workflow tasks")
-    axes[1].set_xticks(list(x), names)
-    axes[1].axhline(20, color="tab:blue", linestyle="--", linewidth=1)
-    axes[1].axhline(4, color="tab:orange", linestyle="--", linewidth=1)
+    axes[1].set_xticks(x, names)
+    # Each layout's targets over its own bars: 20 events at dev defaults, 24 split; 4 tasks.
+    for i, (name, _) in enumerate(phases):
+        limit = 24 if "split" in name else 20
+        axes[1].hlines(limit, i - 0.4, i, color="black", linestyle="--", linewidth=1, zorder=3)
+        axes[1].hlines(4, i, i + 0.4, color="black", linestyle=":", linewidth=1, zorder=3)
     axes[1].legend(fontsize=7)
-    axes[1].set_title("per round (user workflow + round), targets dashed", fontsize=10)
+    axes[1].set_title(
+        "per round (user workflow + round); targets: events --, tasks ..", fontsize=10
+    )
     _save(fig, "throughput")
 
 
