@@ -22,14 +22,16 @@ their own slots: as many as ordinary ones (`max_concurrent_activities`).
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import inspect
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -252,7 +254,17 @@ MAX_CACHED_WORKFLOWS = 1000
 
 
 def build_workers(client: Client, settings: Settings, res: WorkerResources) -> list[Worker]:
-    """The Workers of `worker_plans`, their activities bound to the resolved components."""
+    """The Workers of `worker_plans`, their activities bound to the resolved components.
+
+    Built with the automatic garbage collection held off (`no_collection_while_validating`):
+    the modules imported here on the first call, and each Worker's validation of its workflows
+    in the sandbox, take module locks that a collection's importing finalizer must not enter.
+    """
+    with no_collection_while_validating():
+        return _build_workers(client, settings, res)
+
+
+def _build_workers(client: Client, settings: Settings, res: WorkerResources) -> list[Worker]:
     from mnemoflow.activities.fragments import FragmentActivities
     from mnemoflow.activities.llm_activities import LLMActivities
     from mnemoflow.activities.read_model import ReadModelActivities
@@ -308,6 +320,43 @@ def build_workers(client: Client, settings: Settings, res: WorkerResources) -> l
             )
         )
     return workers
+
+
+_gc_guard = threading.Lock()
+_gc_holders = 0  # guarded by _gc_guard
+_gc_was_enabled = False  # guarded by _gc_guard: gc.isenabled() when the first holder came
+
+
+@contextmanager
+def no_collection_while_validating() -> Iterator[None]:
+    """No automatic cyclic garbage collection for the duration of the block (`build_workers`).
+
+    Constructing a Worker validates each workflow by importing its module afresh in the
+    workflow sandbox, through pure-Python `importlib`, which takes a module lock per module
+    (so does any first import of a module). On Python 3.11 that lock's `acquire` is not
+    re-entrant on one thread: a nested import that takes a module lock inside its window makes
+    the outer one end in `KeyError(<thread id>)`, and the Worker in `RuntimeError: Failed
+    validating workflow`. A collection landing there runs finalizers on this thread, inside the
+    sandbox, and some import: redis-py's `ConnectionPool.__del__` imports a module for every
+    pool a closed client leaves behind (each of our Redis clients, once it has connected), a
+    module the sandbox has not loaded. Nothing is lost by deferring the collection for as long
+    as a construction takes; it runs after, outside the sandbox
+    (docs/ARCHITECTURE.md, "The worker process and its roles"). Holders nest and may come from
+    several threads: the last one out switches the collector back on, if it was on before.
+    """
+    global _gc_holders, _gc_was_enabled
+    with _gc_guard:
+        if _gc_holders == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_holders += 1
+    try:
+        yield
+    finally:
+        with _gc_guard:
+            _gc_holders -= 1
+            if _gc_holders == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 def single_threaded_blas() -> None:
