@@ -17,6 +17,12 @@ import logging
 from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
+
+# redis-py's ConnectionPool.__del__ imports this module the first time a pool that still lists
+# connections is collected; loaded here, that finalizer never takes a module lock, so a
+# collection landing inside the workflow sandbox's imports (a new workflow run, a Worker's
+# validation) cannot fail them (docs/ARCHITECTURE.md, "The worker process and its roles").
+import redis.observability.recorder  # noqa: F401
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 

@@ -132,3 +132,11 @@ async def test_workers_are_built_while_finalizers_import(dev_env: WorkflowEnviro
                 pass
     finally:
         await res.aclose()
+
+
+def test_the_redis_pool_finalizers_import_is_loaded_with_the_worker() -> None:
+    """redis-py's pool finalizer imports `redis.observability.recorder`; the worker's Redis
+    module loads it, so that finalizer takes no module lock inside a workflow run's sandbox."""
+    import mnemoflow.activities.read_model  # noqa: F401
+
+    assert "redis.observability.recorder" in sys.modules
