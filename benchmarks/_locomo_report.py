@@ -184,8 +184,9 @@ def _paired_reinforcement() -> tuple[int, float, float] | None:
     return len(both), off, on
 
 
-def _ceiling_section() -> list[str]:
-    """How far ranking single turns can go (benchmarks/locomo_ceiling.py), if it was run."""
+def _ceiling_section(recall: float) -> list[str]:
+    """How far ranking single turns can go (benchmarks/locomo_ceiling.py), if it was run;
+    `recall` is the search's own evidence recall (all) in locomo.json."""
     path = ROOT / "benchmarks" / "results" / "locomo_ceiling.json"
     if not path.exists():
         return []
@@ -221,7 +222,7 @@ def _ceiling_section() -> list[str]:
         "the evidence for at most "
         + f"{max(table[f'{r}@35']['all'] for r in rankers):.2f} of the questions, with any of "
         "these rankers, a retrieval-trained English encoder (MiniLM) included.",
-        "- The search's 0.72 comes from spending the budget on about 10 turns with their "
+        f"- The search's {recall:.2f} comes from spending the budget on about 10 turns with their "
         "neighbours, about what `bm25+nb` at 10 measures " + f"({table['bm25+nb@10']['all']:.2f}).",
         "- 0.80 needs about 35 turns with their neighbours (`+nb` at 35), i.e. about three "
         "times the budget, unless a ranking puts the evidence turns themselves near the top. "
@@ -229,17 +230,22 @@ def _ceiling_section() -> list[str]:
         "multi-hop questions name a kind ('activities', 'pets', 'cities') and their evidence "
         "names instances ('pottery class', 'camping', 'Rome').",
         "- A budget that grows for questions asking for a set does not get there at a fair "
-        "size either. In the offline replica, given each question's labelled category (an "
+        "size either. In the offline replica (runs at commit cad32d8, not kept in a results "
+        "file: `git show cad32d8:docs/MEMORY_QUALITY.md`), given each question's labelled "
+        "category (an "
         "oracle no detector matches): multi-hop and open-domain questions at 2,400 tokens and "
         "the rest at 1,200 reach 0.749 (multi-hop 0.32); at 3,600, 0.763 (multi-hop 0.39); 0.80 "
         "(median 1,280 tokens) needs 6,000 tokens for those questions and 1,350 for the rest, "
         "five times the budget for a quarter of the calls. Not adopted: the median would meet "
         "the target while the prompts did not.",
         "- More budget for every question buys little (replica, `_locomo_offline.py --budget "
-        "N`): 0.703 at 1,000 tokens (median 961), 0.728 at 1,200 (1,158), 0.737 at 1,380 "
+        "N`, runs at commit 12cfe97, not kept in a results file): 0.703 at 1,000 tokens "
+        "(median 961), 0.728 at 1,200 (1,158), 0.737 at 1,380 "
         "(1,333), 0.793 at 2,400 (2,323). Twice the budget still falls short of 0.80.",
-        "- Where the missed evidence turns stood in the search's own line ranking "
-        "(`_locomo_offline.py --ranks`, at 0.728): of multi-hop's 414 evidence turns, 169 were "
+        "- Where the missed evidence turns stood in the search's own line ranking before "
+        "issue 30's notes (`_locomo_offline.py --ranks` at commit 12cfe97, at 0.728; the "
+        "current figures are the table after step 3 above): of multi-hop's 414 evidence "
+        "turns, 169 were "
         "injected, 25 missed though ranked 1-10 (the budget holds about 8 windows), 52 ranked "
         "11-35, 39 ranked 36-100 and 129 past 100 or never reached; single-hop: 395 of 435 "
         "injected, 18 of the 40 missed past 100; temporal: 143 of 171, 13 of the 28 past 100; "
@@ -448,7 +454,7 @@ def render_report(result: dict[str, Any]) -> str:
         )
     lines += NOTES
     lines += _steps_section()
-    lines += _ceiling_section()
+    lines += _ceiling_section(overall["mnemoflow"]["evidence_recall_all"])
     lines += _hot_path_section()
     lines += [
         "",

@@ -5,8 +5,9 @@ A figure a doc quotes from a benchmark sits between markers that say where it co
     <!-- fig:throughput:phases.-1.rounds_per_s -->23.41<!-- /fig -->
 
 `throughput` is the results file (benchmarks/results/throughput.json), the rest a dotted path into
-it (a list index may be negative; a leading `?` marks a figure only some runs measure, such as
-the full run's one-user figures, which then reads "(not in this run)"). An optional format
+it (a list index may be negative; a key may hold spaces, as `ranks.multi-hop.questions missed`
+does; a leading `?` marks a figure only some runs measure, such as the full run's one-user
+figures, which then reads "(not in this run)"). An optional format
 follows a `|`: a Python format spec (`|.1f`, `|,.0f`, `|.0%`), and before it an optional scale
 (`|x1000|,.0f`: the value times 1,000). Without one, the value is written as the file holds
 it. docs/MEMORY_QUALITY.md is rendered whole from locomo.json (benchmarks/_locomo_report.py).
@@ -34,6 +35,7 @@ from _common import RESULTS, ROOT
 #: The docs whose benchmark figures are generated (README.md and docs/).
 DOCS = [
     ROOT / "README.md",
+    ROOT / "docs" / "ARCHITECTURE.md",
     ROOT / "docs" / "PERFORMANCE.md",
     ROOT / "docs" / "CAPACITY.md",
     ROOT / "docs" / "RELIABILITY.md",
@@ -41,7 +43,9 @@ DOCS = [
 ]
 MEMORY_QUALITY = ROOT / "docs" / "MEMORY_QUALITY.md"
 
-FIG = re.compile(r"<!-- fig:(?P<file>[A-Za-z0-9_]+):(?P<spec>[^ ]+) -->(?P<value>.*?)<!-- /fig -->")
+FIG = re.compile(
+    r"<!-- fig:(?P<file>[A-Za-z0-9_]+):(?P<spec>[^<>]+?) -->(?P<value>.*?)<!-- /fig -->"
+)
 
 
 class FigureError(ValueError):

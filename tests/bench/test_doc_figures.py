@@ -81,3 +81,12 @@ def test_an_optional_figure_says_it_was_not_measured() -> None:
     assert docfigs.figure("x", "?phases.0.rate", data) == "1"
     with pytest.raises(docfigs.FigureError):
         docfigs.figure("x", "one_user.replay_s", data)
+
+
+def test_a_key_holding_spaces_is_found_in_a_marker() -> None:
+    """locomo_steps.json's rank table is keyed by phrases ("questions missed")."""
+    steps = json.loads((docfigs.RESULTS / "locomo_steps.json").read_text())["steps"]
+    missed = steps[-1]["figures"]["ranks"]["multi-hop"]["questions missed"]
+    spec = "steps.-1.figures.ranks.multi-hop.questions missed"
+    text = f"<!-- fig:locomo_steps:{spec} -->x<!-- /fig -->"
+    assert docfigs.render(text, "doc") == text.replace("-->x<", f"-->{missed}<")
