@@ -238,7 +238,13 @@ CHANGE_VERSION = "TemporalChangeVersion"
 #: Activities that heartbeat while they run (activities/heartbeat.py): the SDK sends the first
 #: heartbeat at once and throttles the rest to one per 0.8 x the 10 s heartbeat timeout, so each
 #: attempt records at least one heartbeat, a billed action that no history shows.
-HEARTBEATING = {"mnemoflow.slice", "mnemoflow.tune", "mnemoflow.induct", "mnemoflow.index"}
+HEARTBEATING = {
+    "mnemoflow.slice_and_tune",
+    "mnemoflow.slice",
+    "mnemoflow.tune",
+    "mnemoflow.induct",
+    "mnemoflow.index",
+}
 
 
 def history_figures(history: Any) -> dict[str, int]:
