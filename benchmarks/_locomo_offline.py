@@ -133,6 +133,12 @@ def main() -> int:
         "benchmarks/results/locomo_steps.json (docs/MEMORY_QUALITY.md's table of steps)",
     )
     parser.add_argument(
+        "--tried",
+        default="",
+        help="store this run as an experiment named here, measured and left out, in "
+        "locomo_steps.json's `tried` (docs/MEMORY_QUALITY.md compares it with the last step)",
+    )
+    parser.add_argument(
         "--window-schedule",
         default="",
         help="neighbours by rank instead of LINE_WINDOW, e.g. 3:2,8:1,9999:0 (tried, left out)",
@@ -235,7 +241,7 @@ def main() -> int:
     print(json.dumps(out))
     if ranks:
         out["ranks"] = {cat: {k: t[k] for k in RANK_BUCKETS if t[k]} for cat, t in ranks.items()}
-    if args.record:
+    if args.record or args.tried:
         _record(args, out)
     if args.out:
         from _common import write_result
@@ -247,18 +253,21 @@ def main() -> int:
 
 
 def _record(args: Any, out: dict[str, Any]) -> None:
-    """Add (or replace) this run as the step `args.record` of locomo_steps.json, with where
-    it came from (commit, arguments, machine), in the order steps were first recorded."""
+    """Add (or replace) this run as the step `args.record`, or the experiment `args.tried`, of
+    locomo_steps.json, with where it came from (commit, arguments, machine), in the order they
+    were first recorded."""
     from _common import RESULTS, meta
 
     path = RESULTS / "locomo_steps.json"
     steps = json.loads(path.read_text()) if path.exists() else {"steps": []}
-    step = {"step": args.record, "figures": out, "_meta": meta(args)}
-    names = [s["step"] for s in steps["steps"]]
-    if args.record in names:
-        steps["steps"][names.index(args.record)] = step
+    key, name = ("tried", args.tried) if args.tried else ("steps", args.record)
+    entries = steps.setdefault(key, [])
+    entry = {"step": name, "figures": out, "_meta": meta(args)}
+    names = [s["step"] for s in entries]
+    if name in names:
+        entries[names.index(name)] = entry
     else:
-        steps["steps"].append(step)
+        entries.append(entry)
     path.write_text(json.dumps(steps, indent=1) + "\n")
 
 

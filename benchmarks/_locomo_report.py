@@ -350,6 +350,7 @@ def _steps_section() -> list[str]:
             t = step["figures"]["ranks"].get(cat, {})
             cells = " | ".join(str(t.get(b, 0)) for b in (*buckets, "questions missed"))
             lines.append(f"| {cat} | {cells} | {t.get('of them with a turn past 100', 0)} |")
+    lines += _tried_table(steps, json.loads(path.read_text()).get("tried", []))
     lines += [
         "",
         "What it shows: single-hop and temporal questions are nearly all found; the offline path "
@@ -363,6 +364,37 @@ def _steps_section() -> list[str]:
         "1 neighbour: such matches are rare offline); a stemmer that makes 'activities' meet "
         "'activity' and 'hobbies' 'hobby', so questions meet the general terms (0.746).",
     ]
+    return lines
+
+
+def _tried_table(steps: list[dict[str, Any]], tried: list[dict[str, Any]]) -> list[str]:
+    """Experiments measured and left out (`_locomo_offline.py --baselines --tried NAME`), each
+    as its change against the last step, category by category."""
+    if not tried or not steps:
+        return []
+    base = steps[-1]["figures"]
+    lines = [
+        "",
+        f"Measured and left out (`--tried`), each the change against step '{steps[-1]['step']}' "
+        "with the `--set` arguments shown (the options stay in `memory/search.py`, off, so "
+        "each row can be re-run):",
+        "",
+        "| experiment | `--set` | commit | overall | "
+        + " | ".join(STEP_CATEGORIES)
+        + " | median tokens |",
+        "|---|---|---|---|" + "---|" * len(STEP_CATEGORIES) + "---|",
+    ]
+    for entry in tried:
+        f = entry["figures"]
+        meta = entry.get("_meta", {})
+        sets = ", ".join(f"`{a}`" for a in meta.get("args", {}).get("set", [])) or "(none)"
+        cells = " | ".join(
+            f"{f.get(c, 0):.3f} ({f.get(c, 0) - base.get(c, 0):+.3f})" for c in STEP_CATEGORIES
+        )
+        lines.append(
+            f"| {entry['step']} | {sets} | {meta.get('commit', '?')} | "
+            f"{f['all']:.3f} ({f['all'] - base['all']:+.3f}) | {cells} | {f['median_tokens']} |"
+        )
     return lines
 
 

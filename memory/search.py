@@ -112,6 +112,16 @@ LINE_WINDOW = 2
 LINE_DEPTH = 256
 #: Weight of a line's fragment rank (the memory formula's) against its own lexical rank.
 FRAGMENT_PRIOR = 1.0
+#: Multi-hop without a model (issue 30; measured by `benchmarks/_locomo_offline.py --set`,
+#: docs/MEMORY_QUALITY.md): a second lexical query made of what the notes of the best
+#: `SECOND_QUERY_LINES` lines name (names, keywords and their general terms; no dates or
+#: numbers), its line ranking fused at `SECOND_QUERY_WEIGHT`. 0: off.
+SECOND_QUERY_LINES = 0
+SECOND_QUERY_WEIGHT = 0.5
+#: Candidates grouped by entity: among the first `ENTITY_GROUPS` lines of the ranking, a line
+#: whose notes name nothing the lines before it did not already name goes after the others, so
+#: the budget spreads over the things a set question asks about. 0: off.
+ENTITY_GROUPS = 0
 #: Shown between lines of one fragment that were not next to each other.
 GAP = "…"
 _SPEAKER_LINE = re.compile(r"^(?:User|Assistant)(?: \([^)\n]*\))?:")
@@ -412,7 +422,45 @@ class SearchIndex:
         for ref, (doc, _) in enumerate(self.line_refs):
             if doc in prior:
                 fused[ref] = fused.get(ref, 0.0) + FRAGMENT_PRIOR / (RRF_K + prior[doc])
-        return sorted(fused, key=lambda ref: (-fused[ref], -self._line_said[ref], ref))
+        order = sorted(fused, key=lambda ref: (-fused[ref], -self._line_said[ref], ref))
+        if SECOND_QUERY_LINES > 0:
+            asked = set(self._terms(query))
+            terms = [
+                t
+                for ref in order[:SECOND_QUERY_LINES]
+                for t in self._entities(ref)
+                if t not in asked
+            ]
+            second = self.expansion_scores(terms) if terms else None
+            if second is not None:
+                top = _top(second, LINE_DEPTH, self._line_said)
+                for rank, ref in enumerate(top, 1):
+                    fused[ref] = fused.get(ref, 0.0) + SECOND_QUERY_WEIGHT / (RRF_K + rank)
+                order = sorted(fused, key=lambda ref: (-fused[ref], -self._line_said[ref], ref))
+        if ENTITY_GROUPS > 0:
+            seen: set[str] = set()
+            first: list[int] = []
+            later: list[int] = []
+            for ref in order[:ENTITY_GROUPS]:
+                named = set(self._entities(ref))
+                (first if not named or named - seen else later).append(ref)
+                seen |= named
+            order = [*first, *later, *order[ENTITY_GROUPS:]]
+        return order
+
+    def _entities(self, ref: int) -> list[str]:
+        """The tokens of what a line's notes name (`LineNote.terms` items without digits:
+        names, keywords and their general terms, not dates or numbers)."""
+        doc, n = self.line_refs[ref]
+        notes = self.docs[doc].notes
+        if len(notes) != len(self.lines[doc]):
+            return []
+        items = [i for i in notes[n].terms.split(" | ") if i and not any(c.isdigit() for c in i)]
+        return token_list(normalise(" ".join(items)))
+
+    def expansion_scores(self, terms: list[str]) -> list[float] | None:
+        """Each line's lexical score for an expansion query (None: this index cannot say)."""
+        return self.line_bm25.scores(terms)
 
     def line_scores(self, query: str) -> list[float]:
         """Each line's lexical score for `query` (`line_refs` order; 0: no match)."""
@@ -507,6 +555,10 @@ class CandidateIndex(SearchIndex):
     def fused(self, query: str, query_vector: Sequence[float] | None) -> dict[int, float]:
         """The store's fused relevance of each candidate fragment."""
         return dict(self._relevance)
+
+    def expansion_scores(self, terms: list[str]) -> list[float] | None:
+        """None: the store scored only the first query's lines."""
+        return None
 
     def line_scores(self, query: str) -> list[float]:
         """The store's score of each line (0 for lines it did not return)."""
