@@ -53,6 +53,8 @@ HEADLINES: dict[str, list[str]] = {
         "phases.-1.history_per_round.total.events",
         "phases.-1.history_per_round.total.workflow_tasks",
         "phases.-1.accepted_to_published.p95_ms",
+        "floor.cpu_ms_per_round_all",
+        "floor.cpu_ms_per_round_above_floor",
     ],
     "throughput_split": [
         "phases.-1.rounds_per_s",

@@ -1008,7 +1008,37 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         }
     if one is not None:
         out["one_user"] = one
+    if args.floor and args.layout == "embedded":
+        out["floor"] = await _floor_beside(chosen, users, rounds)
     return out
+
+
+async def _floor_beside(chosen: dict[str, Any], users: int, rounds: int) -> dict[str, Any]:
+    """The floor measured in the same run, right after the real rounds, at the same size:
+    benchmarks/round_floor.py's `production` shape (the same workflows and client path, every
+    activity a no-op, Temporal and the worker alone, a fresh dev server). CPU per round read
+    the same way (at the last round's end, all processes of the stack); what the round costs
+    above it is what its activities do (embedding, Milvus, Redis). The machine's speed moves
+    between runs; a figure and the floor beside it move together."""
+    import round_floor
+
+    floor_args = argparse.Namespace(users=users, rounds=rounds, shapes="production")
+    phase = (await round_floor.run(floor_args))["phases"][0]
+    floor_cpu = phase["cpu_ms_per_round"]["all"]
+    ours = chosen["cpu_ms_per_round_all"]
+    return {
+        "what": "round_floor.py --shapes production, in this run after the real rounds",
+        "round_shape": phase.get("round_shape"),
+        "rounds_per_s": phase["rounds_per_s"],
+        "cpu_ms_per_round": phase["cpu_ms_per_round"],
+        "cpu_ms_per_round_all": floor_cpu,
+        "events_per_round": phase["history_per_round"]["total"]["events"],
+        "workflow_tasks_per_round": phase["history_per_round"]["total"]["workflow_tasks"],
+        "load_avg_1_5_15": phase["load_avg_1_5_15"],
+        "cpu_ms_per_round_above_floor": round(ours - floor_cpu, 1),
+        "cpu_ratio_to_floor": round(ours / max(floor_cpu, 1e-9), 2),
+        "floor_meets_cpu_target": floor_cpu <= TARGET_CPU_MS_PER_ROUND,
+    }
 
 
 def main() -> int:
@@ -1053,6 +1083,13 @@ def main() -> int:
         default=None,
         help="split layout: LLM activities per second (default: the chart's; 0: unlimited)",
     )
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="embedded layout: skip the floor measured after the rounds (round_floor.py's "
+        "production shape, same size, in this run; results `floor`)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
     args = parser.parse_args()
     global ONE_USER_DISTINCT
@@ -1070,6 +1107,13 @@ def main() -> int:
             f"(all {p['cpu_ms_per_round_all']}); per round {h['events']} events, "
             f"{h['workflow_tasks']} workflow tasks, {h['bytes']:.0f} history bytes; machine "
             f"{p['utilisation_machine']:.0%} busy (ours {p['utilisation_ours']:.0%})"
+        )
+    if "floor" in result:
+        f = result["floor"]
+        print(
+            f"floor in this run (no-op activities): {f['rounds_per_s']} rounds/s, "
+            f"{f['cpu_ms_per_round_all']} CPU-ms/round; the rounds cost "
+            f"{f['cpu_ms_per_round_above_floor']} CPU-ms above it (x{f['cpu_ratio_to_floor']})"
         )
     print(f"targets met: {result['met']}")
     write_result("throughput_split" if args.layout == "split" else "throughput", result, args)
