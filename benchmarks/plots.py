@@ -66,6 +66,17 @@ def throughput(plt: Any, data: dict[str, Any]) -> None:
         axes[0].bar(names, values, bottom=bottom, label=proc)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     axes[0].axhline(60, color="red", linestyle="--", linewidth=1, label="target 60")
+    floor = data.get("floor")
+    if floor is not None:  # measured in the same run, no-op activities: the first bar's floor
+        axes[0].hlines(
+            floor["cpu_ms_per_round_all"],
+            -0.4,
+            0.4,
+            colors="black",
+            linestyles=":",
+            linewidth=1.5,
+            label=f"floor, same run ({floor['cpu_ms_per_round_all']})",
+        )
     axes[0].set_ylabel("CPU-ms per round")
     axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     axes[0].set_title("CPU per round, each process apart", fontsize=10)
