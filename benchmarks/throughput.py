@@ -1018,8 +1018,8 @@ async def _floor_beside(chosen: dict[str, Any], users: int, rounds: int) -> dict
     benchmarks/round_floor.py's `production` shape (the same workflows and client path, every
     activity a no-op, Temporal and the worker alone, a fresh dev server). CPU per round read
     the same way (at the last round's end, all processes of the stack); what the round costs
-    above it is what its activities do (embedding, Milvus, Redis). The machine's speed moves
-    between runs; a figure and the floor beside it move together."""
+    above it is what its activities do (embedding, Milvus, Redis). A floor from another run
+    cannot say whether a total that moved between runs moved in the floor or the activities."""
     import round_floor
 
     floor_args = argparse.Namespace(users=users, rounds=rounds, shapes="production")

@@ -422,7 +422,11 @@ class SearchIndex:
         for ref, (doc, _) in enumerate(self.line_refs):
             if doc in prior:
                 fused[ref] = fused.get(ref, 0.0) + FRAGMENT_PRIOR / (RRF_K + prior[doc])
-        order = sorted(fused, key=lambda ref: (-fused[ref], -self._line_said[ref], ref))
+
+        def by_score() -> list[int]:
+            return sorted(fused, key=lambda ref: (-fused[ref], -self._line_said[ref], ref))
+
+        order = by_score()
         if SECOND_QUERY_LINES > 0:
             asked = set(self._terms(query))
             terms = [
@@ -436,7 +440,7 @@ class SearchIndex:
                 top = _top(second, LINE_DEPTH, self._line_said)
                 for rank, ref in enumerate(top, 1):
                     fused[ref] = fused.get(ref, 0.0) + SECOND_QUERY_WEIGHT / (RRF_K + rank)
-                order = sorted(fused, key=lambda ref: (-fused[ref], -self._line_said[ref], ref))
+                order = by_score()
         if ENTITY_GROUPS > 0:
             seen: set[str] = set()
             first: list[int] = []
