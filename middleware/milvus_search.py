@@ -46,7 +46,12 @@ from mnemoflow.memory.lines import query_terms
 from mnemoflow.memory.search import RRF_K, CandidateIndex, SearchDoc
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
-from mnemoflow.models.corpus import corpus_version, corpus_version_key
+from mnemoflow.models.corpus import (
+    CorpusEntry,
+    corpus_version,
+    corpus_version_key,
+    encode_vector,
+)
 from mnemoflow.models.ids import user_key, validate_user_id
 from mnemoflow.models.profile import UserProfile
 
@@ -89,6 +94,8 @@ _HEX = re.compile(r"[0-9a-f]{1,64}")
 # such ids go into a filter expression.
 _ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 _QUERY_WINDOW = 16_384
+# A theme prefix goes into a `like` expression: nothing that `like` or the quotes would read.
+_THEME_PREFIX = re.compile(r"[A-Za-z0-9:.-]{1,64}")
 
 
 def _hex(value: str) -> str:
@@ -168,6 +175,40 @@ class MilvusSearch:
             return 0
         async with asyncio.timeout(self.timeout_s):
             return corpus_version(await self.redis.get(corpus_version_key(self.prefix, user_id)))
+
+    async def version(self, user_id: str) -> int:
+        """The user's corpus version (0: none, or no Redis)."""
+        return await self._version(validate_user_id(user_id))
+
+    async def themed_entries(self, user_id: str, theme_prefix: str) -> list[CorpusEntry]:
+        """The user's fragments whose theme starts with `theme_prefix` (the LangGraph store's
+        items, middleware/store.py), with their vectors, read from the fragment collection
+        (strongly consistent: a forgotten one is not there)."""
+        if not _THEME_PREFIX.fullmatch(theme_prefix):
+            raise ValueError("a theme prefix is letters, digits, ':', '.' or '-'")
+        key = _hex(user_key(validate_user_id(user_id)))
+
+        def work() -> list[CorpusEntry]:
+            client, opts = self._connected(), self._opts(key)
+            expr = f'{_user(key)} and theme like "{theme_prefix}%"'
+            rows = client.query(
+                self.collection,
+                filter=expr,
+                output_fields=[*FRAGMENT_FIELDS, "vector"],
+                limit=_QUERY_WINDOW,
+                consistency_level="Strong",
+                **opts,
+            )
+            return [
+                CorpusEntry(
+                    **_context(row).model_dump(exclude={"score"}),
+                    strengthen_count=int(row["strengthen_count"]),
+                    vector=encode_vector([float(x) for x in row["vector"]]),
+                )
+                for row in rows
+            ]
+
+        return await asyncio.to_thread(work)
 
     async def _embed(self, query: str) -> Sequence[float] | None:
         if self.embeddings is None:
@@ -347,17 +388,18 @@ def _fragments(
         consistency_level="Strong",
         **opts,
     )
-    out = []
-    for row in rows:
-        fragment = ContextFragment(
-            id=str(row["pk"]),
-            theme=str(row["theme"]),
-            types=list(row.get("types") or []),
-            content=str(row["content"]),
-            thread_id=str(row.get("thread_id") or ""),
-            start_pos=int(row["start_pos"]),
-            end_pos=int(row["end_pos"]),
-            created_at=float(row["created_at"]),
-        )
-        out.append((fragment, int(row["strengthen_count"])))
-    return out
+    return [(_context(row), int(row["strengthen_count"])) for row in rows]
+
+
+def _context(row: dict[str, Any]) -> ContextFragment:
+    """A fragment row (FRAGMENT_FIELDS) as the prompt gets it."""
+    return ContextFragment(
+        id=str(row["pk"]),
+        theme=str(row["theme"]),
+        types=list(row.get("types") or []),
+        content=str(row["content"]),
+        thread_id=str(row.get("thread_id") or ""),
+        start_pos=int(row["start_pos"]),
+        end_pos=int(row["end_pos"]),
+        created_at=float(row["created_at"]),
+    )

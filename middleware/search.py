@@ -109,6 +109,25 @@ class FragmentSearch:
         """Drop the user's cached index (after a forget); the next search reads the corpus."""
         self._indexes.pop(user_id, None)
 
+    async def version(self, user_id: str) -> int:
+        """The user's corpus version (0: none)."""
+        return corpus_version(await self.redis.get(corpus_version_key(self.prefix, user_id)))
+
+    async def themed_entries(self, user_id: str, theme_prefix: str) -> list[CorpusEntry]:
+        """The user's fragments whose theme starts with `theme_prefix` (the LangGraph store's
+        items, middleware/store.py), read from the corpus."""
+        raw = await self.redis.hgetall(corpus_key(self.prefix, user_id))  # type: ignore[misc]
+        entries = []
+        for value in raw.values():
+            try:
+                entry = CorpusEntry.model_validate_json(value)
+            except ValidationError:
+                log.warning("unreadable corpus entry skipped")
+                continue
+            if entry.theme.startswith(theme_prefix):
+                entries.append(entry)
+        return entries
+
     async def _embed(self, query: str) -> Sequence[float] | None:
         if self.embeddings is None:
             return None

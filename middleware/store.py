@@ -3,15 +3,19 @@ LangGraph store?").
 
 - A namespace names one user through a template (`("memories", "{user_id}")`); any other
   namespace is an InvalidNamespaceError.
-- `put` is `MemoryClient.remember`: durable in Milvus and in the search corpus when it returns,
+- `put` is `MemoryClient.remember`: durable in Milvus (and in the Redis search corpus, where
+  one is kept) when it returns,
   published to the user's injected context at once, never waiting for a round. The value's JSON
   is the fragment's content and `store:<key>` its theme (middleware/store_items.py). A put makes a
   new fragment, then forgets the key's older ones (`forget_fragment`): overwriting a key, or
   putting it again after a delete, never brings back a forgotten fragment id.
 - `delete` (and `put(value=None)`) is `forget_fragment` of every fragment of the key, with the
   same guarantees (docs/ARCHITECTURE.md, "Forget leaves nothing to resurrect").
-- `get` and `search` read the search corpus in Redis, which every put has written before it
-  returns; `search` with a query ranks the items with the per-call search (`memory.search`:
+- `get` and `search` read the user's store items where the client's per-call search reads:
+  the fragment collection in Milvus (`search_index="milvus"`, only the rows whose theme is a
+  store key, strongly consistent) or the Redis search corpus (`search_index="redis"`), which
+  every put has written before it returns; both are read again only when the user's corpus
+  version moved; `search` with a query ranks the items with the per-call search (`memory.search`:
   BM25 and cosine fused, then the memory formula), without one it lists the newest first.
 - `list_namespaces` lists the users whose memory workflows run on the client's task queue
   (Temporal visibility, which follows a new user within about a second).
@@ -41,12 +45,12 @@ from langgraph.store.base import (
     SearchOp,
     TTLConfig,
 )
-from pydantic import ValidationError
 
 from mnemoflow.memory.search import SearchIndex
 from mnemoflow.middleware.client import MemoryClient
-from mnemoflow.middleware.search import FragmentSearch, build_index
+from mnemoflow.middleware.search import build_index
 from mnemoflow.middleware.store_items import (
+    STORE_THEME_PREFIX,
     NamespaceTemplate,
     StoredVersion,
     UserItems,
@@ -57,7 +61,6 @@ from mnemoflow.middleware.store_items import (
     user_items,
 )
 from mnemoflow.models import search_attributes as sa
-from mnemoflow.models.corpus import CorpusEntry, corpus_key, corpus_version, corpus_version_key
 from mnemoflow.models.errors import InvalidInputError, MemoryUnavailableError
 from mnemoflow.models.ids import search_user_value, validate_user_id
 
@@ -95,10 +98,11 @@ class MnemoflowStore(BaseStore):
                 "MnemoflowStore does not expire items (TTL): memory is forgotten explicitly, "
                 "with delete (forget_fragment) or MemoryClient.forget"
             )
-        if not isinstance(client.searcher, FragmentSearch):
+        if client.searcher is None:
             raise ValueError(
-                "MnemoflowStore needs a MemoryClient with Redis (redis=...) and the search corpus "
-                '(search_index="redis", MILVUS_LINES off): get and search read the corpus'
+                "MnemoflowStore needs a MemoryClient that can read the user's fragments: "
+                'search_index="milvus" with milvus_uri (get and search read the fragment '
+                'collection), or Redis (redis=...) with search_index="redis"'
             )
         self.client = client
         self.template = NamespaceTemplate(namespace)
@@ -276,26 +280,19 @@ class MnemoflowStore(BaseStore):
         """The user's items (and their search index), read again only when the corpus
         version moved (`fresh`: always)."""
         searcher = self.client.searcher
-        assert isinstance(searcher, FragmentSearch)  # checked in __init__
-        redis, prefix = searcher.redis, searcher.prefix
+        assert searcher is not None  # checked in __init__
         try:
             async with asyncio.timeout(self.client.query_timeout_s):
-                version = corpus_version(await redis.get(corpus_version_key(prefix, user)))
+                version = await searcher.version(user)
                 cached = self._cache.get(user)
                 if cached is not None and cached[0] == version and version and not fresh:
                     items, index = cached[1], cached[2]
-                    raw = None
+                    entries = None
                 else:
-                    raw = await redis.hgetall(corpus_key(prefix, user))  # type: ignore[misc]
-        except Exception as err:  # Redis down or slow: memory cannot answer
+                    entries = await searcher.themed_entries(user, STORE_THEME_PREFIX)
+        except Exception as err:  # Redis or Milvus down or slow: memory cannot answer
             raise MemoryUnavailableError(f"cannot read the user's store items: {err!r}") from err
-        if raw is not None:
-            entries = []
-            for value in raw.values():
-                try:
-                    entries.append(CorpusEntry.model_validate_json(value))
-                except ValidationError:
-                    log.warning("unreadable corpus entry skipped")
+        if entries is not None:
             items, index = user_items(entries), None
         if with_index and index is None:
             raw_items = {e.id: e.model_dump_json() for e in items.entries.values()}

@@ -126,6 +126,20 @@ def _targeted(args: argparse.Namespace, settings: Settings) -> Settings:
     return target.settings
 
 
+def _backfill_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        help="the `mnemoflow dev` stack running in this directory (default: MILVUS_URI when "
+        "TEMPORAL_ADDRESS is set, else a stack running in MNEMOFLOW_DATA_DIR)",
+    )
+
+
+def _backfill_lines(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemoflow.ops.inspect import backfill_lines
+
+    return _show(asyncio.run(backfill_lines(_targeted(args, settings))))
+
+
 def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
     _target_arguments(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -281,6 +295,11 @@ COMMANDS: dict[str, Command] = {
     "rounds": Command("list a user's rounds (Temporal visibility)", _rounds, _rounds_arguments),
     "retry": Command("re-run a user's failed round", _retry, _retry_arguments),
     "replay": Command("replay a recorded history against this code", _replay, _replay_arguments),
+    "backfill-lines": Command(
+        "write the line rows of fragments stored before MILVUS_LINES (the per-call search)",
+        _backfill_lines,
+        _backfill_arguments,
+    ),
     "user-key": Command("print a user's MnemoflowUser search value", _user_key, _user_argument),
     "codec-server": Command(
         "serve the payload codec (bearer token, CORS) so the Temporal UI and CLI show plaintext",

@@ -122,6 +122,29 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+async def backfill_lines(settings: Settings) -> dict[str, Any]:
+    """Write the line rows of every fragment that has none (activities/line_backfill.py): for
+    fragments stored before `MILVUS_LINES` was on, which the search served by Milvus finds
+    only through their lines."""
+    from mnemoflow.activities.fragment_store import FragmentStore
+    from mnemoflow.activities.line_backfill import backfill_lines as backfill
+    from mnemoflow.worker.app import default_embeddings
+
+    store = FragmentStore(
+        uri=settings.milvus.uri,
+        token=settings.milvus.token.get_secret_value() if settings.milvus.token else "",
+        embeddings=default_embeddings(settings),
+        collection=settings.milvus.collection,
+        flush_rows=settings.milvus.flush_rows,
+        lines=True,
+    )
+    try:
+        report = await backfill(store)
+    finally:
+        await store.close()
+    return report.as_dict()
+
+
 async def forget_user(settings: Settings, user_id: str, reason: str) -> dict[str, Any]:
     """Run the forget saga; the receipt says what was deleted and when."""
     client = await _memory_client(settings)

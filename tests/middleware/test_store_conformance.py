@@ -1,23 +1,50 @@
 """MnemoflowStore against the behaviours LangGraph's own store tests check (get, put, overwrite,
 delete, search with filter, limit and offset, namespace listing, namespace and TTL errors), on
 the dev server with the real worker, Milvus Lite and Redis. What is stored is checked in Milvus
-too, not only through the store's own reads."""
+too, not only through the store's own reads. Each test runs twice: reading the store items from
+the Redis search corpus, and from Milvus's fragment collection (`MILVUS_LINES`, the client's
+`search_index="milvus"`), where Redis holds no fragment."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import datetime
 
 import pytest
 from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
+from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow import MnemoflowStore
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware.store_items import STORE_THEME_PREFIX
 from mnemoflow.models.errors import InvalidInputError
 from tests.middleware.conftest import LiveMemory
+from tests.support.memory_worker import memory_worker
 from tests.support.drive import eventually
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["redis", "milvus"])
+async def live_memory(
+    request: pytest.FixtureRequest, dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> AsyncIterator[LiveMemory]:
+    lines = request.param == "milvus"
+    async with memory_worker(
+        dev_env.client,
+        milvus_uri=milvus_uri,
+        redis_url=redis_url,
+        models=HeuristicMemoryModels(),
+        lines=lines,
+    ) as mw:
+        async with mw.memory_client(redis_url) as client:
+            yield LiveMemory(mw, client)
+        if lines:  # the store's reads came from Milvus: Redis holds no fragment of any user
+            keys = [
+                k async for k in client.reader.redis.scan_iter(f"{mw.read_model.prefix}corpus:*")
+            ]
+            assert keys == []
 
 
 async def stored_values(live_memory: LiveMemory, user: str, key: str) -> list[str]:

@@ -1,0 +1,154 @@
+"""Backfill of line rows (activities/line_backfill.py) against a real Milvus Lite server:
+fragments stored by a worker without `MILVUS_LINES` become findable by the search served by
+Milvus, and a fragment forgotten or stored again while the backfill runs never keeps lines
+that are not its stored ones."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import mnemoflow.activities.line_backfill as line_backfill
+from mnemoflow.activities.embeddings import HashingEmbeddings
+from mnemoflow.activities.fragment_rows import to_row
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.line_backfill import backfill_lines
+from mnemoflow.middleware.milvus_search import MilvusSearch
+from mnemoflow.models.config import MemoryConfig
+from mnemoflow.models.fragments import Fragment
+from mnemoflow.models.ids import fragment_id, user_key
+
+pytestmark = pytest.mark.integration
+
+NOW = time.time()
+CONFIG = MemoryConfig(memory_budget_tokens=400)
+
+
+def frag(user: str, round_no: int, lines: list[str]) -> Fragment:
+    return Fragment(
+        id=fragment_id(user, round_no, 0),
+        user_id=user,
+        theme="general",
+        types=["chat"],
+        content="\n".join(lines),
+        created_at=NOW - 86400 * (30 - round_no),
+        reinforced_at=NOW - 86400 * (30 - round_no),
+        round_no=round_no,
+        thread_id="t1",
+        start_pos=0,
+        end_pos=len(lines),
+    )
+
+
+@pytest.fixture
+async def stores(
+    milvus_uri: str, unique_name: str
+) -> AsyncIterator[tuple[FragmentStore, FragmentStore]]:
+    """The same collection through a store without lines (the worker before MILVUS_LINES)
+    and one with them."""
+    before = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
+    after = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name, lines=True)
+    await before.ensure()
+    try:
+        yield before, after
+    finally:
+        await after.ensure()
+        await after.drop()
+        name = after.lines_collection
+        assert name is not None
+        await after._run_write(lambda c: c.drop_collection(name))
+        await before.close()
+        await after.close()
+
+
+async def line_count(store: FragmentStore, user: str, ids: list[str] | None = None) -> int:
+    return await store._lines_left(user_key(user), ids)
+
+
+def history(user: str, rounds: int) -> list[Fragment]:
+    """Distinct lines per user and round: each names its user, round and a word of its own."""
+    return [
+        frag(
+            user,
+            r,
+            [
+                f"User: {user} round {r} mentions the {word}{r} collection",
+                f"Assistant: noted, {user}, the {word}{r} item from round {r}",
+            ],
+        )
+        for r in range(1, rounds + 1)
+        for word in ["zephyr"]
+    ]
+
+
+async def test_backfill_makes_old_fragments_findable_and_is_idempotent(
+    stores: tuple[FragmentStore, FragmentStore], milvus_uri: str
+) -> None:
+    before, after = stores
+    users = {"alice": 7, "bob": 4, "chen": 3}
+    for user, rounds in users.items():
+        await before.upsert(history(user, rounds))
+    # One fragment already has its lines (stored by a worker with lines on): left as it is.
+    fresh = frag("alice", 20, ["User: alice says the lighthouse keeper is named Ormond"])
+    await after.ensure()  # a worker started with lines on
+    await after.upsert([fresh])
+    assert await line_count(after, "alice") == 1
+
+    report = await backfill_lines(after, batch=4)  # batches smaller than one user's rows
+    said = sum(users.values())
+    assert report.fragments_seen == said + 1
+    assert report.fragments_backfilled == said
+    assert report.lines_written == 2 * said
+    assert report.users == 3
+    assert report.unsettled == []
+    for user, rounds in users.items():
+        assert await line_count(after, user) == 2 * rounds + (1 if user == "alice" else 0)
+
+    searcher = MilvusSearch(milvus_uri, collection=after.collection, embeddings=None)
+    try:
+        found = await searcher.search("bob", "which item came up in round 3 zephyr3", CONFIG, NOW)
+        assert any("zephyr3" in f.content and "bob" in f.content for f in found)
+        assert all("alice" not in f.content for f in found)
+    finally:
+        await searcher.close()
+
+    again = await backfill_lines(after)
+    assert again.fragments_backfilled == 0 and again.lines_written == 0
+    assert await line_count(after, "alice") == 2 * users["alice"] + 1
+
+
+async def test_a_forget_or_a_rewrite_during_the_backfill_leaves_only_stored_lines(
+    stores: tuple[FragmentStore, FragmentStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after the backfill writes a batch's lines, the worker forgets one fragment and
+    stores another again with a line fewer (as a forget of one of its lines rewrites it)."""
+    before, after = stores
+    frags = history("dana", 3)
+    await before.upsert(frags)
+    forgotten, rewritten = frags[0], frags[1]
+    shorter = rewritten.model_copy(update={"content": rewritten.content.splitlines()[0]})
+    vector = HashingEmbeddings().embed_documents([shorter.content])[0]
+
+    real = line_backfill._write
+    writes: list[int] = []
+
+    def racing(store: FragmentStore, client: Any, *, pairs: Any) -> None:
+        real(store, client, pairs=pairs)
+        writes.append(len(pairs))
+        if len(writes) == 1:  # what the worker does meanwhile, through its own store
+            client.delete(before.collection, filter=f'pk in ["{forgotten.id}"]')
+            client.upsert(before.collection, [to_row(shorter, vector, notes=before._notes)])
+
+    monkeypatch.setattr(line_backfill, "_write", racing)
+    report = await backfill_lines(after)
+    assert writes == [3, 1]  # the batch, then the rewritten fragment's stored version
+    assert report.forgotten_meanwhile == 1
+    assert report.rewritten_meanwhile == 1
+    assert report.unsettled == []
+    assert await line_count(after, "dana", [forgotten.id]) == 0
+    assert await line_count(after, "dana", [rewritten.id]) == 1
+    assert await line_count(after, "dana", [frags[2].id]) == 2
+    assert await line_count(after, "dana") == 3
