@@ -19,28 +19,13 @@ from mnemoflow.activities.line_backfill import backfill_lines
 from mnemoflow.middleware.milvus_search import MilvusSearch
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.fragments import Fragment
-from mnemoflow.models.ids import fragment_id, user_key
+from mnemoflow.models.ids import user_key
+from tests.activities.test_line_search import frag
 
 pytestmark = pytest.mark.integration
 
 NOW = time.time()
 CONFIG = MemoryConfig(memory_budget_tokens=400)
-
-
-def frag(user: str, round_no: int, lines: list[str]) -> Fragment:
-    return Fragment(
-        id=fragment_id(user, round_no, 0),
-        user_id=user,
-        theme="general",
-        types=["chat"],
-        content="\n".join(lines),
-        created_at=NOW - 86400 * (30 - round_no),
-        reinforced_at=NOW - 86400 * (30 - round_no),
-        round_no=round_no,
-        thread_id="t1",
-        start_pos=0,
-        end_pos=len(lines),
-    )
 
 
 @pytest.fixture

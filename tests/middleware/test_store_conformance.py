@@ -20,8 +20,8 @@ from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware.store_items import STORE_THEME_PREFIX
 from mnemoflow.models.errors import InvalidInputError
 from tests.middleware.conftest import LiveMemory
-from tests.support.memory_worker import memory_worker
 from tests.support.drive import eventually
+from tests.support.memory_worker import memory_worker
 
 pytestmark = pytest.mark.integration
 
