@@ -166,6 +166,9 @@ class FragmentStore:
         self._client: MilvusClient | None = None
         self._connect_lock = threading.Lock()
         self._lite_buckets = False  # set by ensure() when the server is Milvus Lite
+        #: Whether this store's `ensure` created the line collection (the worker then backfills
+        #: it: `activities/line_backfill.py`).
+        self.lines_created = False
         self._lite: bool | None = None  # Milvus Lite? asked once, before the first write
         self.epochs = epochs
 
@@ -357,6 +360,15 @@ class FragmentStore:
         )
         return int(rows[0]["count(*)"]) if rows else 0
 
+    async def lined_ids(self, user_id: str) -> set[str]:
+        """The ids of the user's fragments that have line rows (empty without lines)."""
+        if self.lines_collection is None:
+            return set()
+        key = checked_user(user_id)
+        expr, opts, name = user_filter(key), self._read_opts(key), self.lines_collection
+        rows = await self._run(lambda c: query_all(c, name, expr, ["fragment_id"], opts))
+        return {str(r["fragment_id"]) for r in rows}
+
     async def close(self) -> None:
         """Close the connection (a later call reconnects)."""
         with self._connect_lock:
@@ -395,6 +407,7 @@ class FragmentStore:
             index = line_index_params(index_params(self.index_type))
             try:
                 client.create_collection(name, schema=schema, index_params=index, **opts)
+                self.lines_created = True
             except MilvusException:
                 if not client.has_collection(name, **opts):
                     raise
@@ -409,7 +422,7 @@ class FragmentStore:
     async def upsert_vectors(
         self, fragments: list[Fragment], *, query: str | None = None, epoch: int | None = None
     ) -> list[tuple[Fragment, list[float]]]:
-        """As `upsert`, returning each written fragment with its vector (for the search corpus).
+        """As `upsert`, returning each written fragment with its vector.
 
         `query`: a selection query about to follow (`candidates`); with a symmetric embedder it
         is embedded in the same forward pass (one call instead of two: ~9 against ~12 CPU-ms
@@ -468,7 +481,7 @@ class FragmentStore:
         return max((int(r.get("round_no") or 0) for r in rows), default=0)
 
     async def all_with_vectors(self, user_id: str) -> list[tuple[Fragment, list[float]]]:
-        """Every fragment of the user with its stored vector (to rebuild the search corpus)."""
+        """Every fragment of the user with its stored vector."""
         rows = await self._user_rows(checked_user(user_id), [*self._scalar_fields, "vector"])
         return [(to_fragment(r), [float(x) for x in r["vector"]]) for r in rows]
 

@@ -407,7 +407,7 @@ class FragmentActivities:
         *,
         skip_repeats: bool = True,
     ) -> None:
-        """`corpus`: the Redis search corpus the hot path searches, kept in step with the store.
+        """`corpus`: the users' corpus versions, moved after every write and delete.
         `skip_repeats`: index leaves out fragments that only repeat stored ones."""
         self.store = store
         self.corpus = corpus
@@ -424,7 +424,7 @@ class FragmentActivities:
                 fragments = await only_new(self.store, fragments)
             written = await self.store.upsert_vectors(fragments, epoch=inp.epoch)
             if self.corpus is not None:
-                await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
+                await self.corpus.added([f for f, _ in written])
         return IndexOutput(ids=[f.id for f, _ in written])
 
     @activity.defn(name=ActivityName.SELECT)
@@ -442,8 +442,6 @@ class FragmentActivities:
             params_source=inp.params_source,
         )
         size = inp.limit or config.published_candidates
-        if self.corpus is not None:
-            await self.corpus.reconcile(self.store, inp.user_id)
         return SelectOutput(fragments=selection.ranked[:size], log=bounded_log(selection.log))
 
     @activity.defn(name=ActivityName.REINFORCE)
@@ -483,6 +481,11 @@ class FragmentActivities:
                         inp.user_id, inp.forget_lines, inp.epoch
                     )
                     deleted += len(gone)
+                    # After the store changed, and on every attempt: a retry whose first try
+                    # changed the rows finds nothing left to change, yet a search that read
+                    # the rows before must still see the version move.
+                    if self.corpus is not None:
+                        await self.corpus.bump([inp.user_id])
                 checked = None
                 if inp.forget_lines is not None and inp.forget_lines.check_ids:
                     checked = await self.store.get(inp.user_id, inp.forget_lines.check_ids)
@@ -543,15 +546,9 @@ class FragmentActivities:
             else:
                 gone.append(row.id)
         if gone:
-            # The search corpus first: a retry after the Milvus delete (its reply lost) finds
-            # nothing left to do, and would leave the corpus serving the forgotten lines.
-            if self.corpus is not None:
-                await self.corpus.remove(user_id, gone)
             await self.store.delete(user_id, gone)
         if kept:
-            written = await self.store.upsert_vectors(kept, epoch=epoch)
-            if self.corpus is not None:
-                await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
+            await self.store.upsert_vectors(kept, epoch=epoch)
         return gone, kept
 
 

@@ -119,7 +119,7 @@ class ReadModel:
 
     @property
     def redis(self) -> aioredis.Redis:
-        """The client, shared with the search corpus (closed by `close`)."""
+        """The client, shared with the corpus versions (closed by `close`)."""
         return self._redis
 
     async def close(self) -> None:

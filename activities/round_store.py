@@ -111,7 +111,7 @@ class RoundStoreActivities:
                 else []
             )
             if self.corpus is not None and written:
-                await self.corpus.add_best_effort([f for f, _ in written], [v for _, v in written])
+                await self.corpus.added([f for f, _ in written])
             candidates = await self.store.candidates(sel.user_id, sel.query, config.retrieve_k)
             selection = select_fragments(
                 candidates,
@@ -122,13 +122,6 @@ class RoundStoreActivities:
                 params_source=sel.params_source,
             )
             ranked = selection.ranked[: sel.limit or config.published_candidates]
-            if self.corpus is not None:
-                # With no prefilter the candidates are every stored fragment, read after the
-                # write: the corpus is reconciled against them instead of a third read.
-                every = (
-                    None if config.retrieve_k is not None else {c.fragment.id for c in candidates}
-                )
-                await self.corpus.reconcile(self.store, sel.user_id, every)
             context = inp.context.model_copy(update={"fragments": ranked})
             published = await self.read_model.publish(context)
         except (InvalidInputError, PayloadTooLargeError, StaleEpochError) as exc:

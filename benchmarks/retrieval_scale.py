@@ -5,9 +5,10 @@ Side by side in one run, per (lines of the probed user, users in the store):
 - `milvus`: `middleware.milvus_search.MilvusSearch` (one hybrid search of the line collection,
   the neighbours and the fragments by id, ranking in the agent), the rows written by the
   worker's `FragmentStore(lines=True)`;
-- `agent_index`: `middleware.search.FragmentSearch` (the Redis corpus copy, read whole and built
-  into an in-process index whenever its version moved), the corpus written by the worker's
-  `SearchCorpus`.
+- `agent_index`: the read path this project had before (`AgentIndex` below): a copy of every
+  fragment with its vector in a Redis hash per user, read whole and built into an in-process
+  `memory.search.SearchIndex` (`middleware.search.build_index`) whenever the user's version
+  moved.
 
 Per call: latency p50 / p95 with the query embedded by USE (the default model), agent-process
 CPU per call, Milvus Lite server CPU per call; the agent index's build time after a round moved
@@ -15,9 +16,12 @@ the version; the agent's RSS after each side; the load average. Lines are LoCoMo
 five given conversations, repeated with a counter past their ~3,000 lines), three to a fragment;
 fragment vectors are random unit vectors (the latency of a search does not depend on what the
 vectors mean; USE would take minutes to embed 100,000 lines), questions the LoCoMo questions.
-The other users of the store own as many lines each as `--others-lines` (default 600).
+The other users of the store own as many lines each as `--others-lines` (default 600), at most
+`--others-total` lines together (default 100,000: among 10,000 users each other user owns 10), so
+that the store of the largest case stays within what Milvus Lite fills in minutes.
 
-    python benchmarks/retrieval_scale.py [--lines 600,10000] [--users 1,100] [--queries 60]
+    python benchmarks/retrieval_scale.py [--lines 600,10000,100000] [--users 1,100,10000]
+        [--queries 60]
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ DATA = ROOT.parent / "shared" / "data" / "locomo"  # as benchmarks/_locomo_offli
 DIM = 512
 LINES_PER_FRAGMENT = 3
 BATCH = 600
+CALL_TIMEOUT_S = 60.0
 
 
 class RandomDocs:
@@ -61,6 +66,51 @@ class RandomDocs:
 
     def embed_query(self, text: str) -> list[float]:
         return self.use.embed_query(text)  # type: ignore[no-any-return]
+
+
+class AgentIndex:
+    """The agent-side search as it was: a Redis hash of corpus entries per user (written by
+    `copy_in`, as the worker did), read whole and indexed in process, cached per version."""
+
+    def __init__(self, redis: Any, prefix: str, embeddings: Any) -> None:
+        self.redis, self.prefix, self.embeddings = redis, prefix, embeddings
+        self._cached: dict[str, tuple[int, Any]] = {}
+
+    def key(self, user: str) -> str:
+        from mnemoflow.models.corpus import corpus_key
+
+        return corpus_key(self.prefix, user)
+
+    async def copy_in(self, pairs: list[tuple[Any, list[float]]]) -> None:
+        from mnemoflow.models.corpus import BUMP_VERSION, CorpusEntry, corpus_version_key
+
+        by_user: dict[str, dict[str, str]] = {}
+        for f, v in pairs:
+            by_user.setdefault(f.user_id, {})[f.id] = CorpusEntry.of_stored(f, v).model_dump_json()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for user, mapping in by_user.items():
+                pipe.hset(self.key(user), mapping=mapping)
+                pipe.eval(BUMP_VERSION, 1, corpus_version_key(self.prefix, user))
+            await pipe.execute()
+
+    async def index(self, user: str) -> Any:
+        from mnemoflow.middleware.search import build_index
+        from mnemoflow.models.corpus import corpus_version, corpus_version_key
+
+        version = corpus_version(await self.redis.get(corpus_version_key(self.prefix, user)))
+        cached = self._cached.get(user)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        raw = await self.redis.hgetall(self.key(user))
+        index = await asyncio.to_thread(build_index, raw, version)
+        self._cached[user] = (version, index)
+        return index
+
+    async def search(self, user: str, query: str, config: Any, now: float) -> Any:
+        index, vector = await asyncio.gather(
+            self.index(user), asyncio.to_thread(self.embeddings.embed_query, query)
+        )
+        return await asyncio.to_thread(index.excerpts, query, vector, config, now)
 
 
 def _rss_mb() -> float:
@@ -103,15 +153,25 @@ async def _fill(store: Any, corpus: Any, frags: list[Any]) -> float:
     started = time.perf_counter()
     for i in range(0, len(frags), BATCH):
         written = await store.upsert_vectors(frags[i : i + BATCH])
-        await corpus.add([f for f, _ in written], [v for _, v in written])
+        await corpus.copy_in(written)
     return time.perf_counter() - started
+
+
+def others_lines(wanted: int, total: int, users: int) -> int:
+    """Lines each other user owns: `wanted`, unless the others together would pass `total`."""
+    if users <= 1:
+        return 0
+    return max(1, min(wanted, total // (users - 1)))
 
 
 async def _calls(search: Any, user: str, questions: list[str], milvus_pid: int) -> dict[str, Any]:
     from mnemoflow.models.config import MemoryConfig
 
     config, now = MemoryConfig(), time.time()
-    await search.search(user, questions[0], config, now)  # connect, load, warm
+    try:  # connect, load, warm
+        await search.search(user, questions[0], config, now)
+    except Exception as err:  # counted below if the calls fail too
+        print(f"warm-up call failed: {err!r}"[:300], flush=True)
     times, cpu0, mcpu0 = [], time.process_time(), process_cpu_s(milvus_pid, children=False)
     failed = 0
     for q in questions:
@@ -140,10 +200,8 @@ async def _case(
 
     from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
     from mnemoflow.activities.fragment_store import FragmentStore
-    from mnemoflow.activities.search_corpus import SearchCorpus
     from mnemoflow.devstack.processes import free_port, start_milvus_lite, start_redis
     from mnemoflow.middleware.milvus_search import MilvusSearch
-    from mnemoflow.middleware.search import FragmentSearch
     from mnemoflow.models.corpus import BUMP_VERSION, corpus_version_key
 
     use = UniversalSentenceEncoderEmbeddings()
@@ -156,22 +214,29 @@ async def _case(
         redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{redis_proc.port}/0")
         uri = f"http://127.0.0.1:{milvus.port}"
         store = FragmentStore(uri, emb, collection="scale", lines=True, flush_rows=BATCH)
-        corpus = SearchCorpus(redis, "bench:")
+        corpus = AgentIndex(redis, "bench:", use)
         try:
             await store.ensure()
             now = time.time()
             fill = 0.0
+            each = others_lines(args.others_lines, args.others_total, users)
+            out["others_lines_each"] = each
             for u in range(users - 1):
-                fill += await _fill(
-                    store, corpus, _fragments(f"other{u}", args.others_lines, texts, now)
-                )
+                fill += await _fill(store, corpus, _fragments(f"other{u}", each, texts, now))
             fill += await _fill(store, corpus, _fragments("probe", lines, texts, now))
             await store._run_write(lambda c: (c.flush("scale"), c.flush("scale_lines")))
             out["fill_s"] = round(fill, 1)
             load0 = os.getloadavg()
             rss0 = _rss_mb()
+            # A deadline long enough that every call completes and is timed (the middleware's
+            # own is 2 s per Milvus call, then the published context).
             served = MilvusSearch(
-                uri, collection="scale", embeddings=use, redis=redis, key_prefix="bench:"
+                uri,
+                collection="scale",
+                embeddings=use,
+                redis=redis,
+                key_prefix="bench:",
+                timeout_s=CALL_TIMEOUT_S,
             )
             out["milvus"] = await _calls(served, "probe", questions, milvus.pid)
             out["milvus"]["agent_rss_mb_after"] = _rss_mb()
@@ -179,7 +244,7 @@ async def _case(
             await served.close()
 
             rss1 = _rss_mb()
-            local = FragmentSearch(redis, "bench:", use, timeout_s=30.0)
+            local = corpus
             builds = []
             for _ in range(3):  # a round moved the version: the next call reads and rebuilds
                 await redis.eval(BUMP_VERSION, 1, corpus_version_key("bench:", "probe"))  # type: ignore[misc]
@@ -224,9 +289,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(DATA))
-    parser.add_argument("--lines", default="600,10000")
-    parser.add_argument("--users", default="1")
+    parser.add_argument("--lines", default="600,10000,100000")
+    parser.add_argument("--users", default="1,100,10000")
     parser.add_argument("--others-lines", type=int, default=600)
+    parser.add_argument("--others-total", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--out", default="retrieval_scale")
     args = parser.parse_args()

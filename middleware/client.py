@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 from langchain_core.embeddings import Embeddings
@@ -62,7 +62,6 @@ from mnemoflow.middleware.outbox import (
 )
 from mnemoflow.middleware.payloads import split_event
 from mnemoflow.middleware.read_path import ContextReader
-from mnemoflow.middleware.search import FragmentSearch
 from mnemoflow.middleware.settle import (
     SETTLE_POLL_S,
     MemoryNotSettledError,
@@ -243,7 +242,6 @@ class MemoryClient:
         max_outbox_messages: int = MAX_OUTBOX_MESSAGES,
         max_outbox_bytes: int = MAX_OUTBOX_BYTES,
         metrics_registry: Any = None,
-        search_index: Literal["redis", "milvus"] = "redis",
         milvus_uri: str | None = None,
         milvus_token: str | None = None,
         milvus_collection: str = "mnemoflow_fragments",
@@ -261,10 +259,10 @@ class MemoryClient:
         `tool_timeout_s` how long a memory tool inside a turn waits for memory (at most
         `update_timeout_s`);
         `metrics_registry` (a prometheus CollectorRegistry) receives the outbox gauges.
-        `search_index="milvus"` takes the per-call search's candidates from Milvus at
-        `milvus_uri` (the workers' `MILVUS_URI`, `MILVUS_COLLECTION`, with `MILVUS_LINES=true`)
-        instead of a copy of each user's fragments read from Redis (middleware.milvus_search);
-        Redis still serves the published context and the corpus version."""
+        `milvus_uri` (the workers' `MILVUS_URI`, with `milvus_token` and `milvus_collection`)
+        is where the per-call search asks for its candidates (middleware.milvus_search): this
+        process holds no user's fragments. Without it every model call injects the published
+        context only. Redis serves the published context and the corpus version."""
         if not isinstance(temporal, Client):
             raise TypeError("temporal must be a temporalio.client.Client")
         converter = temporal.data_converter.payload_converter_class
@@ -312,11 +310,9 @@ class MemoryClient:
             encrypted=temporal.data_converter.payload_codec is not None,
         )
         self.reader = ContextReader(redis, key_prefix, redis_timeout_s, self._query_context)
-        self.searcher: FragmentSearch | MilvusSearch | None = None
-        if search_index == "milvus":
-            if not milvus_uri:
-                raise ValueError('search_index="milvus" needs milvus_uri')
-            # Imported here: an agent searching through Redis does not load pymilvus.
+        self.searcher: MilvusSearch | None = None
+        if milvus_uri:
+            # Imported here: a client without the per-call search does not load pymilvus.
             from mnemoflow.middleware.milvus_search import MilvusSearch
 
             self.searcher = MilvusSearch(
@@ -327,12 +323,6 @@ class MemoryClient:
                 redis=self.reader.redis,
                 key_prefix=key_prefix,
                 timeout_s=max(redis_timeout_s, SEARCH_CALL_TIMEOUT_S),
-            )
-        elif search_index != "redis":
-            raise ValueError(f'search_index must be "redis" or "milvus", not {search_index!r}')
-        elif self.reader.redis is not None:
-            self.searcher = FragmentSearch(
-                self.reader.redis, key_prefix, embeddings, timeout_s=redis_timeout_s
             )
 
     # --- hand-over ------------------------------------------------------------------------

@@ -1,13 +1,8 @@
 """The agent process's side of the per-call memory search (README.md, "How memory is
-chosen for a call").
-
-The worker keeps every fragment of a user, with its vector, in a Redis hash (models.corpus). Here
-the agent process reads it, keeps one `memory.search.SearchIndex` per user until the corpus
-version moves, embeds the question and searches. The query embedding runs in this process: one
-USE forward pass takes ~3 ms on a core, while a round trip through the worker (a Temporal update
-and an activity) costs tens of milliseconds and writes history on every model call. The price is
-the encoder's memory in the agent process (measured ~120 MB RSS for USE multilingual); without
-`embeddings` the search is lexical only.
+chosen for a call"): the searches a turn starts early and its model calls wait for
+(`PendingSearches`), and `build_index`, the in-process index over a few corpus entries (the
+LangGraph store's items, middleware/store.py). The candidates of the per-call search come from
+Milvus (middleware/milvus_search.py).
 """
 
 from __future__ import annotations
@@ -17,19 +12,15 @@ import base64
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
-import redis.asyncio as aioredis
-from langchain_core.embeddings import Embeddings
 from pydantic import ValidationError
 
 from mnemoflow.memory.search import SearchDoc, SearchIndex
-from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
-from mnemoflow.models.corpus import CorpusEntry, corpus_key, corpus_version, corpus_version_key
-from mnemoflow.models.profile import UserProfile
+from mnemoflow.models.corpus import CorpusEntry
 
 log = logging.getLogger(__name__)
 
@@ -65,93 +56,6 @@ def build_index(raw: dict[Any, Any], version: int = 0) -> SearchIndex:
     index = SearchIndex(docs, vectors, version)
     _ = index.bm25, index.line_bm25  # built here, in the builder's thread, not by a search
     return index
-
-
-class FragmentSearch:
-    """Search one user's fragments for a question: Redis corpus + in-process index + embedding."""
-
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        prefix: str,
-        embeddings: Embeddings | None = None,
-        *,
-        timeout_s: float = 2.0,
-    ) -> None:
-        self.redis = redis
-        self.prefix = prefix
-        self.embeddings = embeddings
-        self.timeout_s = timeout_s
-        self._indexes: OrderedDict[str, tuple[int, SearchIndex]] = OrderedDict()
-
-    def warm(self) -> None:
-        """Load the embedding model now (the first encode otherwise takes ~1.5 s)."""
-        if self.embeddings is not None:
-            self.embeddings.embed_query("warm up")
-
-    async def index(self, user_id: str) -> SearchIndex:
-        """The user's index, rebuilt only when the corpus version moved."""
-        async with asyncio.timeout(self.timeout_s):
-            version = corpus_version(await self.redis.get(corpus_version_key(self.prefix, user_id)))
-            cached = self._indexes.get(user_id)
-            if cached is not None and cached[0] == version:
-                self._indexes.move_to_end(user_id)
-                return cached[1]
-            raw = await self.redis.hgetall(corpus_key(self.prefix, user_id))  # type: ignore[misc]
-        index = await asyncio.to_thread(build_index, raw, version)
-        self._indexes[user_id] = (version, index)
-        self._indexes.move_to_end(user_id)
-        while len(self._indexes) > MAX_CACHED_USERS:
-            self._indexes.popitem(last=False)
-        return index
-
-    def drop(self, user_id: str) -> None:
-        """Drop the user's cached index (after a forget); the next search reads the corpus."""
-        self._indexes.pop(user_id, None)
-
-    async def version(self, user_id: str) -> int:
-        """The user's corpus version (0: none)."""
-        return corpus_version(await self.redis.get(corpus_version_key(self.prefix, user_id)))
-
-    async def themed_entries(self, user_id: str, theme_prefix: str) -> list[CorpusEntry]:
-        """The user's fragments whose theme starts with `theme_prefix` (the LangGraph store's
-        items, middleware/store.py), read from the corpus."""
-        raw = await self.redis.hgetall(corpus_key(self.prefix, user_id))  # type: ignore[misc]
-        entries = []
-        for value in raw.values():
-            try:
-                entry = CorpusEntry.model_validate_json(value)
-            except ValidationError:
-                log.warning("unreadable corpus entry skipped")
-                continue
-            if entry.theme.startswith(theme_prefix):
-                entries.append(entry)
-        return entries
-
-    async def _embed(self, query: str) -> Sequence[float] | None:
-        if self.embeddings is None:
-            return None
-        return await asyncio.to_thread(self.embeddings.embed_query, query)
-
-    async def search(
-        self,
-        user_id: str,
-        query: str,
-        config: MemoryConfig,
-        now: float,
-        *,
-        profile: UserProfile | None = None,
-        exclude: Callable[[ContextFragment], bool] | None = None,
-    ) -> list[ContextFragment]:
-        """Excerpts of the user's fragments for `query`, most relevant first, filling the memory
-        budget (`SearchIndex.excerpts`; errors propagate, the caller falls back). `profile`
-        (the one the model call is expected to inject) and `exclude` (fragments expected in
-        the model's window) let the first pass fill the budget as the model call will pack it,
-        so it rarely has to be asked again (`Excerpts.again`, on the event loop)."""
-        index, vector = await asyncio.gather(self.index(user_id), self._embed(query))
-        return await asyncio.to_thread(
-            index.excerpts, query, vector, config, now, profile=profile, exclude=exclude
-        )
 
 
 class PendingSearches:

@@ -3,19 +3,17 @@ LangGraph store?").
 
 - A namespace names one user through a template (`("memories", "{user_id}")`); any other
   namespace is an InvalidNamespaceError.
-- `put` is `MemoryClient.remember`: durable in Milvus (and in the Redis search corpus, where
-  one is kept) when it returns,
+- `put` is `MemoryClient.remember`: durable in Milvus when it returns,
   published to the user's injected context at once, never waiting for a round. The value's JSON
   is the fragment's content and `store:<key>` its theme (middleware/store_items.py). A put makes a
   new fragment, then forgets the key's older ones (`forget_fragment`): overwriting a key, or
   putting it again after a delete, never brings back a forgotten fragment id.
 - `delete` (and `put(value=None)`) is `forget_fragment` of every fragment of the key, with the
   same guarantees (docs/ARCHITECTURE.md, "Forget leaves nothing to resurrect").
-- `get` and `search` read the user's store items where the client's per-call search reads:
-  the fragment collection in Milvus (`search_index="milvus"`, only the rows whose theme is a
-  store key, strongly consistent) or the Redis search corpus (`search_index="redis"`), which
-  every put has written before it returns; both are read again only when the user's corpus
-  version moved; `search` with a query ranks the items with the per-call search (`memory.search`:
+- `get` and `search` read the user's store items from the fragment collection in Milvus (only
+  the rows whose theme is a store key, strongly consistent: every put is there when it
+  returns), again only when the user's corpus version moved; `search` with a query ranks the
+  items with the per-call search (`memory.search`:
   BM25 and cosine fused, then the memory formula), without one it lists the newest first.
 - `list_namespaces` lists the users whose memory workflows run on the client's task queue
   (Temporal visibility, which follows a new user within about a second).
@@ -100,9 +98,8 @@ class MnemoflowStore(BaseStore):
             )
         if client.searcher is None:
             raise ValueError(
-                "MnemoflowStore needs a MemoryClient that can read the user's fragments: "
-                'search_index="milvus" with milvus_uri (get and search read the fragment '
-                'collection), or Redis (redis=...) with search_index="redis"'
+                "MnemoflowStore needs a MemoryClient built with milvus_uri: get and search "
+                "read the user's items from the fragment collection"
             )
         self.client = client
         self.template = NamespaceTemplate(namespace)
@@ -202,10 +199,9 @@ class MnemoflowStore(BaseStore):
             if any(v.fragment_id == keep for v in versions):
                 drop = versions[:-1]  # oldest first: all but the newest
             else:
-                # The corpus missed the new fragment (Redis failed during the put): an older
-                # version would be read in its place, so all of them go; a round's reconcile
-                # adds the new one.
-                log.warning("a store put is not in the search corpus yet; older versions forgotten")
+                # The read did not see the new fragment (a Milvus read that missed a fresh
+                # row): an older version would be read in its place, so all of them go.
+                log.warning("a store put was not read back from Milvus; older versions forgotten")
                 drop = [v for v in versions if v.fragment_id != keep]
         for version in drop:
             await self.client.forget_fragment(user, version.fragment_id)

@@ -124,7 +124,7 @@ class StoredVersion:
 
 @dataclass
 class UserItems:
-    """A user's items as the search corpus holds them, every stored version of each key."""
+    """A user's items as Milvus holds them, every stored version of each key."""
 
     versions: dict[str, list[StoredVersion]] = field(default_factory=dict)
     entries: dict[str, CorpusEntry] = field(default_factory=dict)

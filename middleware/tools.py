@@ -26,11 +26,9 @@ from langchain.tools import BaseTool, ToolRuntime, tool
 from langchain_core.messages import ToolMessage
 
 from mnemoflow.middleware.client import MemoryClient
-from mnemoflow.middleware.search import FragmentSearch
 from mnemoflow.middleware.store_items import STORE_THEME_PREFIX
 from mnemoflow.middleware.window import resolve_user_id
 from mnemoflow.models.errors import InvalidInputError
-from mnemoflow.models.ids import validate_user_id
 
 log = logging.getLogger(__name__)
 
@@ -226,24 +224,13 @@ async def _copies(client: MemoryClient, user_id: str, fragment_id: str) -> list[
     """Ids of the user's other fragments that hold the named fragment's words (case and
     spacing aside): a fact the agent was asked to remember is usually also in the fragment
     of the conversation it was said in, and forgetting the memory must not leave it there.
-    Read from the agent's search index (the Redis corpus), or found by the search served by
-    Milvus (`MilvusSearch.copies_of`); none when that is unavailable."""
+    Found by the per-call search's Milvus reads (`MilvusSearch.copies_of`); none when that is
+    unavailable."""
     searcher = client.searcher
     if searcher is None:
         return []
-    if not isinstance(searcher, FragmentSearch):
-        try:
-            return await searcher.copies_of(user_id, fragment_id, MIN_COPY_CHARS)
-        except Exception:  # a courtesy, as below
-            log.warning("memory search unavailable: only the named memory is forgotten")
-            return []
     try:
-        docs = (await searcher.index(validate_user_id(user_id))).docs
+        return await searcher.copies_of(user_id, fragment_id, MIN_COPY_CHARS)
     except Exception:  # the copies are a courtesy: the named memory is forgotten regardless
-        log.warning("memory search index unavailable: only the named memory is forgotten")
+        log.warning("memory search unavailable: only the named memory is forgotten")
         return []
-    texts = {d.fragment.id: " ".join(d.fragment.content.casefold().split()) for d in docs}
-    words = texts.get(fragment_id, "")
-    if len(words) < MIN_COPY_CHARS:
-        return []
-    return [i for i, text in texts.items() if i != fragment_id and words in text]

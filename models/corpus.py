@@ -1,11 +1,12 @@
-"""The search corpus: every fragment of a user as the hot path searches it (README.md,
-"How memory is chosen for a call").
+"""A user's corpus version and the corpus entry (README.md, "How memory is chosen for a call").
 
-The worker writes one Redis hash per user when it indexes fragments (field = fragment id, value =
-a `CorpusEntry` as JSON) and bumps a version counter; the agent process keeps a search index per
-user and rebuilds it only when the version moved. Vectors travel as little-endian float16 in
-base64 (1.4 KB for 512 dims): cosine ranking does not need more precision, and the hash of a user
-with a thousand fragments stays near 2 MB.
+The worker moves a version counter in Redis on every write and delete of a user's fragments
+(activities/search_corpus.py); the per-call search reads it before it asks Milvus, so a search
+a forget overtook is run again. A `CorpusEntry` is a fragment as an in-process index takes it
+(the LangGraph store's items, middleware/store.py): what is injected, how often it was used, and
+its vector as little-endian float16 in base64. `corpus_key` names the per-user Redis hash of such
+entries that versions before the line collection kept; nothing writes it now, and forgetting a
+user or `mnemoflow backfill-lines` deletes what is left of it.
 """
 
 from __future__ import annotations

@@ -296,7 +296,8 @@ COMMANDS: dict[str, Command] = {
     "retry": Command("re-run a user's failed round", _retry, _retry_arguments),
     "replay": Command("replay a recorded history against this code", _replay, _replay_arguments),
     "backfill-lines": Command(
-        "write the line rows of fragments stored before MILVUS_LINES (the per-call search)",
+        "write the line rows of fragments stored before the line collection (the per-call "
+        "search finds only those), and delete fragment copies an older version kept in Redis",
         _backfill_lines,
         _backfill_arguments,
     ),

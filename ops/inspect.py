@@ -123,11 +123,14 @@ def render(report: dict[str, Any]) -> str:
 
 
 async def backfill_lines(settings: Settings) -> dict[str, Any]:
-    """Write the line rows of every fragment that has none (activities/line_backfill.py): for
-    fragments stored before `MILVUS_LINES` was on, which the search served by Milvus finds
-    only through their lines."""
+    """Write the line rows of every fragment that has none (activities/line_backfill.py), for
+    fragments stored before the line collection, which the per-call search finds only through
+    their lines; then delete the fragment copies an older version kept in Redis."""
+    import redis.asyncio as aioredis
+
     from mnemoflow.activities.fragment_store import FragmentStore
     from mnemoflow.activities.line_backfill import backfill_lines as backfill
+    from mnemoflow.activities.search_corpus import drop_copies
     from mnemoflow.worker.app import default_embeddings
 
     store = FragmentStore(
@@ -138,11 +141,14 @@ async def backfill_lines(settings: Settings) -> dict[str, Any]:
         flush_rows=settings.milvus.flush_rows,
         lines=True,
     )
+    redis = aioredis.Redis.from_url(settings.redis.url)
     try:
-        report = await backfill(store)
+        report = (await backfill(store)).as_dict()
+        report["redis_copies_deleted"] = await drop_copies(redis, settings.redis.key_prefix)
     finally:
         await store.close()
-    return report.as_dict()
+        await redis.aclose()
+    return report
 
 
 async def forget_user(settings: Settings, user_id: str, reason: str) -> dict[str, Any]:

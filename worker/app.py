@@ -22,6 +22,7 @@ their own slots: as many as ordinary ones (`max_concurrent_activities`).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import importlib.util
 import inspect
@@ -158,7 +159,7 @@ def resolve(settings: Settings, given: Components) -> WorkerResources:
             collection=m.collection,
             token=token,
             flush_rows=m.flush_rows,
-            lines=m.lines,
+            lines=True,
         )
         owned.append(store)
     read_model = given.read_model
@@ -274,11 +275,9 @@ def _build_workers(client: Client, settings: Settings, res: WorkerResources) -> 
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
     from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
-    # The hot path's search corpus and shape 5's tuned weights share the read model's Redis
+    # The users' corpus versions and shape 5's tuned weights share the read model's Redis
     # client (closed with it).
-    # With the lines in Milvus (`MILVUS_LINES`) the corpus keeps only its version counter.
-    lines = getattr(res.store, "lines_collection", None) is not None
-    corpus = SearchCorpus(res.read_model.redis, res.read_model.prefix, entries=not lines)
+    corpus = SearchCorpus(res.read_model.redis, res.read_model.prefix)
     themes = ThemeWeights(res.read_model.redis, res.read_model.prefix)
     store_acts = [
         *activity_methods(FragmentActivities(res.store, corpus)),
@@ -457,6 +456,28 @@ async def running_worker(
         stack.push_async_callback(res.aclose)
         res.workers = build_workers(client, settings, res)
         await res.store.ensure()
+        if getattr(res.store, "lines_created", False):
+            migration = asyncio.create_task(migrate_to_lines(res))
+            stack.callback(migration.cancel)
         for each in res.workers:
             await stack.enter_async_context(each)
         yield res
+
+
+async def migrate_to_lines(res: WorkerResources) -> None:
+    """Once, by the worker that created the line collection: the line rows of the fragments
+    stored before it (`activities/line_backfill.py`), then the fragment copies an older
+    version kept in Redis deleted (`activities/search_corpus.py`). In the background: the
+    worker serves rounds meanwhile. `mnemoflow backfill-lines` does the same on demand."""
+    from mnemoflow.activities.line_backfill import backfill_lines
+    from mnemoflow.activities.search_corpus import drop_copies
+
+    try:
+        report = await backfill_lines(res.store)
+        log.info("line rows backfilled: %s", report.as_dict())
+        dropped = await drop_copies(res.read_model.redis, res.read_model.prefix)
+        log.info("fragment copies deleted from Redis: %d", dropped)
+    except asyncio.CancelledError:
+        raise
+    except Exception as err:  # the worker goes on; the command can finish it
+        log.warning("line backfill stopped (run `mnemoflow backfill-lines`): %r", err)

@@ -21,18 +21,15 @@ def memory_client(
 ) -> MemoryClient:
     """A MemoryClient on the settings' task queues, Redis, pseudonymity and vocation preset;
     `config` replaces the preset, `options` are MemoryClient's (e.g. operator_timeout_s).
-    With `MILVUS_LINES` the per-call search is the one served by Milvus (the settings' URI,
-    token and collection)."""
+    The per-call search reads the settings' Milvus (URI, token and collection)."""
     m = settings.milvus
-    if m.lines and "search_index" not in options:
-        token = m.token.get_secret_value() if m.token else None
-        options = {
-            "search_index": "milvus",
-            "milvus_uri": m.uri,
-            "milvus_token": token,
-            "milvus_collection": m.collection,
-            **options,
-        }
+    token = m.token.get_secret_value() if m.token else None
+    options = {
+        "milvus_uri": m.uri,
+        "milvus_token": token,
+        "milvus_collection": m.collection,
+        **options,
+    }
     return MemoryClient(
         temporal=temporal,
         task_queue=settings.temporal.task_queue,

@@ -301,11 +301,6 @@ class MilvusSettings(_MaskedURLs):
     """Rows a worker writes before it flushes the collection (searches over unflushed rows are
     brute force on Milvus Lite; rows are durable either way); 0 = never flush, for standalone
     Milvus."""
-    lines: bool = False
-    """Also store every fragment's lines in `<collection>_lines` (BM25 over analysed terms and
-    the fragment's vector), so agents built with `MemoryClient(search_index="milvus")` get the
-    per-call search's candidates from Milvus; the Redis search corpus then holds no fragments,
-    only its version counter."""
     embedding: Literal["use", "hashing"] = "use"
     """Embedder: "use" = the offline multilingual Universal Sentence Encoder (512 dims);
     "hashing" = a deterministic hashing embedder, for tests only."""

@@ -22,7 +22,7 @@ from mnemoflow.models.contracts import (
     SelectInput,
 )
 from mnemoflow.models.fragments import Fragment, LineNote, ScoredCandidate, SelectionLog
-from mnemoflow.models.ids import fragment_id
+from mnemoflow.models.ids import fragment_id, user_key
 
 pytestmark = pytest.mark.integration
 
@@ -248,44 +248,63 @@ def test_bounded_log_keeps_the_best_and_every_picked_line() -> None:
     assert [c.fragment_id for c in kept] == [f"f{i}" for i in range(10)] + ["f900"]
 
 
-async def test_index_feeds_the_search_corpus_and_select_rebuilds_a_lost_one(
+async def test_index_and_delete_move_the_version_after_milvus_and_copy_nothing_to_redis(
     milvus_uri: str, redis_url: str, unique_name: str
 ) -> None:
+    """Every write and delete moves the user's corpus version, after Milvus changed (a search
+    that read the rows before reads as older); the lines go with their fragment; Redis holds
+    no fragment at any step."""
     import redis.asyncio as aioredis
 
     from mnemoflow.activities.search_corpus import SearchCorpus
-    from mnemoflow.middleware.search import build_index
-    from mnemoflow.models.corpus import corpus_key
+    from mnemoflow.models.corpus import corpus_version_key
 
-    store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
+    store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name, lines=True)
     await store.ensure()
+    prefix = f"{unique_name}:"
     redis = aioredis.Redis.from_url(redis_url)
-    corpus = SearchCorpus(redis, f"{unique_name}:")
+    corpus = SearchCorpus(redis, prefix)
     acts = FragmentActivities(store, corpus)
     env = ActivityEnvironment()
-    key = corpus_key(f"{unique_name}:", USER)
+    vkey = corpus_version_key(prefix, USER)
+    versions: list[int] = []
+
+    async def moved() -> None:
+        versions.append(int(await redis.get(vkey) or 0))
+        assert versions[-1] > (versions[-2] if len(versions) > 1 else 0), versions
+        keys = {k.decode() async for k in redis.scan_iter(match=f"{prefix}*")}
+        assert keys == {vkey}, keys  # nothing but the version
+
     try:
         frags = fragments(USER)
         await env.run(acts.index, IndexInput(fragments=frags))
-        stored = build_index(await redis.hgetall(key))
-        assert sorted(d.fragment.id for d in stored.docs) == sorted(f.id for f in frags)
-        assert stored.vectors is not None and stored.vectors.shape == (len(frags), 512)
+        await moved()
+        lines = await store._lines_left(user_key(USER), None)
+        assert lines >= len(frags)
 
+        deleting = store.delete
+
+        async def checked_delete(user_id: str, ids: list[str]) -> int:
+            before = int(await redis.get(vkey) or 0)
+            done = await deleting(user_id, ids)
+            assert int(await redis.get(vkey) or 0) == before, "version moved before the delete"
+            return done
+
+        store.delete = checked_delete  # type: ignore[method-assign]
         await env.run(acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=[frags[0].id]))
-        assert frags[0].id.encode() not in await redis.hkeys(key)
-
-        await corpus.delete_user(USER)  # Redis lost it
-        select = SelectInput(user_id=USER, query="order", config=MemoryConfig(), now=NOW)
-        await env.run(acts.select, select)
-        rebuilt = build_index(await redis.hgetall(key))
-        assert sorted(d.fragment.id for d in rebuilt.docs) == sorted(f.id for f in frags[1:])
-        assert rebuilt.vectors is not None
+        await moved()
+        assert await store._lines_left(user_key(USER), [frags[0].id]) == 0
+        assert await store._lines_left(user_key(USER), None) < lines
 
         await env.run(acts.delete_fragments, DeleteFragmentsInput(user_id=USER, ids=None))
-        assert not await corpus.exists(USER)  # forgetting the user drops the corpus
+        assert not await redis.exists(vkey)  # forgetting the user drops the version
+        assert await store._lines_left(user_key(USER), None) == 0
     finally:
         await redis.aclose()
         await store.drop()
+        name = store.lines_collection
+        assert name is not None
+        await store._run_write(lambda c: c.drop_collection(name))
         await store.close()
 
 
@@ -713,16 +732,17 @@ async def test_the_lean_round_store_step_skips_recall_only_turns_too(
         await store.close()
 
 
-async def test_the_lean_store_step_reconciles_the_corpus_from_the_rows_it_scored(
+async def test_the_lean_store_step_reads_the_rows_twice_and_moves_the_version(
     milvus_uri: str, redis_url: str, unique_name: str
 ) -> None:
-    """The store step reads the user's rows twice (repeat filter, scoring), not three times:
-    the corpus is reconciled against the scored rows, and still ends equal to the store."""
+    """The store step reads the user's rows twice (repeat filter, scoring), and moves the
+    user's corpus version once it has written."""
     import redis.asyncio as aioredis
 
     from mnemoflow.activities.read_model import ReadModel
     from mnemoflow.activities.round_store import RoundStoreActivities
     from mnemoflow.activities.search_corpus import SearchCorpus
+    from mnemoflow.models.corpus import corpus_version_key
 
     store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
     await store.ensure()
@@ -745,36 +765,13 @@ async def test_the_lean_store_step_reconciles_the_corpus_from_the_rows_it_scored
     try:
         told = await _round(user, 1, TOLD)
         await env.run(acts.store_round, _store_step(user, told, 1))
-        assert sorted(await corpus.ids(user)) == sorted(f.id for f in told)
+        first = int(await redis.get(corpus_version_key(prefix, user)) or 0)
+        assert first > 0
         reads.clear()
         more = await _round(user, 2, [("human", "My passport number is X1234567, renewed in May.")])
         await env.run(acts.store_round, _store_step(user, more, 2))
         assert len(reads) == 2, reads
-        # The corpus lost one entry and holds one the store never had (a forgotten fragment).
-        stale = fragment_id(user, 99, 0)
-        await corpus.remove(user, [told[0].id])
-        await corpus.add([told[0].model_copy(update={"id": stale})], [[0.5] * 512])
-        last = await _round(user, 3, [("human", "Our cat Miso turns four on the second of June.")])
-        await env.run(acts.store_round, _store_step(user, last, 3))
-        stored = {f.id for f in await store.all_for_user(user)}
-        assert set(await corpus.ids(user)) == stored
-        assert stale not in stored and told[0].id in stored and len(stored) > len(told) + 1
-        # A fragment remembered while a step runs, between its scoring read and its corpus
-        # repair (written, then added to the corpus, as the remember activity does): kept.
-        remembered = (await _round(user, 9, [("human", "The attic ladder code is zebra-4471.")]))[0]
-        scored = store.candidates
-
-        async def then_remember(*args: Any) -> Any:
-            found = await scored(*args)
-            written = await store.upsert_vectors([remembered])
-            await corpus.add([f for f, _ in written], [v for _, v in written])
-            return found
-
-        store.candidates = then_remember  # type: ignore[method-assign]
-        again = await _round(user, 4, [("human", "Miso prefers the blue bowl to the red one.")])
-        await env.run(acts.store_round, _store_step(user, again, 4))
-        stored = {f.id for f in await store.all_for_user(user)}
-        assert remembered.id in stored and set(await corpus.ids(user)) == stored
+        assert int(await redis.get(corpus_version_key(prefix, user)) or 0) > first
     finally:
         await redis.aclose()
         await read_model.close()

@@ -168,13 +168,13 @@ async def test_forget_during_a_search_leaves_the_candidates_in_the_same_step(
     fragment collection is the authority, so it is not injected; and the search says it read
     the version before the forget, so a model call that reads the new one searches again."""
     redis = aioredis.Redis.from_url(redis_url)
-    corpus = SearchCorpus(redis, f"{unique_name}:", entries=False)
+    corpus = SearchCorpus(redis, f"{unique_name}:")
     searcher = MilvusSearch(
         milvus_uri, collection=store.collection, redis=redis, key_prefix=f"{unique_name}:"
     )
     secret = "User: my locker code is 4471 at the gym"
     await _history(store, "eve", secret)
-    await corpus.add([frag("eve", 1, FILLER)], [[0.0]])  # a version to start from
+    await corpus.added([frag("eve", 1, FILLER)])  # a version to start from
     before = corpus_version(await redis.get(corpus_version_key(f"{unique_name}:", "eve")))
     gone = fragment_id("eve", 3, 0)
     loop = asyncio.get_running_loop()

@@ -1,5 +1,6 @@
-"""The search corpus's version across a forget, on a real redis-server (README.md, "How memory
-is chosen for a call"): the agent process's cached index must never outlive a forget."""
+"""The users' corpus versions and the removal of the fragment copies an older version kept, on
+a real redis-server (README.md, "How memory is chosen for a call"); the first pass of the
+per-call search, on Milvus Lite."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import time
 
 import redis.asyncio as aioredis
 
-from mnemoflow.activities.search_corpus import SearchCorpus
-from mnemoflow.middleware.search import FragmentSearch
+from mnemoflow.activities.embeddings import HashingEmbeddings
+from mnemoflow.activities.fragment_store import FragmentStore
+from mnemoflow.activities.search_corpus import SearchCorpus, drop_copies
+from mnemoflow.middleware.milvus_search import MilvusSearch
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
-from mnemoflow.models.corpus import corpus_version_key
+from mnemoflow.models.corpus import corpus_key, corpus_version_key
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.ids import fragment_id, user_key
 
@@ -41,33 +44,35 @@ def frag(user: str, content: str) -> Fragment:
     )
 
 
-async def test_a_forgotten_fragment_never_comes_back_from_a_cached_index(
+async def test_copies_from_before_are_deleted_and_versions_kept(
     redis_url: str, unique_name: str
 ) -> None:
+    """`drop_copies` deletes the fragment copies an older version kept in Redis (one hash per
+    user), under this prefix only: the versions, the read model and another deployment's
+    prefix stay. A forget deletes a copy left behind too."""
     redis = aioredis.Redis.from_url(redis_url)
-    prefix = f"{unique_name}:"
+    prefix, other = f"{unique_name}[x]:", f"{unique_name}-other:"
     corpus = SearchCorpus(redis, prefix)
-    search = FragmentSearch(redis, prefix)  # one agent process, its cache kept throughout
-    user, query = "alice", "allergic mangoes allergy"
     try:
-        await corpus.add([frag(user, "User: I am allergic to mangoes")], [[0.1, 0.2]])
-        before = await search.search(user, query, CFG, NOW)
-        assert [f.content for f in before] == ["User: I am allergic to mangoes"]
-        first_life = await version(redis, prefix, user)
+        users = [f"user{i}" for i in range(1203)]  # more than one UNLINK batch
+        async with redis.pipeline(transaction=False) as pipe:
+            for user in users:
+                pipe.hset(corpus_key(prefix, user), mapping={"f": f"copy of {user}"})
+                pipe.hset(corpus_key(other, user), mapping={"f": f"copy of {user}"})
+            await pipe.execute()
+        await corpus.added([frag(u, "User: hi") for u in users[:5]])
+        await redis.set(f"{prefix}ctx:{user_key('user0')}", "published")
+        assert await drop_copies(redis, prefix) == len(users)
+        left = {k.decode() async for k in redis.scan_iter(match=f"{unique_name}*")}
+        assert not [k for k in left if k.startswith(f"{prefix}corpus:")]
+        assert {corpus_version_key(prefix, u) for u in users[:5]} <= left
+        assert f"{prefix}ctx:{user_key('user0')}" in left
+        assert len([k for k in left if k.startswith(f"{other}corpus:")]) == len(users)
+        assert await drop_copies(redis, prefix) == 0
 
-        await corpus.delete_user(user)  # forget
-        left = [k async for k in redis.scan_iter(match=f"{prefix}*{user_key(user)}*")]
-        assert left == [], "forget leaves corpus data behind"
-
-        await corpus.add([frag(user, "User: my allergy test was negative")], [[0.1, 0.2]])
-        second_life = await version(redis, prefix, user)
-        after = await search.search(user, query, CFG, NOW)
-        print(
-            f"versions {first_life} -> {second_life}; "
-            f"before forget {[f.content for f in before]}, after {[f.content for f in after]}"
-        )
-        assert second_life > first_life, "a version repeated across the forget"
-        assert [f.content for f in after] == ["User: my allergy test was negative"]
+        await redis.hset(corpus_key(prefix, "user9"), mapping={"f": "left behind"})  # type: ignore[misc]
+        await corpus.delete_user("user9")
+        assert not await redis.exists(corpus_key(prefix, "user9"))
     finally:
         await redis.aclose()
 
@@ -80,12 +85,14 @@ async def test_every_change_moves_the_version_up(redis_url: str, unique_name: st
     try:
         seen: list[int] = []
         for step in range(3):
-            await corpus.add([frag(user, f"User: fact {step}")], [[0.1, 0.2]])
+            await corpus.added([frag(user, f"User: fact {step}")])
             seen.append(await version(redis, prefix, user))
             await corpus.remove(user, [fragment_id(user, 1, 0)])
             seen.append(await version(redis, prefix, user))
+            await corpus.bump([user])
+            seen.append(await version(redis, prefix, user))
             await corpus.delete_user(user)
-            assert not await corpus.exists(user)
+            assert not await redis.exists(corpus_version_key(prefix, user))
         print("versions:", seen)
         assert seen == sorted(set(seen)), "versions must only grow, across deletes too"
         assert seen[0] > 10**15, "a new counter starts at the server's time in microseconds"
@@ -94,7 +101,7 @@ async def test_every_change_moves_the_version_up(redis_url: str, unique_name: st
 
 
 async def test_the_first_pass_fills_the_budget_as_the_model_call_packs_it(
-    redis_url: str, unique_name: str
+    milvus_uri: str, unique_name: str
 ) -> None:
     """The search started early gets the published profile and the fragments expected in the
     window: none of those is in what it returns, and the profile's room is left free, so the
@@ -104,10 +111,9 @@ async def test_the_first_pass_fills_the_budget_as_the_model_call_packs_it(
     from mnemoflow.models.contracts import InjectedContext
     from mnemoflow.models.profile import UserProfile
 
-    redis = aioredis.Redis.from_url(redis_url)
-    prefix = f"{unique_name}:"
-    corpus = SearchCorpus(redis, prefix)
-    search = FragmentSearch(redis, prefix)
+    store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name, lines=True)
+    await store.ensure()
+    search = MilvusSearch(milvus_uri, collection=unique_name)
     user = "carol"
     old = [
         frag(user, f"User: my {i}th trip went to Lisbon {i} times with mango ice cream").model_copy(
@@ -123,7 +129,7 @@ async def test_the_first_pass_fills_the_budget_as_the_model_call_packs_it(
     ]
     profile = UserProfile(name="Carol", constraints=["allergic to mango"] * 3)
     try:
-        await corpus.add([*old, *recent], [[0.1, 0.2]] * 50)
+        await store.upsert([*old, *recent])
 
         def visible(fragment: ContextFragment) -> bool:
             return in_window(fragment, "t9", NOW - 10)
@@ -137,4 +143,9 @@ async def test_the_first_pass_fills_the_budget_as_the_model_call_packs_it(
         assert [f.id for f in chosen] == [f.id for f in found]  # nothing to refill
         assert memory_tokens(profile, chosen) <= CFG.memory_budget_tokens
     finally:
-        await redis.aclose()
+        await search.close()
+        await store.drop()
+        name = store.lines_collection
+        assert name is not None
+        await store._run_write(lambda c: c.drop_collection(name))
+        await store.close()

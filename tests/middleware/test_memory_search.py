@@ -2,8 +2,8 @@
 
 A detail stated in session 1 of ten sessions reaches a model call in a new thread for a question
 that names it in other words (the USE embeddings of the worker and of the agent process); when
-the search cannot answer (its Redis stops answering), the call goes on with the published
-context within the search deadline.
+the search cannot answer (the Redis it reads the corpus version from stops answering), the call
+goes on with the published context within the search deadline.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
-from mnemoflow.middleware.search import FragmentSearch
+from mnemoflow.middleware.milvus_search import MilvusSearch
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.turns import ChatTurn
 from tests.middleware.test_agent_integration import ScriptedModel
@@ -88,10 +88,9 @@ def use() -> UniversalSentenceEncoderEmbeddings:
 
 @asynccontextmanager
 async def ten_sessions(
-    env: WorkflowEnvironment, milvus_uri: str, redis_url: str, use: Any, *, lines: bool = False
+    env: WorkflowEnvironment, milvus_uri: str, redis_url: str, use: Any
 ) -> AsyncIterator[tuple[MemoryClient, str, float]]:
-    """A worker, a client searching with USE, and a user with ten settled sessions (`lines`:
-    the search served by Milvus, `MILVUS_LINES`)."""
+    """A worker, a client searching with USE, and a user with ten settled sessions."""
     config = MemoryConfig(search_deadline_s=0.5)
     async with memory_worker(
         env.client,
@@ -99,7 +98,6 @@ async def ten_sessions(
         redis_url=redis_url,
         models=HeuristicMemoryModels(),
         embeddings=use,
-        lines=lines,
     ) as mw:
         client = mw.memory_client(redis_url, config=config, embeddings=use)
         user = f"search-{uuid.uuid4().hex[:8]}"
@@ -168,7 +166,15 @@ async def test_a_search_that_hangs_falls_back_to_the_published_context_in_time(
         async with ten_sessions(dev_env, milvus_uri, redis_url, use) as (client, user, now):
             published = await client.context(user)
             assert published is not None and published.fragments
-            client.searcher = FragmentSearch(hung, client.key_prefix, use, timeout_s=60.0)
+            assert isinstance(client.searcher, MilvusSearch)
+            client.searcher = MilvusSearch(
+                client.searcher.uri,
+                collection=client.searcher.collection,
+                embeddings=use,
+                redis=hung,
+                key_prefix=client.key_prefix,
+                timeout_s=60.0,
+            )
             prompt, elapsed = await _ask(client, now, user, "Which instrument is my kid learning?")
             # The published context was injected, and the call did not wait for the search
             # (whose own timeout is a minute) beyond its 0.5 s deadline and the turn's work.

@@ -1,5 +1,5 @@
 """The per-call search served by Milvus on the dev server, with the real worker (its store
-writing every fragment's lines, `MILVUS_LINES`), Redis and Milvus Lite (README.md, "How memory
+writing every fragment's lines), Redis and Milvus Lite (README.md, "How memory
 is chosen for a call").
 
 A detail stated in session 1 of ten sessions reaches a model call in a new thread for a question
@@ -31,7 +31,7 @@ QUESTION = "Which musical instrument is my kid learning?"
 async def test_session_one_s_detail_reaches_a_new_thread_and_once_forgotten_never(
     dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str, use: Any
 ) -> None:
-    async with ten_sessions(dev_env, milvus_uri, redis_url, use, lines=True) as (
+    async with ten_sessions(dev_env, milvus_uri, redis_url, use) as (
         client,
         user,
         now,
@@ -84,7 +84,7 @@ async def test_a_milvus_that_hangs_leaves_the_published_context_in_time(
     blackhole = await asyncio.start_server(hold, "127.0.0.1", 0)
     port = blackhole.sockets[0].getsockname()[1]
     try:
-        async with ten_sessions(dev_env, milvus_uri, redis_url, use, lines=True) as (
+        async with ten_sessions(dev_env, milvus_uri, redis_url, use) as (
             client,
             user,
             now,

@@ -1,9 +1,8 @@
 """MnemoflowStore against the behaviours LangGraph's own store tests check (get, put, overwrite,
 delete, search with filter, limit and offset, namespace listing, namespace and TTL errors), on
 the dev server with the real worker, Milvus Lite and Redis. What is stored is checked in Milvus
-too, not only through the store's own reads. Each test runs twice: reading the store items from
-the Redis search corpus, and from Milvus's fragment collection (`MILVUS_LINES`, the client's
-`search_index="milvus"`), where Redis holds no fragment."""
+too, not only through the store's own reads. The store reads its items from Milvus's fragment
+collection; after each test Redis holds no fragment copy."""
 
 from __future__ import annotations
 
@@ -26,25 +25,18 @@ from tests.support.memory_worker import memory_worker
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["redis", "milvus"])
+@pytest.fixture
 async def live_memory(
-    request: pytest.FixtureRequest, dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
 ) -> AsyncIterator[LiveMemory]:
-    lines = request.param == "milvus"
     async with memory_worker(
-        dev_env.client,
-        milvus_uri=milvus_uri,
-        redis_url=redis_url,
-        models=HeuristicMemoryModels(),
-        lines=lines,
+        dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
         async with mw.memory_client(redis_url) as client:
             yield LiveMemory(mw, client)
-        if lines:  # the store's reads came from Milvus: Redis holds no fragment of any user
-            keys = [
-                k async for k in client.reader.redis.scan_iter(f"{mw.read_model.prefix}corpus:*")
-            ]
-            assert keys == []
+        # The store's reads came from Milvus: Redis holds no fragment copy of any user.
+        redis, prefix = mw.read_model.redis, mw.read_model.prefix
+        assert [k async for k in redis.scan_iter(f"{prefix}corpus:*")] == []
 
 
 async def stored_values(live_memory: LiveMemory, user: str, key: str) -> list[str]:

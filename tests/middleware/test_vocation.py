@@ -75,25 +75,21 @@ async def test_default_and_explicit_config(env_vocation: pytest.MonkeyPatch) -> 
         assert explicit.config == own
 
 
-async def test_milvus_lines_gives_clients_the_search_served_by_milvus(
+async def test_settings_clients_search_through_the_settings_milvus(
     env_vocation: pytest.MonkeyPatch,
 ) -> None:
-    """`MILVUS_LINES=true`: the settings' client searches through Milvus, at the settings'
-    URI and collection; without it, through the Redis corpus."""
+    """The settings' client searches through Milvus, at the settings' URI and collection; a
+    client given no Milvus has no per-call search (the published context only)."""
     from mnemoflow.middleware.milvus_search import MilvusSearch
-    from mnemoflow.middleware.search import FragmentSearch
 
     temporal = await Client.connect(
         f"127.0.0.1:{free_port()}", lazy=True, data_converter=pydantic_data_converter
     )
-    async with memory_client(temporal, Settings.load()) as plain:
-        assert isinstance(plain.searcher, FragmentSearch)
-    env_vocation.setenv("MILVUS_LINES", "true")
     env_vocation.setenv("MILVUS_URI", "http://127.0.0.1:1")
     env_vocation.setenv("MILVUS_COLLECTION", "lines_test")
     async with memory_client(temporal, Settings.load()) as served:
         assert isinstance(served.searcher, MilvusSearch)
         assert served.searcher.uri == "http://127.0.0.1:1"
         assert served.searcher.lines == "lines_test_lines"
-    with pytest.raises(ValueError, match="milvus_uri"):
-        MemoryClient(temporal=temporal, task_queue="q", search_index="milvus")
+    async with MemoryClient(temporal=temporal, task_queue="q") as bare:
+        assert bare.searcher is None

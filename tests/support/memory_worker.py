@@ -51,9 +51,8 @@ class MemoryWorker:
         it); `redis_url` None reads context through the workflow query only."""
         from mnemoflow.middleware.client import MemoryClient
 
-        if self.store.lines_collection is not None and "search_index" not in options:
+        if "milvus_uri" not in options:
             options = {
-                "search_index": "milvus",
                 "milvus_uri": self.store.uri,
                 "milvus_collection": self.store.collection,
                 **options,
@@ -113,21 +112,16 @@ async def memory_worker(
     models: Any,
     embeddings: Any | None = None,
     store_cls: type[FragmentStore] | None = None,
-    lines: bool = False,
 ) -> AsyncIterator[MemoryWorker]:
     """Run the production wiring (worker.app.running_worker) for the duration of the block,
     with the given models and embeddings (and a FragmentStore subclass, e.g. one that holds
-    some calls); the store clients are closed after. `lines`: `MILVUS_LINES=true`, the
-    per-call search served by Milvus."""
+    some calls); the store clients are closed after."""
     settings = fresh_settings(milvus_uri, redis_url)
-    if lines:
-        milvus = settings.milvus.model_copy(update={"lines": True})
-        settings = settings.model_copy(update={"milvus": milvus})
     embedder = embeddings or HashingEmbeddings()
     store = None
     if store_cls is not None:
         store = store_cls(
-            settings.milvus.uri, embedder, collection=settings.milvus.collection, lines=lines
+            settings.milvus.uri, embedder, collection=settings.milvus.collection, lines=True
         )
     components = Components(models=models, embeddings=embedder, store=store)
     try:

@@ -16,7 +16,6 @@ from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
-from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ForgetFragmentRequest, RetryRoundRequest, UserStatus
 from mnemoflow.models.errors import InvalidInputError
@@ -100,9 +99,8 @@ async def test_a_round_that_failed_after_its_write_leaves_no_rows_behind(
         assert Counter(f.round_no for f in stored) == Counter(
             {no: n for no, n in completed.items() if n}
         )
-        # The hot path's search corpus holds the same rows, the failed rounds' ones gone.
-        corpus = SearchCorpus(mw.read_model.redis, mw.read_model.prefix)
-        assert await corpus.ids(user) == {f.id for f in stored}
+        # The per-call search's lines are those of the same rows, the failed rounds' ones gone.
+        assert await mw.store.lined_ids(user) == {f.id for f in stored}
         # Each line said is stored exactly once.
         for lines in said.values():
             for line in lines:
@@ -221,8 +219,7 @@ async def _forget_a_row_of_a_failed_round(
         # The forgotten turns left the counts; the rest were indexed once each.
         mark = status.watermarks["f"]
         assert (mark.accepted, mark.indexed) == (expected, expected), mark
-        corpus = SearchCorpus(mw.read_model.redis, mw.read_model.prefix)
-        assert await corpus.ids(user) == {f.id for f in stored}
+        assert await mw.store.lined_ids(user) == {f.id for f in stored}
         published = await mw.read_model.get(user)
         assert published is not None
         for line in gone:

@@ -1,8 +1,8 @@
 """Forgetting a row of a round that failed after its write, at the edges (docs/ARCHITECTURE.md,
 "The round"): a long turn cut across rows, turns delivered late, a retry already running that
 slices the turns differently, another writer numbering its turns alike, a delete whose reply
-is lost. Every line is distinct; each test counts what was said against what Milvus, the search
-corpus, the read model and the watermarks hold."""
+is lost. Every line is distinct; each test counts what was said against what Milvus (fragments
+and the per-call search's lines), the read model and the watermarks hold."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
-from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
     ForgetFragmentRequest,
@@ -186,7 +185,7 @@ async def settled_counts(
     turns_kept: int | None = None,
 ) -> None:
     """Once the thread is settled: forgotten lines nowhere, every other line stored once, the
-    corpus holding Milvus's ids, and the watermark counting the turns kept (one a line unless
+    lines held for Milvus's ids, and the watermark counting the turns kept (one a line unless
     `turns_kept` says otherwise)."""
 
     def settled(s: UserStatus) -> bool:
@@ -201,8 +200,7 @@ async def settled_counts(
     counts = {x: sum(t.count(x) for t in texts) for x in lines if x not in gone}
     assert not back, f"forgotten lines stored again: {back}"
     assert all(n == 1 for n in counts.values()), {x: n for x, n in counts.items() if n != 1}
-    corpus = SearchCorpus(mw.read_model.redis, mw.read_model.prefix)
-    assert await corpus.ids(user) == {f.id for f in stored}
+    assert await mw.store.lined_ids(user) == {f.id for f in stored}
     published = await mw.read_model.get(user)
     assert published is not None
     assert not [x for x in gone if any(x in f.content for f in published.fragments)]
