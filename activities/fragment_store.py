@@ -304,9 +304,12 @@ class FragmentStore:
         except MilvusException as exc:
             if not not_loaded(exc):
                 raise
-        # A restarted Milvus Lite brings collections back released. Loading repairs server
-        # state (it is not a retry of a failure), and every operation here is idempotent.
-        client.load_collection(self.collection, **self._opts())
+        # A restarted Milvus Lite brings collections back released, the line collection as
+        # well as the fragments'. Loading repairs server state (it is not a retry of a
+        # failure), and every operation here is idempotent.
+        for name in (self.collection, self.lines_collection):
+            if name is not None:
+                client.load_collection(name, **self._opts())
         return fn(client)
 
     def _flush(self, client: MilvusClient, rows: int | None = None) -> None:

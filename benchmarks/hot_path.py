@@ -14,15 +14,18 @@ every memory layer's time gates open as in production):
 The main chat model answers in 0 ms, so a turn's time is the middleware plus the agent graph;
 "added" = turn time minus the median turn time of `none` at the same turn index. mnemoflow's
 includes everything a model call does for memory: the Redis read of the published context and
-the per-call search of all of the user's fragments (the question embedded in the agent process
-with USE, the user's search corpus read from Redis, BM25 + cosine fused, excerpts packed to the
-budget). Each agent runs in its own subprocess (clean RSS, and the worker's CPU does not share
-the agent's GIL), the same run for internal LLM latency 0 and 800 ms. Each child records its
-resident memory (psutil, else /proc/self/status), the machine's load average and its CPU
-seconds (its own, its children's apart); the parent records what the stack's processes (the
+the per-call search of all of the user's memory (the question embedded in the agent process with
+USE, one hybrid search of the user's lines in Milvus, the candidates ranked and packed to the
+budget). Before each mnemoflow conversation its user is given a stored history of `--history`
+lines (default 600, a LoCoMo conversation's size; LoCoMo turns written as the worker writes
+them), so every call searches a user of that size. Each agent runs in its own subprocess
+(clean RSS, and the worker's CPU does not share the agent's GIL), the same run for internal
+LLM latency 0 and 800 ms. Each child records its resident memory (psutil, else
+/proc/self/status), the machine's load average and its CPU seconds (its own, its children's
+apart); the parent records what the stack's processes (the
 worker in the parent, each service) spent during each child's run.
 
-    python benchmarks/hot_path.py [--short] [--reps N]
+    python benchmarks/hot_path.py [--short] [--reps N] [--history LINES]
 
 `--store-puts` runs only a separate section (`store_puts`): the latency of `MnemoflowStore.aput`
 beside LangGraph's InMemoryStore, while rounds with the simulated LLM latency run for the same
@@ -55,6 +58,8 @@ CONFIGS = ("none", "ancestor", "summarization", "mnemoflow", "mnemoflow_same_pri
 #: at 0, except the second mnemoflow run, which shares the 2 cores with the worker at equal
 #: priority.
 STACK_NICE = 10
+#: The LoCoMo conversations a mnemoflow user's stored history is made of (as retrieval_scale.py).
+LOCOMO = ROOT.parent / "shared" / "data" / "locomo"
 CORE_PROMPT = "You are the support agent of a small online shop. Be brief and friendly."
 #: Issue 10's target: p95 added at 800 ms LLM latency, per-call retrieval included.
 TARGET_P95_MS = 30.0
@@ -127,8 +132,10 @@ class Clock:
 # --- the child: one agent, timed turns ------------------------------------------------------
 
 
-async def _build(config: str, latency: float, clock: Clock, tmp: str) -> tuple[Any, Any, dict]:
-    """(agent, closer, ledger) for one configuration."""
+async def _build(
+    config: str, latency: float, clock: Clock, tmp: str, lines: int
+) -> tuple[Any, Any, dict]:
+    """(agent, closer, ledger) for one configuration; mnemoflow's users get `lines` of history."""
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
 
@@ -155,11 +162,17 @@ async def _build(config: str, latency: float, clock: Clock, tmp: str) -> tuple[A
         memory = DurableMemoryMiddleware(client=client, core_prompt=CORE_PROMPT, clock=clock.now)
         middleware.append(memory)
 
+        history = _History(settings, embeddings, lines) if lines else None
+
         async def closer() -> None:
             await memory.flush()
             await client.aclose()
+            if history is not None:
+                await history.close()
 
         ledger["flush"] = memory.flush
+        if history is not None:
+            ledger["history"] = history
     elif config == "ancestor":
         from _ancestor import ancestor_middleware
         from langgraph.store.memory import InMemoryStore
@@ -199,7 +212,42 @@ async def _build(config: str, latency: float, clock: Clock, tmp: str) -> tuple[A
     return agent, closer, ledger
 
 
-async def child(config: str, latency: float, reps: int) -> dict[str, Any]:
+class _History:
+    """Writes a user's stored history into the stack's Milvus, as the worker writes fragments
+    (with their lines), then moves the user's search version as a round does."""
+
+    def __init__(self, settings: Any, embeddings: Any, lines: int) -> None:
+        from _history import locomo_lines
+
+        from mnemoflow.activities.fragment_store import FragmentStore
+        from mnemoflow.activities.search_corpus import SearchCorpus
+
+        m = settings.milvus
+        self.store = FragmentStore(m.uri, embeddings, collection=m.collection, lines=True)
+        self.corpus = SearchCorpus(settings.redis.url, settings.redis.key_prefix)
+        self.texts = locomo_lines(LOCOMO)
+        self.lines = lines
+        self.fill_s: list[float] = []
+
+    async def give(self, user: str, now: float) -> None:
+        from _history import HISTORY_ROUNDS, history_fragments
+
+        started = time.perf_counter()
+        frags = history_fragments(user, self.lines, self.texts, now, first_round=HISTORY_ROUNDS)
+        await self.store.ensure()
+        written = await self.store.upsert_vectors(frags)
+        await self.store._run_write(
+            lambda c: (c.flush(self.store.collection), c.flush(self.store.lines_collection))
+        )
+        await self.corpus.added(written)
+        self.fill_s.append(round(time.perf_counter() - started, 2))
+
+    async def close(self) -> None:
+        await self.corpus.close()
+        await self.store.close()
+
+
+async def child(config: str, latency: float, reps: int, lines: int) -> dict[str, Any]:
     """Play the story `reps` times (plus one warm-up) and time every turn."""
     from langchain_core.messages import HumanMessage
 
@@ -210,10 +258,12 @@ async def child(config: str, latency: float, reps: int) -> dict[str, Any]:
     clock = Clock()
     times: list[list[float]] = []
     with tempfile.TemporaryDirectory(prefix="mnemoflow-hot-") as tmp:
-        agent, closer, ledger = await _build(config, latency, clock, tmp)
+        agent, closer, ledger = await _build(config, latency, clock, tmp, lines)
         for rep in range(reps + 1):  # rep 0 warms up imports, caches and connections
             clock.t = time.time() - 3 * 3600
             user, thread = f"hot-{config}-{uuid.uuid4().hex[:8]}", f"t-{rep}"
+            if "history" in ledger:  # not timed: the user's stored history
+                await ledger["history"].give(user, clock.t)
             row = []
             for line in SESSION_ONE:
                 message = HumanMessage(content=line, additional_kwargs={"time": clock.tick()})
@@ -245,13 +295,18 @@ async def child(config: str, latency: float, reps: int) -> dict[str, Any]:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "load_avg_1_5_15": {"start": load_start, "end": _load()},
         "cpu_s": _own_cpu_s(),
+        "history": {"lines": lines, "fill_s": ledger["history"].fill_s}
+        if "history" in ledger
+        else None,
     }
 
 
 # --- the parent: stacks, children, figures --------------------------------------------------
 
 
-async def _run_child(config: str, latency: float, reps: int, env: dict[str, str]) -> dict:
+async def _run_child(
+    config: str, latency: float, reps: int, history: int, env: dict[str, str]
+) -> dict:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         __file__,
@@ -261,6 +316,8 @@ async def _run_child(config: str, latency: float, reps: int, env: dict[str, str]
         str(latency),
         "--reps",
         str(reps),
+        "--history",
+        str(history),
         cwd=ROOT,
         env={**os.environ, **env},
         stdout=asyncio.subprocess.PIPE,
@@ -317,7 +374,12 @@ async def parent(args: argparse.Namespace) -> int:
     except OSError:
         pass
     latencies = [0.0, 0.8]
-    results: dict[str, Any] = {"reps": reps, "turns": 24, "by_latency": {}}
+    results: dict[str, Any] = {
+        "reps": reps,
+        "turns": 24,
+        "history_lines": args.history,
+        "by_latency": {},
+    }
     for latency in latencies:
         print(f"== internal LLM latency {latency * 1000:.0f} ms: starting the stack", flush=True)
         results.setdefault("load_avg_1_5_15_at_start", {})[f"{int(latency * 1000)}ms"] = _load()
@@ -335,7 +397,7 @@ async def parent(args: argparse.Namespace) -> int:
             for config in CONFIGS:
                 print(f"   {config} x {reps} conversations ...", flush=True)
                 before = _stack_cpu_s(info.service_pids)
-                runs[config] = await _run_child(config, latency, reps, env)
+                runs[config] = await _run_child(config, latency, reps, args.history, env)
                 after = _stack_cpu_s(info.service_pids)
                 runs[config]["stack_cpu_s"] = {
                     name: round(after[name] - before.get(name, 0.0), 2) for name in after
@@ -455,13 +517,19 @@ def main() -> int:
     parser.add_argument(
         "--store-puts", action="store_true", help="only the MnemoflowStore put section"
     )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=600,
+        help="lines of stored history each mnemoflow user has before its conversation (0: none)",
+    )
     parser.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--latency", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.dry_run:
         return 0
     if args.child:
-        result = asyncio.run(child(args.child, args.latency, args.reps or 1))
+        result = asyncio.run(child(args.child, args.latency, args.reps or 1, args.history))
         print(json.dumps(result))
         return 0
     if args.store_puts:

@@ -41,11 +41,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import ROOT, process_cpu_s, summary_ms, write_result
+from _history import history_fragments, locomo_lines
 from _locomo_data import conversations
 
 DATA = ROOT.parent / "shared" / "data" / "locomo"  # as benchmarks/_locomo_offline.py
 DIM = 512
-LINES_PER_FRAGMENT = 3
 BATCH = 600
 CALL_TIMEOUT_S = 60.0
 
@@ -118,35 +118,6 @@ def _rss_mb() -> float:
         if line.startswith("VmRSS:"):
             return round(int(line.split()[1]) / 1024, 1)
     return 0.0
-
-
-def _fragments(user: str, lines: int, texts: list[str], now: float) -> list[Any]:
-    from mnemoflow.models.fragments import Fragment
-    from mnemoflow.models.ids import fragment_id
-
-    out = []
-    for n in range(0, lines, LINES_PER_FRAGMENT):
-        body = []
-        for k in range(n, min(n + LINES_PER_FRAGMENT, lines)):
-            text = texts[k % len(texts)]
-            body.append(text if k < len(texts) else f"{text} ({k // len(texts)})")
-        f = n // LINES_PER_FRAGMENT
-        out.append(
-            Fragment(
-                id=fragment_id(user, f // 16 + 1, f % 16),
-                user_id=user,
-                theme="general",
-                types=["chat"],
-                content="\n".join(body),
-                created_at=now - lines + n,
-                reinforced_at=now - lines + n,
-                round_no=f // 16 + 1,
-                thread_id=f"s{f // 40}",
-                start_pos=n % (40 * LINES_PER_FRAGMENT),
-                end_pos=n % (40 * LINES_PER_FRAGMENT) + len(body),
-            )
-        )
-    return out
 
 
 async def _fill(store: Any, corpus: Any, frags: list[Any]) -> float:
@@ -222,8 +193,8 @@ async def _case(
             each = others_lines(args.others_lines, args.others_total, users)
             out["others_lines_each"] = each
             for u in range(users - 1):
-                fill += await _fill(store, corpus, _fragments(f"other{u}", each, texts, now))
-            fill += await _fill(store, corpus, _fragments("probe", lines, texts, now))
+                fill += await _fill(store, corpus, history_fragments(f"other{u}", each, texts, now))
+            fill += await _fill(store, corpus, history_fragments("probe", lines, texts, now))
             await store._run_write(lambda c: (c.flush("scale"), c.flush("scale_lines")))
             out["fill_s"] = round(fill, 1)
             load0 = os.getloadavg()
@@ -267,11 +238,7 @@ async def _case(
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     convs = conversations(Path(args.data))
-    texts = [
-        f"{'User' if t.speaker == c.speaker_a else 'Assistant'}: {t.text}"
-        for c in convs
-        for t in c.turns
-    ]
+    texts = locomo_lines(Path(args.data))
     questions = [q["question"] for c in convs for q in c.questions][: args.queries]
     cases = []
     for users in [int(x) for x in args.users.split(",")]:

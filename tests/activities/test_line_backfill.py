@@ -1,7 +1,7 @@
 """Backfill of line rows (activities/line_backfill.py) against a real Milvus Lite server:
-fragments stored by a worker without `MILVUS_LINES` become findable by the search served by
-Milvus, and a fragment forgotten or stored again while the backfill runs never keeps lines
-that are not its stored ones."""
+fragments stored by a worker that wrote no lines (before the line collection) become findable
+by the search served by Milvus, and a fragment forgotten or stored again while the backfill
+runs never keeps lines that are not its stored ones."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ CONFIG = MemoryConfig(memory_budget_tokens=400)
 async def stores(
     milvus_uri: str, unique_name: str
 ) -> AsyncIterator[tuple[FragmentStore, FragmentStore]]:
-    """The same collection through a store without lines (the worker before MILVUS_LINES)
+    """The same collection through a store without lines (a worker from before the line collection)
     and one with them."""
     before = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
     after = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name, lines=True)

@@ -157,6 +157,9 @@ async def stack(
             "key_prefix": mw.read_model.prefix,
             "task_queue": mw.task_queue,
             "config": CFG,
+            # the per-call search served by the worker's Milvus, as production clients have it
+            "milvus_uri": milvus_uri,
+            "milvus_collection": mw.store.collection,
         }
         options.update(client_kw)
         client = MemoryClient(temporal=env.client, **options)

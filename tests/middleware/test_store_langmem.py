@@ -161,9 +161,9 @@ async def test_the_memory_tools_cannot_plant_a_store_item(live_memory: LiveMemor
 async def test_memory_down_during_a_langmem_tool_call_does_not_fail_the_turn(
     dev_env: WorkflowEnvironment,
 ) -> None:
-    """No worker polls the client's task queue and its Redis is not there: the store raises
-    MemoryUnavailableError (never "not found"), and with MemoryOutageGuard mounted the model is
-    told so and the turn goes on; without it the turn fails."""
+    """No worker polls the client's task queue and its Redis and Milvus are not there: the
+    store raises MemoryUnavailableError (never "not found"), and with MemoryOutageGuard mounted
+    the model is told so and the turn goes on; without it the turn fails."""
     said, fact, question, query, _ = CASES["english"]
     script = {
         said: ("manage_memory", {"content": fact, "action": "create"}),
@@ -174,6 +174,7 @@ async def test_memory_down_during_a_langmem_tool_call_does_not_fail_the_turn(
         temporal=dev_env.client,
         task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
         redis=f"redis://127.0.0.1:{free_port()}/0",
+        milvus_uri=f"http://127.0.0.1:{free_port()}",  # nor is its Milvus
         update_timeout_s=1.0,
         redis_timeout_s=0.3,
         close_timeout_s=1.0,

@@ -17,13 +17,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateStage
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
-from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.models.contracts import (
     ActivityName,
     ConsolidateRequest,
@@ -107,11 +105,8 @@ async def test_a_fragment_forgotten_while_it_is_reinforced_stays_forgotten(
         await wait_status(handle, lambda s: s.pending_events == 0)
         assert await mw.store.get(user, [victim.id]) == []
         assert victim.id not in {f.id for f in await mw.store.all_for_user(user)}
-        redis = aioredis.Redis.from_url(redis_url)
-        try:
-            assert victim.id not in await SearchCorpus(redis, mw.read_model.prefix).ids(user)
-        finally:
-            await redis.aclose()
+        # ... and no line of it is left for the per-call search served by Milvus.
+        assert victim.id not in await mw.store.lined_ids(user)
 
 
 async def test_turns_said_after_a_forget_that_cancelled_a_round_are_indexed_at_once(
