@@ -53,10 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, SleepyChatModel, stack, summary_ms, write_result
 
 CONFIGS = ("none", "ancestor", "summarization", "mnemoflow", "mnemoflow_same_priority")
-#: The embedded stack's worker, Temporal and Milvus run at this niceness, standing in for the
-#: separate machines they have in production; the agents and Redis (the hot path's one read) run
-#: at 0, except the second mnemoflow run, which shares the 2 cores with the worker at equal
-#: priority.
+#: The embedded stack's worker and Temporal run at this niceness, standing in for the separate
+#: machines they have in production; the agents, Redis and Milvus (the hot path's reads: the
+#: published context, the per-call search) run at 0, except the second mnemoflow run, which
+#: shares the 2 cores with the worker at equal priority.
 STACK_NICE = 10
 #: The LoCoMo conversations a mnemoflow user's stored history is made of (as retrieval_scale.py).
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo"
@@ -239,7 +239,7 @@ class _History:
         await self.store._run_write(
             lambda c: (c.flush(self.store.collection), c.flush(self.store.lines_collection))
         )
-        await self.corpus.added(written)
+        await self.corpus.added([f for f, _ in written])
         self.fill_s.append(round(time.perf_counter() - started, 2))
 
     async def close(self) -> None:
@@ -384,7 +384,9 @@ async def parent(args: argparse.Namespace) -> int:
         print(f"== internal LLM latency {latency * 1000:.0f} ms: starting the stack", flush=True)
         results.setdefault("load_avg_1_5_15_at_start", {})[f"{int(latency * 1000)}ms"] = _load()
         async with stack(latency_s=latency, tag="hot") as (info, _settings, _client):
-            _renice(info.service_pids.get("redis"))  # the read model serves the hot path
+            # the read model and the per-call search serve the hot path
+            _renice(info.service_pids.get("redis"))
+            _renice(info.service_pids.get("milvus-lite"))
             env = {
                 "TEMPORAL_ADDRESS": info.temporal_address,
                 "TEMPORAL_NAMESPACE": info.namespace,
