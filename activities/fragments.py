@@ -47,6 +47,7 @@ from mnemoflow.models.contracts import (
     SelectInput,
     SelectOutput,
 )
+from mnemoflow.models.corpus import DELETE_STEP
 from mnemoflow.models.errors import InvalidInputError, PayloadTooLargeError, StaleEpochError
 from mnemoflow.models.fragments import (
     Fragment,
@@ -485,7 +486,7 @@ class FragmentActivities:
                     # changed the rows finds nothing left to change, yet a search that read
                     # the rows before must still see the version move.
                     if self.corpus is not None:
-                        await self.corpus.bump([inp.user_id])
+                        await self.corpus.bump([inp.user_id], DELETE_STEP)
                 checked = None
                 if inp.forget_lines is not None and inp.forget_lines.check_ids:
                     checked = await self.store.get(inp.user_id, inp.forget_lines.check_ids)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
-from mnemoflow.models.corpus import BUMP_VERSION, corpus_key, corpus_version_key
+from mnemoflow.models.corpus import BUMP_VERSION, DELETE_STEP, corpus_key, corpus_version_key
 from mnemoflow.models.fragments import Fragment
 
 log = logging.getLogger(__name__)
@@ -49,14 +49,14 @@ class SearchCorpus:
         """Close the client's connections."""
         await self._redis.aclose()
 
-    async def bump(self, user_ids: Sequence[str]) -> None:
-        """Move each user's version, atomically."""
+    async def bump(self, user_ids: Sequence[str], step: int = 1) -> None:
+        """Move each user's version by `step` (DELETE_STEP after a delete), atomically."""
         users = sorted(set(user_ids))
         if not users:
             return
         async with self._redis.pipeline(transaction=True) as pipe:
             for user_id in users:
-                pipe.eval(BUMP_VERSION, 1, corpus_version_key(self.prefix, user_id))
+                pipe.eval(BUMP_VERSION, 1, corpus_version_key(self.prefix, user_id), step)
             await pipe.execute()
 
     async def added(self, fragments: Sequence[Fragment]) -> None:
@@ -69,7 +69,7 @@ class SearchCorpus:
     async def remove(self, user_id: str, ids: Sequence[str]) -> None:
         """After some of the user's fragments were deleted: the version moves (raises)."""
         if ids:
-            await self.bump([user_id])
+            await self.bump([user_id], DELETE_STEP)
 
     async def delete_user(self, user_id: str) -> None:
         """Forget: the version key goes (the next write starts a new counter above every

@@ -82,6 +82,7 @@ from mnemoflow.middleware.window import (
 )
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment, InjectedContext
+from mnemoflow.models.corpus import forgotten_since
 from mnemoflow.models.profile import UserProfile
 
 log = logging.getLogger(__name__)
@@ -535,13 +536,15 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         self, user_id: str, thread: str, query: str, version: int | None
     ) -> list[ContextFragment] | None:
         """The turn's search for `query`, searched again (once) when the corpus version this
-        model call just read is not the one the search read: the corpus moved since, by a
-        round or by a forget in any process, and what a forget took must not be injected
-        once it has returned. The new search reads the corpus after that version."""
+        model call just read says fragments were deleted since the one the search read
+        (`models.corpus.forgotten_since`): a forget in any process, and what it took must not
+        be injected once it has returned. A round's writes alone do not: what the search found
+        is still stored. The new search reads the corpus after that version."""
         key = (user_id, thread)
         deadline = self.config.search_deadline_s
         found = await self._searches.result(key, query, deadline, self._search_for(user_id, query))
-        if found is not None and version is not None and _version_of(found) not in (None, version):
+        read = None if found is None else _version_of(found)
+        if read is not None and version is not None and forgotten_since(read, version):
             self._searches.forget(key)
             found = await self._searches.result(
                 key, query, deadline, self._search_for(user_id, query)

@@ -23,9 +23,10 @@ here, as for the in-process search (`middleware/search.py`). Every Milvus call h
 (`timeout_s`); the model call waits for the search at most `MemoryConfig.search_deadline_s`,
 then uses the published context.
 
-The corpus version (`models.corpus.corpus_version_key`, which the worker still bumps on every
-write and delete) is read before Milvus is asked, so a search that a forget in another process
-overtook reads as older than the version the model call sees, and is run again.
+The corpus version (`models.corpus.corpus_version_key`, which the worker moves on every write
+and, by a larger step, on every delete) is read before Milvus is asked, so a search that a
+forget in another process overtook reads as older, by a delete, than the version the model call
+sees, and is run again (`models.corpus.forgotten_since`).
 """
 
 from __future__ import annotations

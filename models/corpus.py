@@ -1,10 +1,12 @@
 """A user's corpus version and the corpus entry (README.md, "How memory is chosen for a call").
 
 The worker moves a version counter in Redis on every write and delete of a user's fragments
-(activities/search_corpus.py); the per-call search reads it before it asks Milvus, so a search
-a forget overtook is run again. A `CorpusEntry` is a fragment as an in-process index takes it
-(the LangGraph store's items, middleware/store.py): what is injected, how often it was used, and
-its vector as little-endian float16 in base64. `corpus_key` names the per-user Redis hash of such
+(activities/search_corpus.py): by 1 for a write, by DELETE_STEP for a delete. The per-call
+search reads it before it asks Milvus, so a search a forget overtook is run again
+(`forgotten_since`); one that a round's writes overtook is not (what it found is still there).
+A `CorpusEntry` is a fragment as an in-process index takes it (the LangGraph store's items,
+middleware/store.py): what is injected, how often it was used, and its vector as little-endian
+float16 in base64. `corpus_key` names the per-user Redis hash of such
 entries that versions before the line collection kept; nothing writes it now, and forgetting a
 user or `mnemoflow backfill-lines` deletes what is left of it.
 """
@@ -56,33 +58,54 @@ def corpus_key(prefix: str, user_id: str) -> str:
 
 
 def corpus_version_key(prefix: str, user_id: str) -> str:
-    """Redis counter bumped on every change of the user's corpus; its values never repeat for a
-    user, across a forget too (a new counter starts at the server's time in microseconds)."""
+    """Redis counter moved on every change of the user's corpus; its values never repeat for a
+    user, across a forget too (a new counter starts at VERSION_START_PER_US times the server's
+    time in microseconds)."""
     return f"{prefix}corpusv:{user_key(user_id)}"
 
 
-#: Bump the version counter KEYS[1] and return it; a new counter starts at the server's time in
-#: microseconds, never at 1 (a version deleted with its corpus must never come back). Effects
-#: replication (the default from Redis 5, the only mode in 7) lets a write follow TIME.
-BUMP_VERSION = """
+#: How far a delete moves the version (a write moves it by 1): the deletes a version has seen are
+#: its value // DELETE_STEP, so a reader tells a forget from a round (`forgotten_since`). 65,536
+#: writes between two reads cross one step as well: the search then runs again, which is only a
+#: wasted search.
+DELETE_STEP = 1 << 16
+#: A new counter starts at the server's time in microseconds times this, so it starts above
+#: every value of the user's earlier counter unless that one saw more than one delete every 64
+#: microseconds of its life (~1.9e18 now: a signed 64-bit counter lasts past the year 2250).
+VERSION_START_PER_US = 1 << 10
+
+# The start of a new counter, as an exact decimal: microseconds (below 2^53) times a power of 2
+# is exact in Lua's doubles.
+_START = f"""
+local t = redis.call('TIME')
+local start = string.format(
+  '%.0f', (tonumber(t[1]) * 1000000 + tonumber(t[2])) * {VERSION_START_PER_US})
+"""
+
+#: Move the version counter KEYS[1] by ARGV[1] (1 when absent) and return it; a new counter
+#: starts as `_START` says, never at the step (a version deleted with its corpus must never come
+#: back). Effects replication (the default from Redis 5, the only mode in 7) lets a write
+#: follow TIME.
+BUMP_VERSION = f"""
 if redis.replicate_commands then redis.replicate_commands() end
-local v = redis.call('INCR', KEYS[1])
-if v == 1 then
-  local t = redis.call('TIME')
-  redis.call('SET', KEYS[1], t[1] .. string.format('%06d', tonumber(t[2])))
-  v = redis.call('INCR', KEYS[1])
+local step = tonumber(ARGV[1]) or 1
+local v = redis.call('INCRBY', KEYS[1], step)
+if v == step then
+  {_START}
+  redis.call('SET', KEYS[1], start)
+  v = redis.call('INCRBY', KEYS[1], step)
 end
 return v
 """
 
 #: The version counter KEYS[1], started as BUMP_VERSION starts it if it is absent; returns it.
 #: A reader's mark: a forget deletes the key, so what was read before it can be told from after.
-START_VERSION = """
+START_VERSION = f"""
 if redis.replicate_commands then redis.replicate_commands() end
 local v = redis.call('GET', KEYS[1])
 if not v then
-  local t = redis.call('TIME')
-  v = t[1] .. string.format('%06d', tonumber(t[2]))
+  {_START}
+  v = start
   redis.call('SET', KEYS[1], v)
 end
 return v
@@ -92,6 +115,13 @@ return v
 def corpus_version(raw: bytes | str | int | None) -> int:
     """The corpus version as read from Redis (an absent key, e.g. after a forget, is 0)."""
     return int(raw or 0)
+
+
+def forgotten_since(read: int, now: int) -> bool:
+    """Whether fragments may have been deleted between a search that read version `read` and
+    a later read `now`: a delete moved it past a step, or a forget of the user removed the key
+    (0), or it is a counter of another life. Writes alone never say so."""
+    return read != now and (now == 0 or read == 0 or read // DELETE_STEP != now // DELETE_STEP)
 
 
 def encode_vector(vector: Sequence[float]) -> str:

@@ -14,7 +14,13 @@ from mnemoflow.activities.search_corpus import SearchCorpus, drop_copies
 from mnemoflow.middleware.milvus_search import MilvusSearch
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
-from mnemoflow.models.corpus import corpus_key, corpus_version_key
+from mnemoflow.models.corpus import (
+    DELETE_STEP,
+    corpus_key,
+    corpus_version,
+    corpus_version_key,
+    forgotten_since,
+)
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.ids import fragment_id, user_key
 
@@ -95,7 +101,41 @@ async def test_every_change_moves_the_version_up(redis_url: str, unique_name: st
             assert not await redis.exists(corpus_version_key(prefix, user))
         print("versions:", seen)
         assert seen == sorted(set(seen)), "versions must only grow, across deletes too"
-        assert seen[0] > 10**15, "a new counter starts at the server's time in microseconds"
+        assert seen[0] > 1024 * 10**15, "a new counter starts at 1024 x the time in microseconds"
+    finally:
+        await redis.aclose()
+
+
+async def test_a_reader_tells_a_forget_from_a_rounds_writes(
+    redis_url: str, unique_name: str
+) -> None:
+    """Writes move the version by 1, deletes by DELETE_STEP: `forgotten_since` says yes for a
+    delete or a forget of the user in between, never for writes alone."""
+    redis = aioredis.Redis.from_url(redis_url)
+    prefix = f"{unique_name}:"
+    corpus = SearchCorpus(redis, prefix)
+    user = "carol"
+    try:
+        await corpus.added([frag(user, "User: my locker is number 41")])
+        read = await version(redis, prefix, user)
+        for n in range(5):
+            await corpus.added([frag(user, f"User: fact {n}")])
+        writes = await version(redis, prefix, user)
+        assert writes == read + 5
+        assert not forgotten_since(read, writes)
+        await corpus.remove(user, [fragment_id(user, 1, 0)])
+        deleted = await version(redis, prefix, user)
+        assert deleted == writes + DELETE_STEP
+        assert forgotten_since(read, deleted) and forgotten_since(writes, deleted)
+        await corpus.remove(user, [])  # nothing deleted: nothing moves
+        assert await version(redis, prefix, user) == deleted
+        await corpus.delete_user(user)
+        assert forgotten_since(
+            deleted, corpus_version(await redis.get(corpus_version_key(prefix, user)))
+        )
+        await corpus.added([frag(user, "User: a new start")])
+        assert forgotten_since(deleted, await version(redis, prefix, user))
+        assert forgotten_since(0, deleted) and not forgotten_since(deleted, deleted)
     finally:
         await redis.aclose()
 

@@ -2,7 +2,8 @@
 honoured by every agent once it has returned (README, "How memory is chosen for a call"):
 
 - a turn that began before the forget searched the corpus early; its model calls after the
-  forget see the corpus version move and search again;
+  forget see the corpus version move past a delete and search again (a round's writes alone
+  move it too, and the search is not run again for them: what it found is still stored);
 - an agent that serves the workflow's answer after a clean Redis miss (Redis lost the user's
   keys) checks that answer against a corpus version it started itself, which the forget deletes.
 
@@ -159,9 +160,11 @@ async def test_a_turn_begun_before_another_clients_forget_does_not_inject_it_aft
 
         agent = Agent(client, [check_unit])
         agent.calls_tool_first("check_unit")
+        searches = counted_searches(client)
         asked = f"What is the gate code of storage unit {user}-2?"
         prompts = await agent.ask(user, "asks", asked)
         assert len(prompts) == 2, prompts
+        assert len(searches) == 2, "the model call after the forget did not search again"
         assert shows(prompts[0], user, 2), "detail 2 not injected before the forget"
         assert not shows(prompts[1], user, 2), prompts[1]
         # what was not forgotten is still found
@@ -169,6 +172,53 @@ async def test_a_turn_begun_before_another_clients_forget_does_not_inject_it_aft
         assert shows(kept[0], user, 3), kept[0]
         assert not any(f for f in await mw.store.all_for_user(user) if shows(f.content, user, 2))
         await agent.memory.flush()
+
+
+async def test_a_rounds_writes_during_a_turn_do_not_make_its_calls_search_again(
+    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    async with two_clients(dev_env, milvus_uri, redis_url) as (mw, user, other, client):
+        version = corpus_version_key(mw.read_model.prefix, user)
+        redis = mw.read_model.redis
+
+        @tool
+        async def check_unit(ref: str) -> str:
+            """Look a unit up (meanwhile another client's round stores detail 4)."""
+            before = int(await redis.get(version))
+            said = detail(user, 4)
+            turn = ChatTurn(
+                thread_id="told-4", position=0, role="human", content=said, time=time.time()
+            )
+            await other.submit(user, [turn], urgent=True)
+
+            async def moved() -> bool:
+                return int(await redis.get(version) or 0) > before
+
+            await eventually(moved, deadline_s=60, what="the round's write moved the version")
+            return f"unit {ref}: in use"
+
+        agent = Agent(client, [check_unit])
+        agent.calls_tool_first("check_unit")
+        searches = counted_searches(client)
+        prompts = await agent.ask(user, "asks", f"What is the gate code of unit {user}-2?")
+        assert len(prompts) == 2, prompts
+        assert len(searches) == 1, "a round's writes alone made the turn search again"
+        assert shows(prompts[1], user, 2), prompts[1]
+        assert any(shows(f.content, user, 4) for f in await mw.store.all_for_user(user))
+        await agent.memory.flush()
+
+
+def counted_searches(client: MemoryClient) -> list[str]:
+    """The questions the client is asked to search for, from now on."""
+    asked: list[str] = []
+    search = client.search
+
+    async def counted(user_id: str, query: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(query)
+        return await search(user_id, query, *args, **kwargs)
+
+    client.search = counted  # type: ignore[method-assign]
+    return asked
 
 
 async def test_a_turn_begun_before_another_clients_whole_forget_injects_nothing_after(
