@@ -98,10 +98,14 @@ class ContextReader:
             # Absent: the user's workflow never started (no forget yet), or Redis lost the key.
             # Taking it for 0 would refuse every line of a user forgotten before the loss, and
             # the time fence needs the clocks to agree: the workflow says (once per process;
-            # docs/ARCHITECTURE.md, "Forget epochs"). No workflow: nothing to refuse against.
+            # docs/ARCHITECTURE.md, "Forget epochs"). No workflow: nothing to refuse against,
+            # and 0 is kept like an answer (a forget from now on writes its epoch to Redis
+            # first), so the user's next turns, while the workflow the first turn started has
+            # not written the key yet, do not wait for its query (~60 ms on a busy worker).
             try:
                 self.saw_epoch(uid, (await self._query(uid)).forget_epoch)
             except LookupError:
+                self.saw_epoch(uid, 0)
                 return 0
             except Exception as err:  # memory never fails a turn: unknown, the time fence
                 log.debug("forget epoch unavailable: %r", err)

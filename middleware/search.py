@@ -24,9 +24,6 @@ from mnemoflow.models.corpus import CorpusEntry
 
 log = logging.getLogger(__name__)
 
-#: Users whose search index is kept in process (least recently used dropped first).
-MAX_CACHED_USERS = 256
-
 
 def build_index(raw: dict[Any, Any], version: int = 0) -> SearchIndex:
     """A search index from the corpus hash read at `version` (unreadable entries are skipped;

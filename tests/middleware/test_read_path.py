@@ -168,3 +168,29 @@ async def test_the_forget_epoch_is_read_per_turn_never_lowered_and_unknown_witho
         raise LookupError("no workflow")
 
     assert await ContextReader(None, prefix, 0.2, no_workflow).forget_epoch("ana") is None
+
+
+async def test_a_new_users_no_workflow_answer_is_kept_until_redis_says_more(
+    redis_url: str, unique_name: str
+) -> None:
+    """A new user's first turn asks the workflow (there is none: 0). The turns after it do not
+    ask again while the key is still absent (the workflow that first turn started has not
+    written it yet, and its query would wait for a worker); a forget's epoch, written to Redis
+    first, is still read at once."""
+    prefix = f"{unique_name}:"
+    asked: list[str] = []
+
+    async def no_workflow(uid: str) -> InjectedContext:
+        asked.append(uid)
+        raise LookupError("no workflow")
+
+    reader = ContextReader(redis_url, prefix, 0.5, no_workflow)
+    try:
+        assert [await reader.forget_epoch("new") for _ in range(3)] == [0, 0, 0]
+        assert asked == ["new"]
+        assert reader.redis is not None
+        await reader.redis.set(epoch_key(prefix, "new"), 1)  # a forget elsewhere
+        assert await reader.forget_epoch("new") == 1 and asked == ["new"]
+        assert await reader.forget_epoch("other") == 0 and asked == ["new", "other"]
+    finally:
+        await reader.aclose()
