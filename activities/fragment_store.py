@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -73,16 +74,20 @@ from mnemoflow.activities.fragment_rows import (
 )
 from mnemoflow.activities.line_rows import (
     build_line_schema,
+    earlier_lines_collections,
     line_index_params,
     line_rows,
     lines_collection,
 )
 from mnemoflow.activities.lite_writes import lite_write
 from mnemoflow.activities.store_epochs import StoreEpochs
+from mnemoflow.memory.lines import line_texts
 from mnemoflow.models.errors import StaleEpochError
 from mnemoflow.models.fragments import Candidate, Fragment
 
 DEFAULT_COLLECTION = "mnemoflow_fragments"
+#: The columns that tell an earlier version's line collection (`drop_earlier_lines`).
+EARLIER_LINE_FIELDS = {"pk", "user_key", "fragment_id", "position", "terms", "sparse", "vector"}
 #: Rows a process writes before the store flushes (module docstring, "Flushing").
 FLUSH_ROWS = 64
 # Milvus Lite's partition-key buckets (milvus_lite.constants DEFAULT_NUM_PARTITIONS and
@@ -263,9 +268,9 @@ class FragmentStore:
         if overtaken:
             for user_id in overtaken:
                 key = checked_user(user_id)
-                self._call(partial(self._delete_rows, ids_filter(key, rows[user_id])))
                 lines_expr = _lines_of(key, rows[user_id])
-                self._call(partial(_delete_line_rows, self, lines_expr))
+                self._call(partial(_delete_line_rows, self, lines_expr))  # lines first
+                self._call(partial(self._delete_rows, ids_filter(key, rows[user_id])))
             self._call(lambda c: self._flush(c))
             self.epochs.refused += 1  # counted once its rows are gone again
             log.warning("a store write overtaken by a forget took its rows out again")
@@ -327,30 +332,62 @@ class FragmentStore:
             self._unflushed = 0
             FragmentStore.flushes_total += 1
 
-    def _write(self, client: MilvusClient, rows: Rows) -> None:
+    def _write(
+        self, client: MilvusClient, rows: Rows, written: list[tuple[Fragment, list[float]]]
+    ) -> None:
+        """The fragments' rows, then their line rows (which carry the fragments' fields: every
+        write of a fragment writes its lines), then the flush policy."""
         client.upsert(self.collection, rows, **self._opts())
+        self._write_lines(client, written)
         self._flush(client, len(rows))
 
     def _write_lines(
         self, client: MilvusClient, written: list[tuple[Fragment, list[float]]]
     ) -> None:
-        """The written fragments' line rows, in place of the lines they had (a fragment stored
-        again may have fewer lines); with the fragments' own write, under the same lock."""
+        """The written fragments' line rows, upserted in place of the lines they had (a search
+        meanwhile sees the old row or the new one), then the positions past each fragment's
+        new end deleted (a fragment stored again may have fewer lines); with the fragments' own
+        write, under the same lock."""
         if self.lines_collection is None or not written:
             return
-        by_user: dict[str, list[str]] = {}
-        for f, _ in written:
-            by_user.setdefault(checked_user(f.user_id), []).append(f.id)
-        for key, ids in by_user.items():
-            client.delete(self.lines_collection, filter=_lines_of(key, ids), **self._opts())
         rows = [row for f, v in written for row in line_rows(f, v)]
         if rows:
             client.upsert(self.lines_collection, rows, **self._opts())
+        past: dict[str, dict[int, list[str]]] = {}
+        for f, _ in written:
+            ends = past.setdefault(checked_user(f.user_id), {})
+            ends.setdefault(len(line_texts(f.content)), []).append(f.id)
+        for key, ends in past.items():  # one delete a user
+            client.delete(self.lines_collection, filter=_lines_past(key, ends), **self._opts())
 
     def _delete_lines(self, client: MilvusClient, expr: str) -> None:
         """Delete line rows (before the delete's flush, which flushes both collections)."""
         if self.lines_collection is not None:
             client.delete(self.lines_collection, filter=expr, **self._opts())
+
+    async def drop_earlier_lines(self) -> list[str]:
+        """Drop the line collections an earlier version kept beside this fragment collection
+        (once the current one is backfilled: nothing writes or deletes their rows any more, so
+        a forgotten fragment's lines would stay there). Returns the names dropped."""
+        names = earlier_lines_collections(self.collection) if self.lines_collection else []
+
+        def work(client: MilvusClient) -> list[str]:
+            dropped = []
+            for name in names:
+                if not client.has_collection(name, **self._opts()):
+                    continue
+                described = client.describe_collection(name, **self._opts())
+                fields = {f.get("name") for f in described.get("fields", [])}
+                if not EARLIER_LINE_FIELDS <= fields or "fragment" in fields:
+                    # not a line collection of ours (a collection of that name made by
+                    # something else): left alone
+                    log.warning("%s is not an earlier line collection: not dropped", name)
+                    continue
+                client.drop_collection(name, **self._opts())
+                dropped.append(name)
+            return dropped
+
+        return await self._run_write(work)
 
     async def _lines_left(self, key: str, ids: list[str] | None) -> int:
         """How many line rows of the user (of the fragments `ids`, None: all) are stored."""
@@ -447,8 +484,7 @@ class FragmentStore:
         guard = self._guard([f for f, _ in pairs], epoch)
 
         def work(client: MilvusClient) -> None:
-            self._write_lines(client, pairs)
-            self._write(client, rows)  # flushes both collections when it flushes
+            self._write(client, rows, pairs)  # flushes both collections when it flushes
 
         await self._run_write(work, guard)
         return pairs
@@ -540,19 +576,19 @@ class FragmentStore:
         fields = [*ALL_FIELDS, NOTES_FIELD] if self._notes else ALL_FIELDS
         rows = await self._rows(checked_user(user_id), storable_ids(ids), fields)
         stamp = clip(call_id, CALL_ID_MAX_BYTES)
-        updated = []
+        updated, lines = [], []
         for row in rows:
             if row.get("last_call_id") == stamp:
                 continue
             fragment = to_fragment(row).model_copy(
                 update={"strengthen_count": int(row["strengthen_count"]) + 1, "reinforced_at": now}
             )
-            updated.append(
-                to_row(fragment, list(row["vector"]), last_call_id=call_id, notes=self._notes)
-            )
+            vector = [float(x) for x in row["vector"]]
+            updated.append(to_row(fragment, vector, last_call_id=call_id, notes=self._notes))
+            lines.append((fragment, vector))
         if updated:
             guard = None if epoch is None else ({user_id: [r["pk"] for r in updated]}, epoch)
-            await self._run_write(lambda c: self._write(c, updated), guard)
+            await self._run_write(lambda c: self._write(c, updated, lines), guard)
         return len(updated)
 
     async def count(self, user_id: str) -> int:
@@ -575,8 +611,8 @@ class FragmentStore:
         before = await self.count(user_id)
 
         def work(client: MilvusClient) -> None:
+            self._delete_lines(client, expr)  # the search reads lines: they go first
             client.delete(self.collection, filter=expr, **opts)
-            self._delete_lines(client, expr)
             self._flush(client)
 
         for _ in range(DELETE_ATTEMPTS):
@@ -596,8 +632,8 @@ class FragmentStore:
             expr = ids_filter(key, left)
 
             def work(client: MilvusClient, expr: str = expr, gone: list[str] = left) -> None:
+                self._delete_lines(client, _lines_of(key, gone))  # the search reads lines
                 client.delete(self.collection, filter=expr, **opts)
-                self._delete_lines(client, _lines_of(key, gone))
                 self._flush(client)
 
             await self._run_write(work)
@@ -613,6 +649,16 @@ class FragmentStore:
 def _lines_of(key: str, ids: list[str]) -> str:
     """One user's line rows of the fragments `ids` (already passed through `storable_ids`)."""
     return ids_filter(key, ids).replace(" and pk in [", " and fragment_id in [", 1)
+
+
+def _lines_past(key: str, ends: dict[int, list[str]]) -> str:
+    """One user's line rows at or past the given end of their fragment (end -> fragment ids)."""
+    ors = " or ".join(
+        f"(fragment_id in [{', '.join(json.dumps(i) for i in storable_ids(ids))}] "
+        f"and position >= {int(end)})"
+        for end, ids in sorted(ends.items())
+    )
+    return f"{user_filter(key)} and ({ors})"
 
 
 class WriteCalledOffError(RuntimeError):

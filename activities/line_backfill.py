@@ -29,6 +29,7 @@ from pymilvus import MilvusClient
 
 from mnemoflow.activities.fragment_rows import ids_filter, to_fragment
 from mnemoflow.activities.fragment_store import FragmentStore, _lines_of
+from mnemoflow.activities.line_rows import FRAGMENT_FIELDS
 from mnemoflow.memory.lines import line_texts
 from mnemoflow.models.fragments import Fragment
 
@@ -55,10 +56,11 @@ class BackfillReport:
         return asdict(self)
 
 
-def _signature(fragment: Fragment) -> tuple[str, str]:
+def _signature(fragment: Fragment) -> tuple[Any, ...]:
     """What a fragment's line rows are made of, apart from its vector (which follows its
-    content)."""
-    return fragment.content, "".join(n.model_dump_json() for n in fragment.notes)
+    content): a reinforcement meanwhile changes it too."""
+    carried = tuple(str(getattr(fragment, name)) for name in FRAGMENT_FIELDS)
+    return (*carried, "".join(n.model_dump_json() for n in fragment.notes))
 
 
 async def backfill_lines(store: FragmentStore, *, batch: int = BATCH) -> BackfillReport:

@@ -2,13 +2,24 @@
 search's candidates (docs/ARCHITECTURE.md, "Read path"; README.md, "How memory is chosen for a
 call").
 
-A row holds the line verbatim, its analysed terms (`memory.lines.indexed_terms`, which a BM25
+A row holds its line's analysed terms (`memory.lines.indexed_terms`, which a BM25
 function turns into a sparse field), its fragment's vector (the dense side of the hybrid
-search), and where the line stands: its fragment's id and its position there. The user key
-is the partition key, as in the fragment collection.
-The fragment store writes and deletes these rows in the same call as the fragment's own row
-(`activities/fragment_store.py`), so a forgotten fragment's lines go with it; the reader checks
-every candidate against the fragment collection anyway, which stays the one authority.
+search), where the line stands (its fragment's id and its position there), and the fragment
+fields a search ranks and injects by (FRAGMENT_FIELDS: content, theme, types, when it was said,
+how often it was drawn on, its thread and span; one JSON column), so that one hybrid search
+answers a model call (`middleware/milvus_search.py`); the line itself is the content's line at
+that position. The user key is the partition key, as in the fragment
+collection.
+
+The fragment store writes these rows with every write of the fragment's own row, a
+reinforcement included, after it (so a line row never shows a fragment not stored yet), and
+deletes them before the fragment's row, checking that none is left
+(`activities/fragment_store.py`): a forgotten fragment leaves the search in the step that
+deletes it. Lines are upserted in place (a search running meanwhile sees the old row or the new
+one, never none); only positions past a shortened fragment's end are deleted.
+
+The content is repeated on each line of a fragment, as the vector is (a line row of a 3-line
+LoCoMo fragment: ~300 bytes of content beside the 2 KB vector); docs/CAPACITY.md counts it.
 
 `line_rows` is the one place that says what a line indexes: what else a line should be found
 by (dates, enrichment terms) goes into its `terms` here.
@@ -16,6 +27,7 @@ by (dates, enrichment terms) goes into its `terms` here.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
@@ -23,6 +35,10 @@ from pymilvus import DataType, Function, FunctionType, MilvusClient
 from mnemoflow.activities.fragment_rows import (
     CONTENT_MAX_BYTES,
     PK_MAX_BYTES,
+    THEME_MAX_BYTES,
+    THREAD_ID_MAX_BYTES,
+    TYPE_MAX_BYTES,
+    TYPES_MAX,
     USER_KEY_MAX_BYTES,
     checked_user,
     clip,
@@ -30,9 +46,14 @@ from mnemoflow.activities.fragment_rows import (
 from mnemoflow.memory.lines import indexed_terms, line_id, line_texts
 from mnemoflow.models.fragments import Fragment
 
-#: The line collection of a fragment collection is named after it.
-LINES_SUFFIX = "_lines"
+#: The line collection of a fragment collection is named after it. "_lines2": rows carry their
+#: fragment's fields (since the one-request search); the line collection of "_lines" before it
+#: carried none and is dropped once the new one is backfilled (`worker.app.migrate_to_lines`).
+LINES_SUFFIX = "_lines2"
+EARLIER_LINES_SUFFIXES = ("_lines",)
 LINE_PK_MAX_BYTES = PK_MAX_BYTES + 16
+#: The `fragment` column's limit: Milvus's VARCHAR ceiling, as the fragment row's content.
+FRAGMENT_MAX_BYTES = CONTENT_MAX_BYTES
 #: The BM25 field's analyzer: the terms are hex digests already (`memory.lines`), so any
 #: engine's `standard` tokenizer splits them exactly at the spaces.
 ANALYZER = {"tokenizer": "standard"}
@@ -45,6 +66,27 @@ def lines_collection(fragments_collection: str) -> str:
     return f"{fragments_collection}{LINES_SUFFIX}"
 
 
+def earlier_lines_collections(fragments_collection: str) -> list[str]:
+    """The line collections earlier versions kept for a fragment collection."""
+    return [f"{fragments_collection}{suffix}" for suffix in EARLIER_LINES_SUFFIXES]
+
+
+#: The fragment's fields each line row carries in its `fragment` column, as JSON (what
+#: `middleware/milvus_search.py` reads): one column, because Milvus Lite materialises every
+#: column of every hit (eight columns cost ~7 ms more per search than this one, measured with
+#: a 600-line user).
+FRAGMENT_FIELDS = [
+    "content",
+    "theme",
+    "types",
+    "created_at",
+    "strengthen_count",
+    "thread_id",
+    "start_pos",
+    "end_pos",
+]
+
+
 def build_line_schema(dim: int) -> Any:
     """One row per line; BM25 over `terms` into `sparse`; `user_key` the partition key."""
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
@@ -54,7 +96,6 @@ def build_line_schema(dim: int) -> Any:
     )
     schema.add_field("fragment_id", DataType.VARCHAR, max_length=PK_MAX_BYTES)
     schema.add_field("position", DataType.INT64)
-    schema.add_field("text", DataType.VARCHAR, max_length=CONTENT_MAX_BYTES)
     schema.add_field(
         "terms",
         DataType.VARCHAR,
@@ -64,6 +105,7 @@ def build_line_schema(dim: int) -> Any:
     )
     schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+    schema.add_field("fragment", DataType.VARCHAR, max_length=FRAGMENT_MAX_BYTES)
     schema.add_function(
         Function(
             name="terms_bm25",
@@ -87,9 +129,38 @@ def line_index_params(vector_index: Any) -> Any:
     return vector_index
 
 
+def fragment_json(fragment: Fragment) -> str:
+    """The `fragment` column: FRAGMENT_FIELDS as JSON, within the column's limit (the theme
+    and the thread id are cut to their fragment-row limits first, then the content)."""
+    fields: dict[str, Any] = {
+        "content": "",
+        "theme": clip(fragment.theme, THEME_MAX_BYTES),
+        "types": [clip(t, TYPE_MAX_BYTES) for t in fragment.types[:TYPES_MAX]],
+        "created_at": float(fragment.created_at),
+        "strengthen_count": int(fragment.strengthen_count),
+        "thread_id": clip(fragment.thread_id, THREAD_ID_MAX_BYTES),
+        "start_pos": int(fragment.start_pos),
+        "end_pos": int(fragment.end_pos),
+    }
+    content = clip(fragment.content, FRAGMENT_MAX_BYTES - len(_dumps(fields).encode("utf-8")))
+    while True:
+        fields["content"] = content
+        text = _dumps(fields)
+        over = len(text.encode("utf-8")) - FRAGMENT_MAX_BYTES
+        if over <= 0:
+            return text
+        # escapes made the JSON longer than the text: cut what is over, and try again
+        content = clip(content, max(0, len(content.encode("utf-8")) - over))
+
+
+def _dumps(fields: dict[str, Any]) -> str:
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+
+
 def line_rows(fragment: Fragment, vector: list[float]) -> list[dict[str, Any]]:
     """The rows of a fragment's lines (text trimmed to the column limits)."""
     key = checked_user(fragment.user_id)
+    shared = fragment_json(fragment)
     rows = []
     for n, text in enumerate(line_texts(fragment.content)):
         rows.append(
@@ -98,9 +169,9 @@ def line_rows(fragment: Fragment, vector: list[float]) -> list[dict[str, Any]]:
                 "user_key": key,
                 "fragment_id": fragment.id,
                 "position": n,
-                "text": clip(text, CONTENT_MAX_BYTES),
                 "terms": clip(indexed_terms(text), CONTENT_MAX_BYTES),
                 "vector": vector,
+                "fragment": shared,
             }
         )
     return rows

@@ -357,7 +357,9 @@ def _served(uri: str, emb: Any, frags: list[Any], flush_rows: int = 64) -> Any:
         for start in range(0, len(frags), 256):
             await store.upsert(frags[start : start + 256])
         if not flush_rows:  # everything in one segment: Lite keeps BM25 statistics per segment
-            await store._run_write(lambda c: (c.flush(name), c.flush(f"{name}_lines")))
+            lines = store.lines_collection
+            assert lines is not None
+            await store._run_write(lambda c: (c.flush(name), c.flush(lines)))
         await store.close()
 
     asyncio.run(fill())

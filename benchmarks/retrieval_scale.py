@@ -195,7 +195,9 @@ async def _case(
             for u in range(users - 1):
                 fill += await _fill(store, corpus, history_fragments(f"other{u}", each, texts, now))
             fill += await _fill(store, corpus, history_fragments("probe", lines, texts, now))
-            await store._run_write(lambda c: (c.flush("scale"), c.flush("scale_lines")))
+            lines_name = store.lines_collection
+            assert lines_name is not None
+            await store._run_write(lambda c: (c.flush("scale"), c.flush(lines_name)))
             out["fill_s"] = round(fill, 1)
             load0 = os.getloadavg()
             rss0 = _rss_mb()

@@ -1,18 +1,21 @@
 """The per-call memory search served by Milvus (README.md, "How memory is chosen for a call";
 docs/ARCHITECTURE.md, "Read path").
 
-The agent process holds no user's corpus. Each search asks Milvus for candidates and ranks only
-those, with the code the in-process search runs (`memory.search.CandidateIndex`):
+The agent process holds no user's corpus. Each search asks Milvus once for candidates and ranks
+only those, with the code the in-process search runs (`memory.search.CandidateIndex`): one
+hybrid search of the line collection (`activities/line_rows.py`, one row per line of every
+fragment, carrying its fragment's fields), strongly consistent: BM25 over the lines' analysed
+terms (`memory.lines.query_terms`, the tokenisation of the in-process search) and the
+fragments' vectors against the question's, fused by Milvus (weighted, the dense side at
+FUSED_DENSE_WEIGHT), restricted to the user by the partition key. Each hit brings its line's
+place and its fragment (content, theme, types, time, strength, thread and span), so no second
+read follows: a second query of the fragment collection for ~100 candidate ids cost 8-9 ms of
+the ~20 ms Milvus Lite took per call (docs/PERFORMANCE.md).
 
-1. one hybrid search of the line collection (`activities/line_rows.py`, one row per line of
-   every fragment): BM25 over the lines' analysed terms (`memory.lines.query_terms`, the
-   tokenisation of the in-process search) and the fragments' vectors against the question's,
-   fused by Milvus (weighted, the dense side at FUSED_DENSE_WEIGHT), restricted to the user by
-   the partition key;
-2. one query of the fragment collection for the candidates' fragments by id, strongly
-   consistent. The fragment collection is the one authority: a line whose fragment is not
-   there (forgotten, or its delete still in flight) is no candidate, so a forget takes effect
-   for the search in the step that deletes the fragment's row.
+The line collection is what the search trusts: the fragment store deletes a fragment's lines
+before its row and reads the delete back until no line is left (`activities/fragment_store.py`),
+and writes the lines after the row, so a forgotten fragment leaves the candidates in the step
+that deletes it. A forget that lands while a search runs is caught by the corpus version (below).
 
 Then the memory formula, the line ranking, the windows and the packing run on those few
 fragments in this process. A window crosses into the fragment said just before or after only
@@ -43,6 +46,7 @@ import redis.asyncio as aioredis
 from langchain_core.embeddings import Embeddings
 from pymilvus import AnnSearchRequest, MilvusClient, RRFRanker, WeightedRanker
 
+from mnemoflow.activities.line_rows import LINES_SUFFIX
 from mnemoflow.memory.lines import query_terms
 from mnemoflow.memory.search import RRF_K, CandidateIndex, SearchDoc
 from mnemoflow.models.config import MemoryConfig
@@ -72,7 +76,6 @@ FUSED_DENSE_WEIGHT = 0.05
 #: both sides alike).
 FUSION = "weighted"
 DEFAULT_COLLECTION = "mnemoflow_fragments"
-LINES_SUFFIX = "_lines"  # activities/line_rows.py names the line collection so
 #: Milvus Lite's partition-key buckets (as `activities/fragment_store.py` names them): Lite
 #: does not prune by a `user_key == ...` filter, so reads name the user's bucket.
 LITE_BUCKETS = 16
@@ -89,7 +92,7 @@ FRAGMENT_FIELDS = [
     "start_pos",
     "end_pos",
 ]
-HIT_FIELDS = ["fragment_id", "position"]
+HIT_FIELDS = ["fragment_id", "position", "fragment"]
 _HEX = re.compile(r"[0-9a-f]{1,64}")
 # Fragment ids as the store admits them (`activities/fragment_rows.py`, `is_valid_id`): only
 # such ids go into a filter expression.
@@ -253,9 +256,7 @@ class MilvusSearch:
             words = _folded(named[0][0].content)
             if len(words) < min_chars:
                 return []
-            index = candidate_index(
-                client, self.collection, self.lines, key, named[0][0].content, None, opts
-            )
+            index = candidate_index(client, self.lines, key, named[0][0].content, None, opts)
             return [
                 d.fragment.id
                 for d in index.docs
@@ -270,7 +271,6 @@ class MilvusSearch:
         """The candidate fragments for `query` and their neighbours, as an index (blocking)."""
         return candidate_index(
             self._connected(),
-            self.collection,
             self.lines,
             _hex(user_key(user_id)),
             query,
@@ -291,7 +291,6 @@ def _user(key: str) -> str:
 
 def candidate_index(
     client: MilvusClient,
-    collection: str,
     lines: str,
     key: str,
     query: str,
@@ -300,10 +299,11 @@ def candidate_index(
     limit: int = CANDIDATE_LINES,
     version: int = 0,
 ) -> CandidateIndex:
-    """The two reads of the module docstring, as a `CandidateIndex` (blocking)."""
+    """The one read of the module docstring, as a `CandidateIndex` (blocking)."""
     hits = _hybrid(client, lines, key, query, vector, opts, limit)
     line_scores: dict[tuple[str, int], float] = {}
     relevance: dict[str, float] = {}
+    fragments: dict[str, tuple[ContextFragment, int]] = {}
     for hit in hits:
         entity = hit.get("entity", hit)
         fid, score = str(entity["fragment_id"]), float(hit["distance"])
@@ -311,8 +311,10 @@ def candidate_index(
             continue
         line_scores[(fid, int(entity["position"]))] = score
         relevance[fid] = max(relevance.get(fid, 0.0), score)
-    fragments = _fragments(client, collection, key, sorted(relevance), opts)
-    docs = [SearchDoc(f, f.created_at, count) for f, count in fragments]
+        if fid not in fragments:
+            fields = json.loads(entity["fragment"])
+            fragments[fid] = (_context({**fields, "pk": fid}), int(fields["strengthen_count"]))
+    docs = [SearchDoc(f, f.created_at, count) for f, count in fragments.values()]
     docs.sort(key=lambda d: (d.created_at, d.fragment.id))
     return CandidateIndex(docs, relevance, line_scores, version)
 
@@ -326,7 +328,8 @@ def _hybrid(
     opts: dict[str, Any],
     limit: int,
 ) -> list[dict[str, Any]]:
-    """The user's best lines for the question: BM25 and dense fused by Milvus (RRF)."""
+    """The user's best lines for the question, with their fragments' fields: BM25 and dense
+    fused by Milvus (strongly consistent: a line deleted before the call is not there)."""
     expr = _user(key)
     terms = query_terms(query)
     requests = []
@@ -361,6 +364,7 @@ def _hybrid(
             filter=expr,
             limit=requests[0].limit,
             output_fields=HIT_FIELDS,
+            consistency_level="Strong",
             **opts,
         )
         ranked = list(found[0]) if found else []
@@ -369,7 +373,13 @@ def _hybrid(
         WeightedRanker(1.0, FUSED_DENSE_WEIGHT) if FUSION == "weighted" else RRFRanker(RRF_K)
     )
     found = client.hybrid_search(
-        lines, requests, ranker, limit=limit, output_fields=HIT_FIELDS, **opts
+        lines,
+        requests,
+        ranker,
+        limit=limit,
+        output_fields=HIT_FIELDS,
+        consistency_level="Strong",
+        **opts,
     )
     return list(found[0]) if found else []
 

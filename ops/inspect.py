@@ -125,7 +125,8 @@ def render(report: dict[str, Any]) -> str:
 async def backfill_lines(settings: Settings) -> dict[str, Any]:
     """Write the line rows of every fragment that has none (activities/line_backfill.py), for
     fragments stored before the line collection, which the per-call search finds only through
-    their lines; then delete the fragment copies an older version kept in Redis."""
+    their lines; then drop the line collection an older version kept (once every fragment has
+    its lines) and delete the fragment copies an older version kept in Redis."""
     import redis.asyncio as aioredis
 
     from mnemoflow.activities.fragment_store import FragmentStore
@@ -144,6 +145,8 @@ async def backfill_lines(settings: Settings) -> dict[str, Any]:
     redis = aioredis.Redis.from_url(settings.redis.url)
     try:
         report = (await backfill(store)).as_dict()
+        if not report["unsettled"]:
+            report["line_collections_dropped"] = await store.drop_earlier_lines()
         report["redis_copies_deleted"] = await drop_copies(redis, settings.redis.key_prefix)
     finally:
         await store.close()

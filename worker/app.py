@@ -466,7 +466,8 @@ async def running_worker(
 
 async def migrate_to_lines(res: WorkerResources) -> None:
     """Once, by the worker that created the line collection: the line rows of the fragments
-    stored before it (`activities/line_backfill.py`), then the fragment copies an older
+    stored before it (`activities/line_backfill.py`), then the line collection an older
+    version kept dropped (`FragmentStore.drop_earlier_lines`) and the fragment copies an older
     version kept in Redis deleted (`activities/search_corpus.py`). In the background: the
     worker serves rounds meanwhile. `mnemoflow backfill-lines` does the same on demand."""
     from mnemoflow.activities.line_backfill import backfill_lines
@@ -475,6 +476,9 @@ async def migrate_to_lines(res: WorkerResources) -> None:
     try:
         report = await backfill_lines(res.store)
         log.info("line rows backfilled: %s", report.as_dict())
+        if not report.unsettled:
+            dropped = await res.store.drop_earlier_lines()
+            log.info("earlier line collections dropped: %s", dropped)
         dropped = await drop_copies(res.read_model.redis, res.read_model.prefix)
         log.info("fragment copies deleted from Redis: %d", dropped)
     except asyncio.CancelledError:

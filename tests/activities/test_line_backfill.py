@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -137,3 +138,78 @@ async def test_a_forget_or_a_rewrite_during_the_backfill_leaves_only_stored_line
     assert await line_count(after, "dana", [rewritten.id]) == 1
     assert await line_count(after, "dana", [frags[2].id]) == 2
     assert await line_count(after, "dana") == 3
+
+
+async def test_the_worker_migration_drops_the_earlier_line_collection(
+    stores: tuple[FragmentStore, FragmentStore], redis_url: str, unique_name: str
+) -> None:
+    """A worker of this version, starting beside an earlier version's line collection (whose
+    rows carried no fragment fields), backfills the current one and drops the earlier one:
+    nothing deletes its rows any more, so a later forget would leave lines there."""
+    import redis.asyncio as aioredis
+
+    from mnemoflow.activities.line_rows import earlier_lines_collections
+    from mnemoflow.worker.app import migrate_to_lines
+
+    before, after = stores
+    await before.upsert(history("dana", 3))
+    [earlier] = earlier_lines_collections(after.collection)
+    await after._run_write(lambda c: _earlier_lines(c, earlier, before.dim))
+    redis = aioredis.Redis.from_url(redis_url)
+    res = SimpleNamespace(
+        store=after, read_model=SimpleNamespace(redis=redis, prefix=f"{unique_name}:")
+    )
+    try:
+        await migrate_to_lines(res)  # type: ignore[arg-type]
+    finally:
+        await redis.aclose()
+    assert not await after._run(lambda c: c.has_collection(earlier))
+    assert await line_count(after, "dana") == 6
+
+
+async def test_a_collection_named_like_an_earlier_line_collection_but_not_one_is_kept(
+    stores: tuple[FragmentStore, FragmentStore],
+) -> None:
+    """Someone else's collection that happens to bear the earlier name is never dropped."""
+    from mnemoflow.activities.fragment_collection import build_schema
+    from mnemoflow.activities.line_rows import earlier_lines_collections
+
+    _, after = stores
+    await after.ensure()
+    [earlier] = earlier_lines_collections(after.collection)
+    await after._run_write(lambda c: c.create_collection(earlier, schema=build_schema(after.dim)))
+    try:
+        assert await after.drop_earlier_lines() == []
+        assert await after._run(lambda c: c.has_collection(earlier))
+    finally:
+        await after._run_write(lambda c: c.drop_collection(earlier))
+
+
+def _earlier_lines(client: Any, name: str, dim: int) -> None:
+    """The line collection as the version before the one-request search made it."""
+    from pymilvus import DataType, Function, FunctionType, MilvusClient
+
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=160)
+    schema.add_field("user_key", DataType.VARCHAR, max_length=64, is_partition_key=True)
+    schema.add_field("fragment_id", DataType.VARCHAR, max_length=128)
+    schema.add_field("position", DataType.INT64)
+    schema.add_field("text", DataType.VARCHAR, max_length=1024)
+    schema.add_field(
+        "terms",
+        DataType.VARCHAR,
+        max_length=1024,
+        enable_analyzer=True,
+        analyzer_params={"tokenizer": "standard"},
+    )
+    schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+    schema.add_function(
+        Function(
+            name="terms_bm25",
+            function_type=FunctionType.BM25,
+            input_field_names=["terms"],
+            output_field_names=["sparse"],
+        )
+    )
+    client.create_collection(name, schema=schema)

@@ -24,7 +24,7 @@ from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.search_corpus import SearchCorpus
 from mnemoflow.middleware.milvus_search import MilvusSearch
 from mnemoflow.models.config import MemoryConfig
-from mnemoflow.models.corpus import corpus_version, corpus_version_key
+from mnemoflow.models.corpus import corpus_version, corpus_version_key, forgotten_since
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.ids import fragment_id, user_key
 
@@ -163,10 +163,10 @@ async def test_forget_during_a_search_leaves_the_candidates_in_the_same_step(
     unique_name: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The worker forgets a fragment (the store's delete, then the corpus version's bump)
-    between the hybrid search (which returned its line) and the rest of the search: the
-    fragment collection is the authority, so it is not injected; and the search says it read
-    the version before the forget, so a model call that reads the new one searches again."""
+    """The worker forgets a fragment (the store's delete, then the corpus version's bump) just
+    after the hybrid search returned its line: the search says it read the version before the
+    forget, which a model call that reads the new one takes for a delete (`forgotten_since`)
+    and searches again; the search from then on finds nothing of it, in the same step."""
     redis = aioredis.Redis.from_url(redis_url)
     corpus = SearchCorpus(redis, f"{unique_name}:")
     searcher = MilvusSearch(
@@ -178,46 +178,85 @@ async def test_forget_during_a_search_leaves_the_candidates_in_the_same_step(
     before = corpus_version(await redis.get(corpus_version_key(f"{unique_name}:", "eve")))
     gone = fragment_id("eve", 3, 0)
     loop = asyncio.get_running_loop()
-    real = milvus_search._fragments
+    real = milvus_search._hybrid
     seen: list[str] = []
 
     async def forget() -> None:
         await store.delete("eve", [gone])
         await corpus.remove("eve", [gone])
 
-    def forget_meanwhile(client: Any, collection: str, key: str, ids: Any, opts: Any) -> Any:
-        seen.extend(ids)  # the hybrid search found the line
+    def forget_meanwhile(*args: Any) -> Any:
+        hits = real(*args)
+        seen.extend(str(h["entity"]["fragment_id"]) for h in hits)  # it found the line
         asyncio.run_coroutine_threadsafe(forget(), loop).result(30)
-        return real(client, collection, key, ids, opts)
+        return hits
 
-    monkeypatch.setattr(milvus_search, "_fragments", forget_meanwhile)
+    monkeypatch.setattr(milvus_search, "_hybrid", forget_meanwhile)
     try:
         found = await searcher.search("eve", "locker code gym", CONFIG, NOW)
         after = corpus_version(await redis.get(corpus_version_key(f"{unique_name}:", "eve")))
         assert gone in seen
-        assert "4471" not in "\n".join(f.content for f in found)
-        assert getattr(found, "version", None) == before != after
+        read = getattr(found, "version", None)
+        assert read == before != after
+        assert read is not None and forgotten_since(read, after)  # the model call searches again
         monkeypatch.undo()
-        # and the delete took its lines with it
+        # and the delete took its lines with it: the next search does not see it
         assert await store._lines_left(user_key("eve"), [gone]) == 0
         again = await searcher.search("eve", "locker code gym", CONFIG, NOW)
         assert "4471" not in "\n".join(f.content for f in again)
+        assert gone not in {f.id for f in again}
         assert getattr(again, "version", None) == after
     finally:
         await searcher.close()
         await redis.aclose()
 
 
-async def test_a_line_whose_fragment_is_gone_is_no_candidate(
-    store: FragmentStore, searcher: MilvusSearch
+async def test_a_lost_line_delete_is_done_again_before_the_forget_returns(
+    store: FragmentStore, searcher: MilvusSearch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A line row left behind (its delete lost, as Lite can lose one) is not injected."""
+    """The search trusts the line rows, so a forget's delete of them that reports success but
+    leaves them (Milvus Lite can lose one) is read back and done again: the forget returns only
+    once no line is left, and the search never finds it."""
     secret = "User: my locker code is 4471 at the gym"
     await _history(store, "fay", secret)
-    expr = f'user_key == "{user_key("fay")}" and pk in ["{fragment_id("fay", 3, 0)}"]'
-    await store._run_write(lambda c: c.delete(store.collection, filter=expr))
-    assert await store._lines_left(user_key("fay"), [fragment_id("fay", 3, 0)]) == 4
+    gone = fragment_id("fay", 3, 0)
+    assert secret in await _text(searcher, "fay", "locker code gym")
+    real = store._delete_lines
+    lost: list[str] = []
+
+    def lose_the_first(client: Any, expr: str) -> None:
+        if not lost:
+            lost.append(expr)  # reported done, nothing deleted
+            return
+        real(client, expr)
+
+    monkeypatch.setattr(store, "_delete_lines", lose_the_first)
+    assert await store.delete("fay", [gone]) == 1
+    assert lost  # the first delete of its lines was lost, and done again
+    assert await store._lines_left(user_key("fay"), [gone]) == 0
     assert "4471" not in await _text(searcher, "fay", "locker code gym")
+
+
+async def test_lines_carry_their_fragments_strength_after_a_reinforcement(
+    store: FragmentStore, searcher: MilvusSearch
+) -> None:
+    """Every write of a fragment writes its lines, a reinforcement too: the search ranks by the
+    strength the fragment row holds, without reading it."""
+    await _history(store, "ivy", "User: my locker code is 4471 at the gym")
+    fid = fragment_id("ivy", 3, 0)
+    assert await store.reinforce("ivy", [fid], "call-1", NOW) == 1
+    assert await store.reinforce("ivy", [fid], "call-2", NOW) == 1
+    key = user_key("ivy")
+    index = await asyncio.to_thread(searcher.candidates, "ivy", "locker code gym", None)
+    strength = {d.fragment.id: d.strengthen_count for d in index.docs}
+    assert strength[fid] == 2
+    others = await asyncio.to_thread(searcher.candidates, "ivy", "weather coast forecast", None)
+    counts = {d.fragment.id: d.strengthen_count for d in others.docs}
+    assert len(counts) == 10  # every round's filler line
+    assert counts == {f: 2 if f == fid else 0 for f in counts}  # the others were not drawn on
+    stored = {f.id: f.strengthen_count for f in await store.get("ivy", list(strength))}
+    assert stored == strength
+    assert await store._lines_left(key, [fid]) == 4  # upserted in place, none lost or added
 
 
 async def test_forgetting_the_user_deletes_every_line(

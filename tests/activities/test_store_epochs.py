@@ -31,12 +31,12 @@ class HeldStore(FragmentStore):
         self.release = threading.Event()
         self.armed = False
 
-    def _write(self, client: MilvusClient, rows: list[dict[str, Any]]) -> None:
+    def _write(self, client: MilvusClient, rows: list[dict[str, Any]], written: Any) -> None:
         if self.armed:
             self.armed = False
             self.entered.set()
             assert self.release.wait(60), "never released"
-        super()._write(client, rows)
+        super()._write(client, rows, written)
 
 
 @pytest.fixture
