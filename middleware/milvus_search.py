@@ -234,10 +234,12 @@ class MilvusSearch:
         caller falls back to the published context)."""
         uid = validate_user_id(user_id)
         version, vector = await asyncio.gather(self._version(uid), self._embed(query))
-        index = await asyncio.to_thread(self.candidates, uid, query, vector, version)
-        return await asyncio.to_thread(
-            index.excerpts, query, vector, config, now, profile=profile, exclude=exclude
-        )
+
+        def work() -> list[ContextFragment]:  # one thread hop for the read and the ranking
+            index = self.candidates(uid, query, vector, version)
+            return index.excerpts(query, vector, config, now, profile=profile, exclude=exclude)
+
+        return await asyncio.to_thread(work)
 
     async def copies_of(self, user_id: str, fragment_id: str, min_chars: int) -> list[str]:
         """Ids of the user's other fragments that hold the named fragment's words (case and
