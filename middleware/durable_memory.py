@@ -453,8 +453,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         """Hold the user's messages in the list that are not `known` accepted in the outbox
         (a failure is logged: memory never fails a turn)."""
         try:
-            turns = to_turns(messages, thread, self._clock(), user_id)
-            fresh = [t for t in turns if t.message_id not in known]
+            fresh = to_turns(messages, thread, self._clock(), user_id, skip=known)
             self.client.hand_over(user_id, fresh, hold=True)
         except Exception as err:
             log.warning("memory capture failed (the turn went on): %r", err)

@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -439,6 +439,7 @@ def to_turns(
     user_id: str | None = None,
     *,
     resent: bool = False,
+    skip: Collection[str] = (),
 ) -> list[ChatTurn]:
     """ChatTurns of the messages to remember: with `user_id`, only that user's (see
     `message_owners`); never summaries other middleware wrote. Each carries its identity; its
@@ -449,7 +450,8 @@ def to_turns(
     the identity the middleware stamps when it first sees a message (`fresh_identity`: its id
     and a digest of its text), so a copy of a message it handed over is the same message; one
     without a time stamp is marked `unstamped` (when it was said is unknown: a user workflow
-    that forgot its user refuses it)."""
+    that forgot its user refuses it). Messages whose identity is in `skip` (known accepted
+    already) are left out before they are built: a turn offers only its new messages."""
     if user_id is not None:
         keep = owned_by(messages, owner_of(user_id))
     else:
@@ -460,6 +462,9 @@ def to_turns(
     for position, message in enumerate(messages):
         if not keep[position]:
             continue
+        identity = _resent_identity(message) if resent else message_identity(message)
+        if identity in skip:
+            continue
         turns.append(
             ChatTurn(
                 thread_id=thread,
@@ -468,7 +473,7 @@ def to_turns(
                 content=message_text(message),
                 time=times[position],
                 name=None if message.name is None else clean_text(message.name),
-                message_id=_resent_identity(message) if resent else message_identity(message),
+                message_id=identity,
                 epoch=message_epoch(message),
                 unstamped=(resent and message_time(message) is None)
                 or message.additional_kwargs.get(TIME_ASSUMED_KEY) is True,

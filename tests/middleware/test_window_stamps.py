@@ -161,3 +161,23 @@ def test_the_forget_epoch_is_stamped_once_on_messages_new_to_the_middleware() ->
             window.message_epoch(HumanMessage("x", additional_kwargs={"mnemoflow_epoch": bad}))
             is None
         )
+
+
+def test_turns_known_accepted_are_skipped_and_the_rest_keep_their_place() -> None:
+    """A turn offers only its new messages: those whose identity is known accepted are left
+    out before they are built; the others are exactly what the whole conversion gives."""
+    said = [
+        HumanMessage(content=f"distinct line {n} about topic {n * 7}", id=f"m{n}")
+        if n % 2 == 0
+        else AIMessage(content=f"answer {n} on topic {n * 7}", id=f"m{n}")
+        for n in range(9)
+    ]
+    stamped = stamp_messages(said, 1_700_000_000.0, "owner-a", 0)
+    by_id = {m.id: m for m in stamped}
+    messages = [by_id.get(m.id, m) for m in said]
+    every = to_turns(messages, "t1", 1_700_000_100.0)
+    known = {t.message_id for t in every[:6]}
+    fresh = to_turns(messages, "t1", 1_700_000_100.0, skip=known)
+    assert fresh == every[6:]
+    assert [t.position for t in fresh] == [6, 7, 8]
+    assert to_turns(messages, "t1", 1_700_000_100.0, skip=set()) == every
