@@ -43,13 +43,12 @@ from mnemoflow.activities.fragment_rows import (
     checked_user,
     clip,
 )
-from mnemoflow.memory.lines import indexed_terms, line_id, line_texts
+from mnemoflow.memory.lines import LINES_SUFFIX, indexed_terms, line_id, line_texts
 from mnemoflow.models.fragments import Fragment
 
-#: The line collection of a fragment collection is named after it. "_lines2": rows carry their
-#: fragment's fields (since the one-request search); the line collection of "_lines" before it
-#: carried none and is dropped once the new one is backfilled (`worker.app.migrate_to_lines`).
-LINES_SUFFIX = "_lines2"
+#: The line collections earlier versions named after a fragment collection (the current one:
+#: `memory.lines.LINES_SUFFIX`): "_lines" carried no fragment fields; it is dropped once the
+#: current one is backfilled (`worker.app.migrate_to_lines`).
 EARLIER_LINES_SUFFIXES = ("_lines",)
 LINE_PK_MAX_BYTES = PK_MAX_BYTES + 16
 #: The `fragment` column's limit: Milvus's VARCHAR ceiling, as the fragment row's content.

@@ -19,13 +19,17 @@ from collections.abc import Iterable
 from mnemoflow.memory.search import DROP_QUESTION_WORDS, split_lines
 from mnemoflow.memory.text import QUESTION_TOKENS, normalise, token_list
 
-__all__ = ["indexed_terms", "line_id", "line_texts", "query_terms", "term_token"]
+__all__ = ["LINES_SUFFIX", "indexed_terms", "line_id", "line_texts", "query_terms", "term_token"]
 
 #: Hex digits of a term's digest: 12 (48 bits) keep collisions below 1e-6 among 10^4 distinct
 #: terms of one user's lines, and a line's field short.
 TERM_DIGITS = 12
 #: Separates a fragment id from a line's position in a line row's primary key.
 LINE_SEPARATOR = "#"
+#: The line collection of a fragment collection is named after it (`activities/line_rows.py`
+#: writes it, `middleware/milvus_search.py` reads it). "_lines2": rows carry their fragment's
+#: fields (the one-request search); the "_lines" collection before it carried none.
+LINES_SUFFIX = "_lines2"
 
 
 def term_token(term: str) -> str:

@@ -46,8 +46,7 @@ import redis.asyncio as aioredis
 from langchain_core.embeddings import Embeddings
 from pymilvus import AnnSearchRequest, MilvusClient, RRFRanker, WeightedRanker
 
-from mnemoflow.activities.line_rows import LINES_SUFFIX
-from mnemoflow.memory.lines import query_terms
+from mnemoflow.memory.lines import LINES_SUFFIX, query_terms
 from mnemoflow.memory.search import RRF_K, CandidateIndex, SearchDoc
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
