@@ -105,15 +105,18 @@ def build_line_schema(dim: int) -> Any:
     schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
     schema.add_field("fragment", DataType.VARCHAR, max_length=FRAGMENT_MAX_BYTES)
-    schema.add_function(
-        Function(
-            name="terms_bm25",
-            function_type=FunctionType.BM25,
-            input_field_names=["terms"],
-            output_field_names=["sparse"],
-        )
-    )
+    schema.add_function(terms_bm25())
     return schema
+
+
+def terms_bm25() -> Any:
+    """The BM25 function that turns a line's `terms` into its `sparse` field."""
+    return Function(
+        name="terms_bm25",
+        function_type=FunctionType.BM25,
+        input_field_names=["terms"],
+        output_field_names=["sparse"],
+    )
 
 
 def line_index_params(vector_index: Any) -> Any:

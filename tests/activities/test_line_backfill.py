@@ -187,7 +187,9 @@ async def test_a_collection_named_like_an_earlier_line_collection_but_not_one_is
 
 def _earlier_lines(client: Any, name: str, dim: int) -> None:
     """The line collection as the version before the one-request search made it."""
-    from pymilvus import DataType, Function, FunctionType, MilvusClient
+    from pymilvus import DataType, MilvusClient
+
+    from mnemoflow.activities.line_rows import terms_bm25
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=160)
@@ -204,12 +206,5 @@ def _earlier_lines(client: Any, name: str, dim: int) -> None:
     )
     schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-    schema.add_function(
-        Function(
-            name="terms_bm25",
-            function_type=FunctionType.BM25,
-            input_field_names=["terms"],
-            output_field_names=["sparse"],
-        )
-    )
+    schema.add_function(terms_bm25())
     client.create_collection(name, schema=schema)
