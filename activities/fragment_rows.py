@@ -132,6 +132,24 @@ def notes_of(raw: object) -> list[LineNote]:
         return []
 
 
+def fragment_fields(fragment: Fragment) -> dict[str, Any]:
+    """A fragment's own columns, trimmed to their limits (a fragment row's, and what a line row
+    carries of them: `activities/line_rows.py`)."""
+    return {
+        "content": clip(fragment.content, CONTENT_MAX_BYTES),
+        "theme": clip(fragment.theme, THEME_MAX_BYTES),
+        "types": [clip(t, TYPE_MAX_BYTES) for t in fragment.types[:TYPES_MAX]],
+        "created_at": float(fragment.created_at),
+        "reinforced_at": float(fragment.reinforced_at),
+        "strengthen_count": int(fragment.strengthen_count),
+        "round_no": int(fragment.round_no),
+        "thread_id": clip(fragment.thread_id, THREAD_ID_MAX_BYTES),
+        "start_pos": int(fragment.start_pos),
+        "end_pos": int(fragment.end_pos),
+        "explicit": bool(fragment.explicit),
+    }
+
+
 def to_row(
     fragment: Fragment, vector: list[float], last_call_id: str = "", *, notes: bool = False
 ) -> dict[str, Any]:
@@ -146,17 +164,7 @@ def to_row(
         "user_key": checked_user(fragment.user_id),
         "user_id": fragment.user_id,
         "vector": vector,
-        "content": clip(fragment.content, CONTENT_MAX_BYTES),
-        "theme": clip(fragment.theme, THEME_MAX_BYTES),
-        "types": [clip(t, TYPE_MAX_BYTES) for t in fragment.types[:TYPES_MAX]],
-        "created_at": float(fragment.created_at),
-        "reinforced_at": float(fragment.reinforced_at),
-        "strengthen_count": int(fragment.strengthen_count),
-        "round_no": int(fragment.round_no),
-        "thread_id": clip(fragment.thread_id, THREAD_ID_MAX_BYTES),
-        "start_pos": int(fragment.start_pos),
-        "end_pos": int(fragment.end_pos),
-        "explicit": bool(fragment.explicit),
+        **fragment_fields(fragment),
         "last_call_id": clip(last_call_id, CALL_ID_MAX_BYTES),
     }
     if notes:

@@ -29,7 +29,7 @@ from pymilvus import MilvusClient
 
 from mnemoflow.activities.fragment_rows import ids_filter, to_fragment
 from mnemoflow.activities.fragment_store import FragmentStore, _lines_of
-from mnemoflow.activities.line_rows import FRAGMENT_FIELDS
+from mnemoflow.activities.line_rows import fragment_json
 from mnemoflow.memory.lines import line_texts
 from mnemoflow.models.fragments import Fragment
 
@@ -56,11 +56,10 @@ class BackfillReport:
         return asdict(self)
 
 
-def _signature(fragment: Fragment) -> tuple[Any, ...]:
+def _signature(fragment: Fragment) -> tuple[str, str]:
     """What a fragment's line rows are made of, apart from its vector (which follows its
-    content): a reinforcement meanwhile changes it too."""
-    carried = tuple(str(getattr(fragment, name)) for name in FRAGMENT_FIELDS)
-    return (*carried, "".join(n.model_dump_json() for n in fragment.notes))
+    content): what its `fragment` column holds (a reinforcement meanwhile changes it too)."""
+    return fragment_json(fragment), "".join(n.model_dump_json() for n in fragment.notes)
 
 
 async def backfill_lines(store: FragmentStore, *, batch: int = BATCH) -> BackfillReport:

@@ -35,13 +35,10 @@ from pymilvus import DataType, Function, FunctionType, MilvusClient
 from mnemoflow.activities.fragment_rows import (
     CONTENT_MAX_BYTES,
     PK_MAX_BYTES,
-    THEME_MAX_BYTES,
-    THREAD_ID_MAX_BYTES,
-    TYPE_MAX_BYTES,
-    TYPES_MAX,
     USER_KEY_MAX_BYTES,
     checked_user,
     clip,
+    fragment_fields,
 )
 from mnemoflow.memory.lines import LINES_SUFFIX, indexed_terms, line_id, line_texts
 from mnemoflow.models.fragments import Fragment
@@ -132,19 +129,12 @@ def line_index_params(vector_index: Any) -> Any:
 
 
 def fragment_json(fragment: Fragment) -> str:
-    """The `fragment` column: FRAGMENT_FIELDS as JSON, within the column's limit (the theme
-    and the thread id are cut to their fragment-row limits first, then the content)."""
-    fields: dict[str, Any] = {
-        "content": "",
-        "theme": clip(fragment.theme, THEME_MAX_BYTES),
-        "types": [clip(t, TYPE_MAX_BYTES) for t in fragment.types[:TYPES_MAX]],
-        "created_at": float(fragment.created_at),
-        "strengthen_count": int(fragment.strengthen_count),
-        "thread_id": clip(fragment.thread_id, THREAD_ID_MAX_BYTES),
-        "start_pos": int(fragment.start_pos),
-        "end_pos": int(fragment.end_pos),
-    }
-    content = clip(fragment.content, FRAGMENT_MAX_BYTES - len(_dumps(fields).encode("utf-8")))
+    """The `fragment` column: FRAGMENT_FIELDS as JSON, within the column's limit (each field
+    cut to its fragment-row limit first, then the content to what the others leave)."""
+    fields = fragment_fields(fragment)
+    fields = {name: fields[name] for name in FRAGMENT_FIELDS}
+    content, fields["content"] = fields["content"], ""
+    content = clip(content, FRAGMENT_MAX_BYTES - len(_dumps(fields).encode("utf-8")))
     while True:
         fields["content"] = content
         text = _dumps(fields)
