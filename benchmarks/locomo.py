@@ -6,7 +6,10 @@ every session is its own thread, handed over with MemoryClient.submit, each turn
 the session's date and its speaker's name (speaker_a as the user, speaker_b as the assistant);
 then the rounds are settled. Every category 1-4 question is then asked in a new thread through
 DurableMemoryMiddleware in a LangChain agent whose chat model records its system prompt; the
-memory part of that prompt is what is judged:
+memory part of that prompt is what is judged. The mnemoflow side asks read-only
+(`remember=False`: the questions read memory and add nothing, so what a call gets does not
+depend on how far the rounds of earlier questions got); the reinforced side hands its turns
+over and reinforces what its answers drew on:
 
 - evidence recall: every evidence turn's text appears in it (case and whitespace normalised);
   also the any-evidence variant, and whether the gold answer appears verbatim;
@@ -189,8 +192,14 @@ async def ask_all(
     agents = {}
     for side in users:
         model = _recorder(answers_from_memory=side == "mnemoflow_reinforced")
+        # The plain side probes memory read-only (LoCoMo's protocol: the memory is built from
+        # the conversation, the questions only read it); the reinforced side's model draws on
+        # memory, so its turns are handed over and what it drew on is reinforced.
         memory = DurableMemoryMiddleware(
-            client=client, core_prompt=CORE, clock=lambda: clock["now"]
+            client=client,
+            core_prompt=CORE,
+            clock=lambda: clock["now"],
+            remember=side == "mnemoflow_reinforced",
         )
         agent = create_agent(
             model, tools=[], middleware=[memory], checkpointer=InMemorySaver(), context_schema=Ctx

@@ -144,16 +144,24 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         config: MemoryConfig | None = None,
         clock: Callable[[], float] = time.time,
         metrics: ChatTokenMetrics | None = None,
+        remember: bool = True,
     ) -> None:
         """`core_prompt` None keeps the request's own system message as the core prompt;
-        `metrics` None counts chat tokens in a registry of its own (`self.metrics.registry`)."""
+        `metrics` None counts chat tokens in a registry of its own (`self.metrics.registry`).
+        `remember` False makes a read-only memory: each model call gets the user's memory as
+        usual, but nothing of the turn is handed over and nothing injected is reinforced (an
+        evaluation harness probing memory, a turn the user asked not to keep). The explicit
+        memory tools still act when called."""
         super().__init__()
         if not isinstance(client, MemoryClient):
             raise TypeError("client must be a middleware.MemoryClient")
         if core_prompt is not None and not isinstance(core_prompt, str):
             raise TypeError("core_prompt must be a string or None")
         self.client = client
+        if not isinstance(remember, bool):
+            raise TypeError("remember must be True or False")
         self.core_prompt = core_prompt
+        self.remember = remember
         self.config = config or client.config
         self._clock = clock
         self.metrics = metrics or ChatTokenMetrics()
@@ -188,9 +196,10 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         while len(self._turn_epochs) > MAX_TRACKED_THREADS:
             self._turn_epochs.popitem(last=False)
         messages, update = self._stamped(state, user_id, epoch)
-        known = self._known_accepted(state, user_id, thread, messages)
-        self._offer(user_id, thread, messages, known)
-        update.update(self._accepted_update(state, user_id, thread, messages, known))
+        if self.remember:
+            known = self._known_accepted(state, user_id, thread, messages)
+            self._offer(user_id, thread, messages, known)
+            update.update(self._accepted_update(state, user_id, thread, messages, known))
         query = _latest_human_text(messages)
         if query.strip():  # as early as the turn allows: the model call awaits it
             # Fragments of this thread said since its oldest message are likely still in the
@@ -213,6 +222,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         self._forgotten.pop(user_id, None)
         epoch = self._turn_epochs.pop(key, None)
         messages, update = self._stamped(state, user_id, epoch)
+        if not self.remember:  # read-only: stamped (ids, times), never handed over
+            self._window.pop(key, None)
+            return update or None
         known = self._known_accepted(state, user_id, thread, messages)
         self._offer(user_id, thread, messages, known)
         seen = messages[self._window.get(key, 0) :]
@@ -269,6 +281,8 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         if prompt != current or (prompt and request.system_message is None):
             overrides["system_message"] = SystemMessage(content=prompt) if prompt else None
         response = await handler(request.override(**overrides) if overrides else request)
+        if not self.remember:
+            return response
         replies = list(getattr(response, "result", None) or [])
         self._capture(user_id, thread, replies, history, fragments)
         usage = response_usage(response)
@@ -301,8 +315,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             forgotten = forgotten_by(result)
             if forgotten is not None:
                 self._after_forget(user_id, forgotten)
-            state = request.state if isinstance(request.state, dict) else {}
-            self._capture(user_id, thread, [result], state.get("messages", ()))
+            if self.remember:
+                state = request.state if isinstance(request.state, dict) else {}
+                self._capture(user_id, thread, [result], state.get("messages", ()))
         return result
 
     # --- sync entry points: the middleware is async-only ----------------------------------

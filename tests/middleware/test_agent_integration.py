@@ -117,10 +117,11 @@ def harness(
     saver: Any = None,
     model: ScriptedModel | None = None,
     clock: VirtualClock | None = None,
+    remember: bool = True,
 ) -> Harness:
     model = model or ScriptedModel()
     clock = clock or VirtualClock()
-    mw = DurableMemoryMiddleware(client=client, core_prompt=CORE, clock=clock)
+    mw = DurableMemoryMiddleware(client=client, core_prompt=CORE, clock=clock, remember=remember)
     agent = create_agent(
         model,
         list(tools),

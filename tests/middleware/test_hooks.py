@@ -197,6 +197,11 @@ def test_user_id_resolution() -> None:
 # --- hooks with memory down -------------------------------------------------------------------
 
 
+async def test_remember_must_be_a_bool(down_client: MemoryClient) -> None:
+    with pytest.raises(TypeError, match="remember must be True or False"):
+        DurableMemoryMiddleware(client=down_client, remember="no")  # type: ignore[arg-type]
+
+
 async def test_missing_user_id_fails_the_turn_clearly(down_client: MemoryClient) -> None:
     mw = DurableMemoryMiddleware(client=down_client)
     with pytest.raises(ValueError, match="needs a user id"):

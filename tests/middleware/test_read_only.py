@@ -1,0 +1,87 @@
+"""A read-only DurableMemoryMiddleware (`remember=False`) on the dev server with the real worker,
+Redis and Milvus Lite: its model calls get the user's memory, and nothing of its turns reaches
+the user's workflow (no message, no reinforcement); a remembering agent on the same client,
+asked the same way, is the control that shows both would have happened.
+"""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage
+from temporalio.testing import WorkflowEnvironment
+
+from tests.middleware.test_agent_integration import (
+    FACTS,
+    ScriptedModel,
+    VirtualClock,
+    harness,
+    new_user,
+    stack,
+    wait_indexed,
+)
+from tests.support.drive import eventually
+
+pytestmark = pytest.mark.integration
+
+ORDER_REPLY = "Your order number is 7734-221 and it has not arrived yet, I am sorry."
+
+
+@pytest.fixture
+def env(dev_env: WorkflowEnvironment) -> WorkflowEnvironment:
+    return dev_env
+
+
+async def test_a_read_only_agent_reads_memory_and_hands_nothing_over(
+    env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    async with stack(env, milvus_uri, redis_url) as (mw, client):
+        user, clock = new_user("ro"), VirtualClock()
+        writer = harness(client, clock=clock)
+        for text in FACTS:
+            await writer.turn(user, "session-1", text)
+        await writer.mw.flush()
+        await wait_indexed(client, user, "session-1", 2 * len(FACTS))
+        stored = {f.id: f.strengthen_count for f in await mw.store.all_for_user(user)}
+
+        reader = harness(
+            client,
+            clock=clock,
+            remember=False,
+            model=ScriptedModel(script=[AIMessage(ORDER_REPLY)]),
+        )
+        await reader.turn(user, "probe-read-only", "What was my order number again?")
+        await reader.turn(
+            user, "probe-read-only", "I moved to Leeds last month. Which day am I busy?"
+        )
+        assert "7734-221" in reader.model.system_prompt(0), "the read-only call got the memory"
+        assert "Wednesdays" in reader.model.system_prompt(1)
+        assert await reader.mw.flush() == 0
+
+        # The control: the same question and answer through a remembering agent.
+        control = harness(client, clock=clock, model=ScriptedModel(script=[AIMessage(ORDER_REPLY)]))
+        await control.turn(
+            user,
+            "probe-remembered",
+            "My new phone number is 0171-555-0199. What was my order number?",
+        )
+        await control.mw.flush()
+        await wait_indexed(client, user, "probe-remembered", 2)
+
+        async def reinforced() -> bool:
+            now = {f.id: f.strengthen_count for f in await mw.store.all_for_user(user)}
+            return any(now.get(i, 0) > n for i, n in stored.items())
+
+        await eventually(reinforced, deadline_s=60, what="the control's reinforcement")
+        # The reader's calls quoted the same fragment first (its flush awaited any
+        # reinforcement it sent): one step up means only the control's counted.
+        now = {f.id: f.strengthen_count for f in await mw.store.all_for_user(user)}
+        assert max(now[i] - n for i, n in stored.items()) == 1, "only the control reinforced"
+        after = await client.status(user)
+        assert after is not None
+        assert "probe-read-only" not in after.watermarks, "no read-only message was accepted"
+        assert after.watermarks["probe-remembered"].accepted == 2
+        assert after.pending_turns == 0 and after.undelivered == 0
+        said = " ".join(f.content for f in await mw.store.all_for_user(user))
+        assert "0171-555-0199" in said and "Leeds" not in said
+        state = await reader.state("probe-read-only")
+        assert len(state["messages"]) == 4 and not state.get("memory_accepted")
