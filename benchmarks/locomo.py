@@ -44,7 +44,6 @@ import os
 import statistics
 import sys
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -210,15 +209,18 @@ async def ask_all(
     search_log = logging.getLogger("mnemoflow.middleware.search")
     search_log.addHandler(fallbacks)
     search_log.setLevel(logging.INFO)
-    fell_back: dict[str, bool] = {}
-    rows = []
-    for i, q in enumerate(questions):
-        clock["now"] += 60.0
-        evidence = evidence_texts(conv, q)
-        texts: dict[str, str] = {}
-        elapsed = 0.0
-        for side, (model, _memory, agent) in agents.items():
-            message = HumanMessage(content=q["question"], additional_kwargs={"time": clock["now"]})
+    # Each side asks every question before the next side starts, and the reinforced side's
+    # memory work is settled before anything else runs: what the plain side's calls find
+    # depends on nothing that runs beside them (the rows other users write to the same Milvus
+    # segments change its BM25 statistics), so a re-run gives the same figures.
+    times = [last + 86400.0 + 60.0 * (i + 1) for i in range(len(questions))]
+    texts: list[dict[str, str]] = [{} for _ in questions]
+    fell_back: list[dict[str, bool]] = [{} for _ in questions]
+    elapsed = [0.0 for _ in questions]
+    for side, (model, memory, agent) in agents.items():
+        for i, q in enumerate(questions):
+            clock["now"] = times[i]
+            message = HumanMessage(content=q["question"], additional_kwargs={"time": times[i]})
             before = fallbacks.count
             started = time.perf_counter()
             await agent.ainvoke(
@@ -227,10 +229,16 @@ async def ask_all(
                 context=Ctx(user_id=users[side]),
             )
             if side == "mnemoflow":
-                elapsed = time.perf_counter() - started
-            fell_back[side] = fallbacks.count > before
-            texts[side] = _memory_part(model.last_system_prompt)
-        texts.update(
+                elapsed[i] = time.perf_counter() - started
+            fell_back[i][side] = fallbacks.count > before
+            texts[i][side] = _memory_part(model.last_system_prompt)
+        if memory.remember:
+            await memory.flush()
+            await client.settle(users[side], timeout_s=SETTLE_DEADLINE_S)
+    rows = []
+    for i, q in enumerate(questions):
+        evidence = evidence_texts(conv, q)
+        texts[i].update(
             {
                 "hybrid": base.hybrid_text(q["question"], args.budget),
                 "bm25": base.bm25_text(q["question"], args.budget),
@@ -242,12 +250,12 @@ async def ask_all(
             "q": i,
             "category": CATEGORIES[q["category"]],
             "evidence_turns": len(evidence),
-            "retrieval_s": round(elapsed, 4),
+            "retrieval_s": round(elapsed[i], 4),
         }
-        for side, text in texts.items():
+        for side, text in texts[i].items():
             row[side] = {**judge(text, evidence, q.get("answer", "")), "tokens": count(text)}
-            if side in fell_back:
-                row[side]["fell_back"] = fell_back[side]
+            if side in fell_back[i]:
+                row[side]["fell_back"] = fell_back[i][side]
         rows.append(row)
     search_log.removeHandler(fallbacks)
     for _model, memory, _agent in agents.values():
@@ -334,12 +342,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         client.searcher.warm()
         try:
             for conv in convs:
-                tag = uuid.uuid4().hex[:6]
-                users = {"mnemoflow": f"locomo-{conv.name}-{tag}"}
+                # The same ids every run (the stack is new each time): a row's key decides
+                # where Milvus puts it and the order of equal scores.
+                users = {"mnemoflow": f"locomo-{conv.name}"}
                 if args.reinforcement == "both":
-                    users["mnemoflow_reinforced"] = f"locomo-{conv.name}-{tag}-r"
+                    users["mnemoflow_reinforced"] = f"locomo-{conv.name}-r"
                 print(f"[{conv.name}] ingesting {len(conv.turns)} turns x{len(users)}", flush=True)
-                done = await asyncio.gather(*(ingest(client, conv, u) for u in users.values()))
+                # one user after the other: the order of the rows written is the same each run
+                done = [await ingest(client, conv, u) for u in users.values()]
                 ingested = done[0]
                 print(f"[{conv.name}] {ingested}", flush=True)
                 questions = conv.questions[: args.questions] if args.questions else conv.questions
