@@ -108,10 +108,10 @@ NOTES = [
     "| | replica |",
     "| + the plain side asks read-only (`remember=False`), each side asks all its questions "
     "before the next side starts, the reinforced side's rounds are settled before anything "
-    "else runs, and user ids are the same every run (commits 2a44f25 and the one after "
-    "9abc451): what the plain side's calls find no longer depends on rows other users were "
+    "else runs, and user ids are the same every run (commits 2a44f25, 15ac21a): what the "
+    "plain side's calls find no longer depends on rows other users were "
     "writing meanwhile (they change Milvus's per-segment BM25 statistics) | the table above; "
-    "two runs answered every question alike (before: 0.714-0.725 from run to run) "
+    "three runs answered every question alike (before: 0.714-0.725 from run to run) "
     "| this benchmark |",
     "| tried and left out (served replica, `--milvus`, from 0.728): each line row with its own "
     "USE vector instead of its fragment's (0.721), or the two averaged (0.725) | | replica |",
