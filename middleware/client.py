@@ -360,7 +360,8 @@ class MemoryClient:
         """Re-send a thread's messages (LangChain messages, e.g. from a checkpointer's state)
         after a process died before delivering them. Idempotent: the workflow accepts each
         message identity once, so messages it has are no-ops. Messages another user's turns
-        stamped, and summaries other middleware wrote, are skipped. Copies without memory's
+        stamped, summaries other middleware wrote, and messages of read-only turns
+        (`DurableMemoryMiddleware(remember=False)`) are skipped. Copies without memory's
         stamps (an app's own database) are known by their id and text, as the middleware first
         knew them; one without a time stamp is refused by a user workflow that forgot its user
         (when it was said is unknown: `ResyncResult.unstamped` counts them). Raises

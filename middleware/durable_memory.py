@@ -64,6 +64,7 @@ from mnemoflow.middleware.window import (
     TURN_KEY,
     fresh_identity,
     handover_trigger,
+    is_unkept,
     last_human_position,
     legacy_identity,
     message_identity,
@@ -150,8 +151,10 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         `metrics` None counts chat tokens in a registry of its own (`self.metrics.registry`).
         `remember` False makes a read-only memory: each model call gets the user's memory as
         usual, but nothing of the turn is handed over and nothing injected is reinforced (an
-        evaluation harness probing memory, a turn the user asked not to keep). The explicit
-        memory tools still act when called."""
+        evaluation harness probing memory, a turn the user asked not to keep). Its messages
+        are marked (`window.UNKEPT_KEY`): a later turn of a middleware that remembers, on the
+        same thread, or a `resync` of it, does not hand them over either. The explicit memory
+        tools still act when called."""
         super().__init__()
         if not isinstance(client, MemoryClient):
             raise TypeError("client must be a middleware.MemoryClient")
@@ -432,7 +435,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
     ) -> tuple[list[AnyMessage], dict[str, Any]]:
         """The state's messages with time, owner and epoch stamps, and the update that stores
         them (`epoch`: the forget epoch of the turn, stamped on messages new to it)."""
-        stamped = stamp_messages(state["messages"], self._clock(), owner_of(user_id), epoch)
+        stamped = stamp_messages(
+            state["messages"], self._clock(), owner_of(user_id), epoch, keep=self.remember
+        )
         by_id = {m.id: m for m in stamped}
         messages = [by_id.get(m.id, m) for m in state["messages"]]
         return messages, ({"messages": stamped} if stamped else {})
@@ -460,6 +465,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
         elif isinstance(value, list):
             known.update(legacy.get(str(i), str(i)) for i in value)
         known |= self.client.accepted(user_id, thread, identities)
+        # Said in a read-only turn: never to be delivered, so as good as accepted (the record
+        # stays a compact head over them).
+        known.update(i for m, i in zip(messages, identities, strict=True) if is_unkept(m))
         return known & set(identities)
 
     def _offer(
@@ -523,6 +531,7 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             stamp = message_time(message)
             if (
                 not memory
+                or is_unkept(message)  # never in memory: the model must keep seeing it
                 or message_identity(message) not in known
                 or stamp is None
                 or (mark.pending_since is not None and stamp >= mark.pending_since)

@@ -47,6 +47,9 @@ QUOTES_KEY = "mnemoflow_quotes"
 #: turn that first saw it: when it was said is unknown, so a user workflow that forgot its user
 #: refuses it (`ChatTurn.unstamped`), as it refuses copies re-sent with no stamp.
 TIME_ASSUMED_KEY = "mnemoflow_time_assumed"
+#: Set on a message a read-only middleware (`remember=False`) was the first to see: it is never
+#: handed over, not by a later turn of a middleware that remembers, nor by `resync`.
+UNKEPT_KEY = "mnemoflow_unkept"
 #: Messages other middleware writes from earlier ones (LangChain's summaries): not said by
 #: anyone, so never stored as memory.
 DERIVED_SOURCES = frozenset({"summarization"})
@@ -211,10 +214,13 @@ def stamp_messages(
     now: float,
     owner: str | None = None,
     epoch: int | None = None,
+    *,
+    keep: bool = True,
 ) -> list[AnyMessage]:
     """Copies (same ids) of the messages missing a time stamp (or, given `owner`, an owner
     stamp), stamped `now` (never earlier than the stamps before them, `stamp_times`) and their
-    owner (`message_owners`); other messages are untouched.
+    owner (`message_owners`); other messages are untouched. `keep` False (a read-only turn)
+    marks the messages new to the middleware as never to be remembered (`UNKEPT_KEY`).
 
     Returned as a state update, add_messages replaces each message by id; an existing stamp is
     never overwritten, because an external stamp (set at ingestion) is the more exact one, and
@@ -243,6 +249,8 @@ def stamp_messages(
                 kwargs[IDENTITY_KEY] = fresh_identity(message)
             if epoch is not None and EPOCH_KEY not in kwargs:
                 kwargs[EPOCH_KEY] = epoch
+            if not keep:
+                kwargs[UNKEPT_KEY] = True
         if kwargs != message.additional_kwargs:
             stamped.append(message.model_copy(update={"additional_kwargs": kwargs}))
     return stamped
@@ -303,6 +311,11 @@ def owned_by(messages: Sequence[BaseMessage], owner: str) -> list[bool]:
         not is_derived(m) and o == owner
         for m, o in zip(messages, message_owners(messages, owner), strict=True)
     ]
+
+
+def is_unkept(message: BaseMessage) -> bool:
+    """Said in a read-only turn (`UNKEPT_KEY`): never memory."""
+    return message.additional_kwargs.get(UNKEPT_KEY) is True
 
 
 def is_derived(message: BaseMessage) -> bool:
@@ -451,11 +464,13 @@ def to_turns(
     and a digest of its text), so a copy of a message it handed over is the same message; one
     without a time stamp is marked `unstamped` (when it was said is unknown: a user workflow
     that forgot its user refuses it). Messages whose identity is in `skip` (known accepted
-    already) are left out before they are built: a turn offers only its new messages."""
+    already) are left out before they are built: a turn offers only its new messages; so are
+    those said in a read-only turn (`UNKEPT_KEY`)."""
     if user_id is not None:
         keep = owned_by(messages, owner_of(user_id))
     else:
         keep = [not is_derived(m) for m in messages]
+    keep = [k and not is_unkept(m) for k, m in zip(keep, messages, strict=True)]
     thread = clean_text(thread_id)
     times = stamp_times(messages, now)
     turns = []

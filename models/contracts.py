@@ -130,7 +130,11 @@ class ResyncResult(BaseModel):
 
     thread_id: str
     sent: int = Field(0, description="messages re-sent (those already accepted are no-ops)")
-    skipped: int = Field(0, description="another user's messages and other middleware's summaries")
+    skipped: int = Field(
+        0,
+        description="another user's messages, other middleware's summaries and messages of "
+        "read-only turns",
+    )
     unstamped: int = Field(
         0,
         description="of those sent, messages without a time stamp (copies from an app's own "

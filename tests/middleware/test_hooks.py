@@ -28,6 +28,7 @@ from mnemoflow.middleware.durable_memory import accepted_key
 from mnemoflow.middleware.payloads import MAX_EVENT_BYTES, split_event, trim_turn
 from mnemoflow.middleware.window import (
     OWNER_KEY,
+    UNKEPT_KEY,
     handover_trigger,
     message_identity,
     message_text,
@@ -100,6 +101,17 @@ def test_stamping_keeps_existing_stamps_and_ids() -> None:
     assert [(m.id, m.additional_kwargs["time"]) for m in stamped] == [("2", 99.0)]
     assert msgs[1].additional_kwargs == {}, "the original message must not be mutated"
     assert stamp_messages(stamped, now=123.0) == []
+
+
+def test_a_read_only_stamp_marks_only_messages_new_to_memory() -> None:
+    owner = owner_of("ada")
+    seen = stamp_messages([HumanMessage("kept", id="k")], now=10.0, owner=owner)[0]
+    msgs = [seen, AIMessage("reply", id="r"), HumanMessage("off the record", id="o")]
+    stamped = {m.id: m for m in stamp_messages(msgs, now=20.0, owner=owner, keep=False)}
+    assert set(stamped) == {"r", "o"}, "a message memory had seen keeps its stamps"
+    assert all(m.additional_kwargs[UNKEPT_KEY] is True for m in stamped.values())
+    turns = to_turns([seen, *stamped.values()], "th", now=30.0, user_id="ada")
+    assert [t.content for t in turns] == ["kept"], "read-only lines never become turns"
 
 
 def test_conversion_to_chat_turns() -> None:

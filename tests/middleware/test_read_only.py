@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from temporalio.testing import WorkflowEnvironment
 
 from tests.middleware.test_agent_integration import (
@@ -85,3 +86,40 @@ async def test_a_read_only_agent_reads_memory_and_hands_nothing_over(
         assert "0171-555-0199" in said and "Leeds" not in said
         state = await reader.state("probe-read-only")
         assert len(state["messages"]) == 4 and not state.get("memory_accepted")
+
+
+async def test_what_a_read_only_turn_said_stays_unkept_on_the_same_thread(
+    env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """A thread starts read-only, then an agent that remembers goes on with it (one
+    checkpointer): only the remembering turns are stored, also after a resync of the thread,
+    and the model keeps seeing the read-only lines (they are not trimmed as if indexed)."""
+    async with stack(env, milvus_uri, redis_url) as (mw, client):
+        user, clock, saver = new_user("mix"), VirtualClock(), InMemorySaver()
+        reader = harness(client, clock=clock, saver=saver, remember=False)
+        writer = harness(client, clock=clock, saver=saver)
+        await reader.turn(user, "mixed", "Off the record: my salary is 91,500 a year.")
+        await reader.turn(user, "mixed", "Off the record: I am looking for another job.")
+        await writer.turn(user, "mixed", "My dog is called Biscuit and she is three.")
+        await writer.turn(user, "mixed", "Biscuit likes the beach at Formby.")
+        await writer.mw.flush()
+        await wait_indexed(client, user, "mixed", 4)
+        status = await client.status(user)
+        assert status is not None and status.watermarks["mixed"].accepted == 4
+
+        messages = (await writer.state("mixed"))["messages"]
+        assert len(messages) == 8
+        result = await client.resync(user, "mixed", messages)
+        assert (result.sent, result.skipped) == (4, 4), "none of the read-only turns' messages"
+        await writer.turn(user, "mixed", "Thanks.")
+        await writer.mw.flush()
+        await wait_indexed(client, user, "mixed", 6)
+
+        said = " ".join(f.content for f in await mw.store.all_for_user(user))
+        assert "Biscuit" in said and "Formby" in said
+        assert "salary" not in said and "91,500" not in said and "another job" not in said
+        status = await client.status(user)
+        assert status is not None and status.watermarks["mixed"].accepted == 6
+        # every message of the thread still reaches the model on the last call
+        last_call = writer.model.seen[-1]
+        assert any("91,500" in str(m.content) for m in last_call)
