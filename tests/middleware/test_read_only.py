@@ -1,16 +1,23 @@
 """A read-only DurableMemoryMiddleware (`remember=False`) on the dev server with the real worker,
 Redis and Milvus Lite: its model calls get the user's memory, and nothing of its turns reaches
 the user's workflow (no message, no reinforcement); a remembering agent on the same client,
-asked the same way, is the control that shows both would have happened.
+asked the same way, is the control that shows both would have happened. Then the same thread
+continued by both kinds of agent, also from two processes with summarisation in the mix.
 """
 
 from __future__ import annotations
 
+import random
+import time
+
 import pytest
-from langchain_core.messages import AIMessage
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from temporalio.testing import WorkflowEnvironment
 
+from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.middleware import DurableMemoryMiddleware
 from tests.middleware.test_agent_integration import (
     FACTS,
     ScriptedModel,
@@ -20,7 +27,11 @@ from tests.middleware.test_agent_integration import (
     stack,
     wait_indexed,
 )
+from tests.middleware.test_delivery import HOUR, Ctx, line, settled, summarizer
+from tests.support.chat import ReceiptModel, receipt
 from tests.support.drive import eventually
+from tests.support.invariants import leaked_to, said_vs_stored
+from tests.support.memory_worker import memory_worker
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +134,59 @@ async def test_what_a_read_only_turn_said_stays_unkept_on_the_same_thread(
         # every message of the thread still reaches the model on the last call
         last_call = writer.model.seen[-1]
         assert any("91,500" in str(m.content) for m in last_call)
+
+
+async def test_read_only_and_remembering_agents_in_two_processes_share_a_thread(
+    env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+) -> None:
+    """What an integrator combines: two agent processes (each its own MemoryClient, outbox and
+    middleware), one checkpointer they both continue the thread from, and LangChain's
+    summarisation in both, rewriting the list while messages wait for hand-over. Turns
+    alternate between the remembering agent and the read-only one, every line distinct: each
+    line of the remembering turns is stored exactly once and none of the read-only turns'."""
+    rng = random.Random(20261206)
+    async with memory_worker(
+        env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
+    ) as mw:
+        user, saver = new_user("two"), InMemorySaver()
+        async with mw.memory_client(redis_url) as one, mw.memory_client(redis_url) as two:
+            mw.track(one.workflow_id(user))
+            clock = {"t": time.time() - 3 * HOUR}
+            agents = {}
+            for name, client, remember in (("kept", one, True), ("off", two, False)):
+                memory = DurableMemoryMiddleware(
+                    client=client, clock=lambda: clock["t"], remember=remember
+                )
+                agents[name] = (
+                    memory,
+                    create_agent(
+                        ReceiptModel(),
+                        [],
+                        middleware=[memory, summarizer()],
+                        context_schema=Ctx,
+                        checkpointer=saver,
+                    ),
+                )
+            said: dict[str, list[str]] = {"kept": [], "off": []}
+            for i in range(16):
+                name = "kept" if i % 2 == 0 else "off"
+                text = line(rng, i, name)
+                clock["t"] += 40.0
+                result = await agents[name][1].ainvoke(
+                    {"messages": [HumanMessage(text)]},
+                    {"configurable": {"thread_id": "shared"}},
+                    context=Ctx(user),
+                )
+                assert result["messages"][-1].content == receipt(text), "the turn went on"
+                said[name] += [text, receipt(text)]
+            state = await agents["kept"][1].aget_state({"configurable": {"thread_id": "shared"}})
+            kept = state.values["messages"]
+            assert kept[0].additional_kwargs.get("lc_source") == "summarization"
+            for memory, _agent in agents.values():
+                assert await memory.flush() == 0
+            status = await settled(one, user, ["shared"])
+            outcome = await said_vs_stored(mw.store, user, status, {"shared": said["kept"]})
+            assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
+            assert status.watermarks["shared"].accepted == len(said["kept"]) == 16
+            leaked = await leaked_to(mw.store, user, said["off"])
+            assert leaked.duplicated == 0, "a read-only line was stored"
