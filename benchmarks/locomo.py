@@ -257,9 +257,7 @@ async def ask_all(
             if side in fell_back[i]:
                 row[side]["fell_back"] = fell_back[i][side]
         rows.append(row)
-    search_log.removeHandler(fallbacks)
-    for _model, memory, _agent in agents.values():
-        await memory.flush()
+    search_log.removeHandler(fallbacks)  # the remembering side was flushed and settled above
     for row in rows:
         row["full_context_tokens"] = base.full_context_tokens
     return rows

@@ -160,9 +160,9 @@ class DurableMemoryMiddleware(AgentMiddleware[DurableMemoryState, Any, Any]):
             raise TypeError("client must be a middleware.MemoryClient")
         if core_prompt is not None and not isinstance(core_prompt, str):
             raise TypeError("core_prompt must be a string or None")
-        self.client = client
         if not isinstance(remember, bool):
             raise TypeError("remember must be True or False")
+        self.client = client
         self.core_prompt = core_prompt
         self.remember = remember
         self.config = config or client.config
