@@ -192,8 +192,12 @@ async def _case(
             fill = 0.0
             each = others_lines(args.others_lines, args.others_total, users)
             out["others_lines_each"] = each
+            others: list[Any] = []  # the other users' fragments, BATCH at a time
             for u in range(users - 1):
-                fill += await _fill(store, corpus, history_fragments(f"other{u}", each, texts, now))
+                others += history_fragments(f"other{u}", each, texts, now)
+                if len(others) >= BATCH or u == users - 2:
+                    fill += await _fill(store, corpus, others)
+                    others = []
             fill += await _fill(store, corpus, history_fragments("probe", lines, texts, now))
             lines_name = store.lines_collection
             assert lines_name is not None
