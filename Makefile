@@ -48,7 +48,7 @@ dev: venv
 # protocol (benchmarks/_protocol.py) runs each 3 times on fresh stacks and writes the median with
 # the spread and what else ran on the machine. Short sizes by default, `make bench FULL=1` for
 # the full runs; plots go to docs/img/, then `make docs` puts the figures in the docs.
-BENCHES    := hot_path throughput throughput_split round_floor retrieval milvus_flush recall
+BENCHES    := hot_path throughput throughput_split round_floor retrieval retrieval_scale milvus_flush recall
 BENCH_MODE := $(if $(FULL),,--short)
 # The full throughput run adds one user's 200 rounds (history growth, docs/PERFORMANCE.md).
 BENCH_ARGS_throughput := $(if $(FULL),-- --one-user 200,)

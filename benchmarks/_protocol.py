@@ -70,6 +70,11 @@ HEADLINES: dict[str, list[str]] = {
         "by_latency.0ms.mnemoflow.added.p95_ms",
     ],
     "retrieval": ["by_store_size.10000.10_per_user_retrieve_k_64.select_total.p95_ms"],
+    "retrieval_scale": [
+        "cases.0.milvus.agent_cpu_ms_per_call",
+        "cases.-1.milvus.agent_cpu_ms_per_call",
+        "cases.0.milvus.p95_ms",
+    ],
     "milvus_flush": ["policies.every_64_rows.round_store_mean_ms"],
     "recall": ["mnemoflow.mean.recall_same_thread", "mnemoflow.mean.recall_new_thread"],
 }
