@@ -267,11 +267,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(DATA))
-    parser.add_argument("--lines", default="600,10000,100000")
-    parser.add_argument("--users", default="1,100,10000")
+    parser.add_argument("--lines", default=None, help="default 600,10000,100000")
+    parser.add_argument("--users", default=None, help="default 1,100,10000")
     parser.add_argument("--others-lines", type=int, default=600)
     parser.add_argument("--others-total", type=int, default=100_000)
-    parser.add_argument("--queries", type=int, default=60)
+    parser.add_argument("--queries", type=int, default=None, help="default 60")
     parser.add_argument("--out", default="retrieval_scale")
     parser.add_argument(
         "--short",
@@ -279,8 +279,12 @@ def main() -> int:
         help="600 and 10,000 lines among 1 and 100 users, 20 calls per case",
     )
     args = parser.parse_args()
-    if args.short:
-        args.lines, args.users, args.queries = "600,10000", "1,100", 20
+    # what is given wins; the rest is the short or the full size
+    short = {"lines": "600,10000", "users": "1,100", "queries": 20}
+    full = {"lines": "600,10000,100000", "users": "1,100,10000", "queries": 60}
+    for name, value in (short if args.short else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     result = asyncio.run(run(args))
     write_result(args.out, result, args)
     return 0
