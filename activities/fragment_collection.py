@@ -170,9 +170,26 @@ def nearest(
     opts: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """The `limit` rows matching `expr` nearest to `vector` (each with a COSINE `distance`)."""
+    found = nearest_each(client, collection, [vector], expr, limit, index_type, fields, opts)
+    return found[0] if found else []
+
+
+def nearest_each(
+    client: MilvusClient,
+    collection: str,
+    vectors: list[list[float]],
+    expr: str,
+    limit: int,
+    index_type: str,
+    fields: list[str],
+    opts: dict[str, Any],
+) -> list[list[dict[str, Any]]]:
+    """For each of `vectors`, the `limit` rows matching `expr` nearest to it: one search."""
+    if not vectors:
+        return []
     hits = client.search(
         collection,
-        data=[vector],
+        data=vectors,
         filter=expr,
         limit=limit,
         output_fields=fields,
@@ -180,4 +197,4 @@ def nearest(
         anns_field="vector",
         **opts,
     )
-    return list(hits[0]) if hits else []
+    return [list(h) for h in hits] if hits else [[] for _ in vectors]

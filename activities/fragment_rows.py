@@ -26,6 +26,7 @@ USER_ID_MAX_BYTES = 4 * MAX_USER_ID_CHARS  # any 4096-character id fits, whateve
 CONTENT_MAX_BYTES = 65_535  # Milvus's VARCHAR ceiling
 THEME_MAX_BYTES = 1024
 TYPES_MAX = 16
+_PLAIN_TYPE = re.compile(r"[A-Za-z0-9_ .:-]{1,64}")
 TYPE_MAX_BYTES = 64
 THREAD_ID_MAX_BYTES = 2048
 CALL_ID_MAX_BYTES = 2048
@@ -97,6 +98,16 @@ def user_filter(key: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{1,64}", key):
         raise InvalidInputError("user key must be hex")
     return f'user_key == "{key}"'
+
+
+def types_filter(types: Iterable[str]) -> str:
+    """Rows holding any of `types` ("" for none). Types outside a plain alphabet are left out:
+    they cannot be quoted into a filter safely, and a far fragment of such a type is only
+    missed as a floor candidate, never mis-scored."""
+    safe = sorted({t for t in types if _PLAIN_TYPE.fullmatch(t)})
+    if not safe:
+        return ""
+    return f"array_contains_any(types, [{', '.join(json.dumps(t) for t in safe)}])"
 
 
 def ids_filter(key: str, ids: list[str]) -> str:

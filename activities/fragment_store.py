@@ -41,7 +41,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
@@ -53,6 +53,7 @@ from mnemoflow.activities.fragment_collection import (
     create_if_missing,
     index_params,
     nearest,
+    nearest_each,
     not_loaded,
     query_all,
 )
@@ -69,6 +70,7 @@ from mnemoflow.activities.fragment_rows import (
     storable_ids,
     to_fragment,
     to_row,
+    types_filter,
     user_filter,
 )
 from mnemoflow.activities.line_rows import (
@@ -117,6 +119,22 @@ GRPC_OPTIONS = {
 QUERY_VECTORS_KEPT = 64
 #: Longer queries are not kept (a round's query is at most 2,000 characters): the keys stay small.
 QUERY_KEPT_CHARS = 4000
+#: With a bounded `candidates` search, the nearest fragments of the always-injected types that
+#: are added to the nearest ones (a type-floor seat needs a candidate to fill it).
+FLOOR_CANDIDATES = 32
+#: Fragment vectors a store keeps by exact text: `repeat_peers` embeds a round's fragments to find
+#: their neighbours, and `upsert_vectors` then writes the ones that are new without embedding
+#: them again.
+DOC_VECTORS_KEPT = 256
+
+
+def _best_first(rows: Rows, cos: Sequence[float]) -> list[Candidate]:
+    """One candidate per row id (the first seen), best cosine first, ties by id."""
+    best: dict[str, Candidate] = {}
+    for row, c in zip(rows, cos, strict=True):
+        if row["pk"] not in best:
+            best[row["pk"]] = Candidate(fragment=to_fragment(row), cos=float(c))
+    return sorted(best.values(), key=lambda c: (-c.cos, c.fragment.id))
 
 
 class FragmentStore:
@@ -164,6 +182,7 @@ class FragmentStore:
         # query among documents (USE and the test hashing do; e5-style models do not).
         self._symmetric = bool(getattr(embeddings, "symmetric", False))
         self._query_vectors: OrderedDict[str, list[float]] = OrderedDict()
+        self._doc_vectors: OrderedDict[str, list[float]] = OrderedDict()
         self._token = token or ""
         # whether the collection has the notes column (`ensure` finds out)
         self._notes = False
@@ -482,12 +501,7 @@ class FragmentStore:
         if not fragments:
             return []
         texts = [clip(f.content, CONTENT_MAX_BYTES) for f in fragments]
-        along = query is not None and self._symmetric and query not in self._query_vectors
-        if along:
-            texts.append(query)  # type: ignore[arg-type]
-        vectors = await asyncio.to_thread(self._embeddings.embed_documents, texts)
-        if along:
-            self._keep_query(query, vectors.pop())  # type: ignore[arg-type]
+        vectors = await self._embed(texts, query)
         # The last of a repeated id wins, within a batch as across batches.
         written = {f.id: (f, v) for f, v in zip(fragments, vectors, strict=True)}
         rows = [to_row(f, v, notes=self._notes) for f, v in written.values()]
@@ -499,6 +513,70 @@ class FragmentStore:
 
         await self._run_write(work, guard)
         return pairs
+
+    async def _embed(self, texts: list[str], query: str | None) -> list[list[float]]:
+        """Vectors of `texts` (those `repeat_peers` embedded are reused, and kept no longer);
+        a `query` about to be searched rides in the same forward pass and is kept."""
+        kept = self._doc_vectors
+        vectors: dict[int, list[float]] = {i: kept.pop(t) for i, t in enumerate(texts) if t in kept}
+        todo = [i for i in range(len(texts)) if i not in vectors]
+        along = query is not None and self._symmetric and query not in self._query_vectors
+        batch = [texts[i] for i in todo] + ([query] if along and query is not None else [])
+        if batch:
+            made = await asyncio.to_thread(self._embeddings.embed_documents, batch)
+            if along and query is not None:
+                self._keep_query(query, made.pop())
+            vectors.update(zip(todo, made, strict=True))
+        return [vectors[i] for i in range(len(texts))]
+
+    async def repeat_peers(
+        self,
+        user_id: str,
+        fragments: list[Fragment],
+        *,
+        rounds: int,
+        neighbours: int,
+        query: str | None = None,
+    ) -> list[Fragment]:
+        """The user's stored fragments that new `fragments` (the user's) could repeat, or that
+        changed what they say, oldest first: every fragment of the `rounds` rounds before the
+        earliest of theirs, and the `neighbours` nearest each by vector (a read bounded by the
+        round window, not by the user's history; docs/ARCHITECTURE.md "The round").
+
+        The fragments' vectors are kept for the `upsert_vectors` that writes the new ones, and
+        `query` rides in their forward pass as it would there."""
+        key = checked_user(user_id)
+        if not fragments:
+            return []
+        texts = [clip(f.content, CONTENT_MAX_BYTES) for f in fragments]
+        vectors = await self._embed(texts, query)
+        for text, vector in zip(texts, vectors, strict=True):
+            self._doc_vectors[text] = vector
+            self._doc_vectors.move_to_end(text)
+        while len(self._doc_vectors) > DOC_VECTORS_KEPT:
+            self._doc_vectors.popitem(last=False)
+        since = min(f.round_no for f in fragments) - rounds
+        expr, opts, kind = user_filter(key), self._read_opts(key), self.index_type
+        # Rounds are numbered from 1: a window reaching round 0 holds the whole history, and
+        # no neighbour can be outside it.
+        whole = since <= 0
+        window = expr if whole else f"{expr} and round_no >= {int(since)}"
+        recent = await self._run(
+            lambda c: query_all(c, self.collection, window, self._scalar_fields, opts)
+        )
+        near: list[list[dict[str, Any]]] = []
+        if neighbours > 0 and not whole:
+            n = min(neighbours, QUERY_WINDOW)
+            near = await self._run(
+                lambda c: nearest_each(
+                    c, self.collection, vectors, expr, n, kind, self._scalar_fields, opts
+                )
+            )
+        found = {r["pk"]: to_fragment(r) for r in recent}
+        for hits in near:
+            for h in hits:
+                found.setdefault(h["entity"]["pk"], to_fragment(h["entity"]))
+        return sorted(found.values(), key=lambda f: (f.created_at, f.id))
 
     async def _rows(self, key: str, ids: list[str], fields: list[str]) -> Rows:
         if not ids:
@@ -525,6 +603,19 @@ class FragmentStore:
         rows = await self._user_rows(checked_user(user_id), self._scalar_fields)
         return sorted((to_fragment(r) for r in rows), key=lambda f: (f.created_at, f.id))
 
+    async def of_rounds(self, user_id: str, rounds: Sequence[int]) -> list[Fragment]:
+        """The user's fragments stored by any of `rounds`, oldest first."""
+        wanted = sorted({int(n) for n in rounds})
+        if not wanted:
+            return []
+        key = checked_user(user_id)
+        expr = f"{user_filter(key)} and round_no in [{', '.join(str(n) for n in wanted)}]"
+        opts = self._read_opts(key)
+        rows = await self._run(
+            lambda c: query_all(c, self.collection, expr, self._scalar_fields, opts)
+        )
+        return sorted((to_fragment(r) for r in rows), key=lambda f: (f.created_at, f.id))
+
     async def highest_round(self, user_id: str) -> int:
         """The highest round number among the user's stored fragments (0 for none)."""
         rows = await self._user_rows(checked_user(user_id), ["round_no"])
@@ -535,11 +626,24 @@ class FragmentStore:
         rows = await self._user_rows(checked_user(user_id), [*self._scalar_fields, "vector"])
         return [(to_fragment(r), [float(x) for x in r["vector"]]) for r in rows]
 
-    async def candidates(self, user_id: str, query: str, limit: int | None) -> list[Candidate]:
+    async def candidates(
+        self,
+        user_id: str,
+        query: str,
+        limit: int | None,
+        floor_types: Sequence[str] = (),
+        held: Sequence[str] | None = None,
+    ) -> list[Candidate]:
         """The user's fragments with their cosine to `query`, best first.
 
-        `limit=None` scores all of the user's fragments (exact cosine in numpy); a number runs a
-        filtered vector search for that many nearest fragments.
+        `limit=None` scores all of the user's fragments (exact cosine in numpy; the read grows
+        with the user's history). A number runs a filtered vector search for that many nearest
+        fragments. When the user has that many or more, a fragment of an always-injected type
+        (`floor_types`) far from the query must still compete for its seat
+        (docs/ARCHITECTURE.md, "Selection"): with `held` (a round's store step: the fragments
+        published last and the round's own), those ids are scored too, read by id; without, a
+        second search adds the nearest `FLOOR_CANDIDATES` of the floor types (a filter that
+        Milvus Lite evaluates row by row over the user's rows of those types).
         """
         key = checked_user(user_id)
         if limit is not None and limit < 1:
@@ -550,22 +654,32 @@ class FragmentStore:
             self._keep_query(query, qvec)
         if limit is None:
             rows = await self._user_rows(key, [*self._scalar_fields, "vector"])
-            cos = cosines([r["vector"] for r in rows], qvec) if rows else []
-            found = [
-                Candidate(fragment=to_fragment(r), cos=c) for r, c in zip(rows, cos, strict=True)
-            ]
-        else:
-            n, opts = min(limit, QUERY_WINDOW), self._read_opts(key)
-            expr, kind = user_filter(key), self.index_type
+            return _best_first(rows, cosines([r["vector"] for r in rows], qvec) if rows else [])
+        n, opts, kind = min(limit, QUERY_WINDOW), self._read_opts(key), self.index_type
+        expr = user_filter(key)
+        hits = await self._run(
+            lambda c: nearest(c, self.collection, qvec, expr, n, kind, self._scalar_fields, opts)
+        )
+        rows = [h["entity"] for h in hits]
+        cos = [float(h["distance"]) for h in hits]
+        if len(hits) < n:  # every fragment of the user is here
+            return _best_first(rows, cos)
+        if held is not None:
+            found = {r["pk"] for r in rows}
+            ids = [i for i in storable_ids(list(held)) if i not in found]
+            more = await self._rows(key, ids, [*self._scalar_fields, "vector"])
+            rows += more
+            cos += cosines([r["vector"] for r in more], qvec) if more else []
+        elif floor := types_filter(floor_types):
+            k, both = min(n, FLOOR_CANDIDATES), f"{expr} and {floor}"
             hits = await self._run(
                 lambda c: nearest(
-                    c, self.collection, qvec, expr, n, kind, self._scalar_fields, opts
+                    c, self.collection, qvec, both, k, kind, self._scalar_fields, opts
                 )
             )
-            found = [
-                Candidate(fragment=to_fragment(h["entity"]), cos=float(h["distance"])) for h in hits
-            ]
-        return sorted(found, key=lambda c: (-c.cos, c.fragment.id))
+            rows += [h["entity"] for h in hits]
+            cos += [float(h["distance"]) for h in hits]
+        return _best_first(rows, cos)
 
     def _keep_query(self, query: str, vector: list[float]) -> None:
         if len(query) > QUERY_KEPT_CHARS:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import NamedTuple
 
@@ -63,7 +63,14 @@ from mnemoflow.models.fragments import (
 # candidate, and thousands of lines would approach Temporal's 2 MB payload limit; the best lines
 # and every picked one are what debugging the formula needs.
 MAX_LOG_CANDIDATES = 256
-#: The user's newest fragments a new one is compared with for repeats (a bound on the work).
+#: A new fragment is compared for repeats with the user's fragments of this many rounds before
+#: its own ("memory read back" is mostly of what was said lately, and a change of a statement
+#: said lately is among them) ...
+REPEAT_ROUNDS = 32
+#: ... and with this many of the user's stored fragments nearest to it by vector, whenever they
+#: were said (an old fact read back, or changed since; a change shares a third of its words).
+REPEAT_NEIGHBOURS = 32
+#: At most this many peers, the newest (a bound on the work of a round with many fragments).
 MAX_REPEAT_PEERS = 2000
 _HUMAN_LINE = re.compile(r"^User(?: \([^)\n]*\))?:\s*(.*)$")
 _ANY_SPEAKER = re.compile(r"^(?:User|Assistant)(?: \([^)\n]*\))?:")
@@ -351,43 +358,41 @@ def new_information(fragments: list[Fragment], earlier: list[Fragment]) -> list[
 
 
 async def only_new(
-    store: FragmentStore,
-    fragments: list[Fragment],
-    stored: Mapping[str, list[Fragment]] | None = None,
+    store: FragmentStore, fragments: list[Fragment], query: str | None = None
 ) -> list[Fragment]:
     """The fragments that add something to their users' stored memory (`new_information`
-    against the newest MAX_REPEAT_PEERS stored fragments); what a round's store step upserts.
-    `stored`: a user's fragments already read (oldest first), by user id."""
+    against each user's `FragmentStore.repeat_peers`: the fragments of the last REPEAT_ROUNDS
+    rounds and the REPEAT_NEIGHBOURS nearest each new one, at most MAX_REPEAT_PEERS); what a
+    round's store step upserts. The read is bounded by those, not by the user's history.
+    `query`: the selection query that follows, embedded in the same forward pass."""
     if not fragments:
         return []
     earlier: list[Fragment] = []
     for user in sorted({f.user_id for f in fragments}):
-        rows = stored[user] if stored is not None and user in stored else None
-        if rows is None:
-            rows = await store.all_for_user(user)
+        mine = [f for f in fragments if f.user_id == user]
+        rows = await store.repeat_peers(
+            user, mine, rounds=REPEAT_ROUNDS, neighbours=REPEAT_NEIGHBOURS, query=query
+        )
         earlier.extend(rows[-MAX_REPEAT_PEERS:])
     return new_information(fragments, earlier)
 
 
 async def sweep_failed_rounds(
     store: FragmentStore, corpus: SearchCorpus | None, user_id: str, rounds: Sequence[int]
-) -> tuple[list[Fragment], int, list[Fragment]]:
+) -> tuple[int, list[Fragment]]:
     """Delete the rows that the user's failed `rounds` stored before they failed (no completed
-    round owns them, docs/ARCHITECTURE.md "The round"); returns the user's remaining fragments,
-    oldest first, how many rows were deleted, and the rows swept as they were (a forget of one
-    that comes after the sweep finds its lines with them). Explicit fragments are never
-    touched."""
-    every = await store.all_for_user(user_id)
-    failed = {int(n) for n in rounds if int(n) > 0}
-    swept = [f for f in every if not f.explicit and f.round_no in failed]
+    round owns them, docs/ARCHITECTURE.md "The round"); returns how many rows were deleted and
+    the rows swept as they were (a forget of one that comes after the sweep finds its lines with
+    them). Explicit fragments are never touched."""
+    failed = sorted({int(n) for n in rounds if int(n) > 0})
+    swept = [f for f in await store.of_rounds(user_id, failed) if not f.explicit]
     doomed = [f.id for f in swept]
     if not doomed:
-        return every, 0, []
+        return 0, []
     deleted = await store.delete(user_id, doomed)
     if corpus is not None:
         await corpus.remove(user_id, doomed)
-    gone = set(doomed)
-    return [f for f in every if f.id not in gone], deleted, swept
+    return deleted, swept
 
 
 def bounded_log(log: SelectionLog, limit: int = MAX_LOG_CANDIDATES) -> SelectionLog:
@@ -433,7 +438,9 @@ class FragmentActivities:
         """Score the user's candidates for the query and return the ranked fragments and log."""
         config = inp.config
         async with _permanent_errors():
-            candidates = await self.store.candidates(inp.user_id, inp.query, config.retrieve_k)
+            candidates = await self.store.candidates(
+                inp.user_id, inp.query, config.retrieve_k, config.always_inject_types
+            )
         selection = select_fragments(
             candidates,
             inp.params,
@@ -466,11 +473,9 @@ class FragmentActivities:
             else:
                 rows = await self.store.get(inp.user_id, inp.read) if inp.read else []
                 if inp.read_rounds:  # a failed round's rows, before a sweep deletes them
-                    rounds = set(inp.read_rounds)
+                    rounds = sorted(set(inp.read_rounds))
                     rows += [
-                        f
-                        for f in await self.store.all_for_user(inp.user_id)
-                        if not f.explicit and f.round_no in rounds
+                        f for f in await self.store.of_rounds(inp.user_id, rounds) if not f.explicit
                     ]
                 deleted = await self.store.delete(inp.user_id, inp.ids) if inp.ids else 0
                 if self.corpus is not None and inp.ids:

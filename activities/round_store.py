@@ -96,15 +96,15 @@ class RoundStoreActivities:
                 await self.themes.put(
                     sel.user_id, {k: unpack_params(v) for k, v in inp.new_weights.items()}
                 )
-            stored, swept, swept_rows = None, 0, list[Fragment]()
+            swept, swept_rows = 0, list[Fragment]()
             if inp.sweep_rounds:  # rows of failed rounds go first: they are no one's repeats
-                left, swept, swept_rows = await sweep_failed_rounds(
+                swept, swept_rows = await sweep_failed_rounds(
                     self.store, self.corpus, sel.user_id, inp.sweep_rounds
                 )
-                stored = {sel.user_id: left}
-            fresh = await only_new(self.store, list(inp.fragments), stored)  # repeats add nothing
-            # The selection query rides in the fragments' forward pass (FragmentStore); the
-            # store refuses it once a forget moved past the round's epoch.
+            # Repeats add nothing. The selection query rides in the fragments' forward pass
+            # (FragmentStore); the store refuses a write once a forget moved past the round's
+            # epoch.
+            fresh = await only_new(self.store, list(inp.fragments), sel.query)
             written = (
                 await self.store.upsert_vectors(fresh, query=sel.query, epoch=inp.epoch)
                 if fresh
@@ -112,7 +112,11 @@ class RoundStoreActivities:
             )
             if self.corpus is not None and written:
                 await self.corpus.added([f for f, _ in written])
-            candidates = await self.store.candidates(sel.user_id, sel.query, config.retrieve_k)
+            # Past retrieve_k, the fragments the round holds (published last, and its own)
+            # stay candidates, so a far identity fragment keeps its seat (FragmentStore).
+            candidates = await self.store.candidates(
+                sel.user_id, sel.query, config.retrieve_k, config.always_inject_types, inp.known
+            )
             selection = select_fragments(
                 candidates,
                 sel.params,

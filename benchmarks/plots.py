@@ -103,7 +103,8 @@ def retrieval(plt: Any, data: dict[str, Any]) -> None:
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 3.6), sharey=True)
     axes = axes if len(sizes) > 1 else [axes]
     for ax, size in zip(axes, sizes, strict=True):
-        cases = {k: v for k, v in data["by_store_size"][size].items() if k != "fill_s"}
+        every = data["by_store_size"][size].items()
+        cases = {k: v for k, v in every if isinstance(v, dict) and "select_total" in v}
         labels = [k.replace("_per_user_retrieve_k_", "/user\nk=") for k in cases]
         p95 = [v["select_total"]["p95_ms"] for v in cases.values()]
         ax.bar(labels, p95, color=["tab:blue" if "all" in k else "tab:green" for k in cases])

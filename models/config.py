@@ -87,7 +87,11 @@ class MemoryConfig(BaseModel):
 
     top_k: int = Field(4, ge=1, le=64, description="fragments injected per model call")
     retrieve_k: int | None = Field(
-        None, ge=1, description="vector prefilter size; None scores all of the user's fragments"
+        256,
+        ge=1,
+        description="candidates of a round's selection: the nearest this many by vector, plus "
+        "the nearest of the always-injected types once the user has more; None scores all of "
+        "the user's fragments (a read that grows with history)",
     )
     always_inject_types: tuple[str, ...] = ("identity", "preference")
     theme_cap: int | None = Field(None, ge=1, description="max fragments of one theme")

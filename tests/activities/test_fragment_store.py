@@ -161,6 +161,58 @@ async def test_candidates_none_scores_all_of_the_users_fragments(store: Fragment
         assert cand.cos == pytest.approx(expected[cand.fragment.id], abs=1e-4)
 
 
+async def test_bounded_candidates_keep_far_floor_types_and_read_all_of_a_small_user(
+    store: FragmentStore,
+) -> None:
+    # 60 fragments about orders, each distinct; one identity and one preference fragment far
+    # from the question; a second user's identity fragment that must never come back.
+    texts = [f"order KX-{i} ships from warehouse {i * 7} on day {i % 13}" for i in range(60)]
+    far = {
+        60: ("identity", "my name is Ilse Vandermeer and I teach cello"),
+        61: ("preference", "I prefer oat milk in every coffee"),
+    }
+    rows = [frag("alice", i, t) for i, t in enumerate(texts)]
+    rows += [frag("alice", i, text, types=[kind]) for i, (kind, text) in far.items()]
+    rows.append(frag("bob", 0, "my name is Bob", types=["identity"]))
+    await store.upsert(rows)
+    query = "where does order KX-12 ship from?"
+    floor = ("identity", "preference")
+
+    everything = await store.candidates("alice", query, None)
+    assert len(everything) == 62
+    far_ids = {fragment_id("alice", 1, i) for i in far}
+    assert not far_ids & {c.fragment.id for c in everything[:12]}
+
+    bounded = await store.candidates("alice", query, 10, floor)
+    ids = [c.fragment.id for c in bounded]
+    assert len(ids) == len(set(ids)) == 12  # the 10 nearest, then both floor fragments
+    assert far_ids <= set(ids)
+    # The nearest ten by cosine (ties at the tenth may come back in either order).
+    near_cos = sorted((c.cos for c in bounded if c.fragment.id not in far_ids), reverse=True)
+    assert near_cos == pytest.approx([c.cos for c in everything[:10]], abs=1e-4)
+    assert [c.cos for c in bounded] == sorted((c.cos for c in bounded), reverse=True)
+    exact = {c.fragment.id: c.cos for c in everything}
+    for cand in bounded:
+        assert cand.fragment.user_id == "alice"
+        assert cand.cos == pytest.approx(exact[cand.fragment.id], abs=1e-4)
+    # Without floor types (or with only unquotable ones) the bound is the bound.
+    assert len(await store.candidates("alice", query, 10)) == 10
+    assert len(await store.candidates("alice", query, 10, ['x"] or true or ["'])) == 10
+
+    # A round's store step names the fragments it holds instead (published last, its own):
+    # those are scored, read by id, and no floor search runs; another user's id finds nothing.
+    identity, bobs = fragment_id("alice", 1, 60), fragment_id("bob", 1, 0)
+    held = await store.candidates("alice", query, 10, floor, [identity, bobs, "bad id"])
+    assert len(held) == 11 and identity in {c.fragment.id for c in held}
+    assert all(c.fragment.user_id == "alice" for c in held)
+    assert {c.fragment.id: c.cos for c in held}[identity] == pytest.approx(
+        exact[identity], abs=1e-6
+    )
+    # A user with fewer fragments than the bound gets all of them, with no floor search.
+    small = await store.candidates("alice", query, 256, floor)
+    assert {c.fragment.id for c in small} == set(exact)
+
+
 class CountingEmbeddings(HashingEmbeddings):
     """The hashing embedder, counting its calls; `symmetric` as asked."""
 

@@ -732,10 +732,11 @@ async def test_the_lean_round_store_step_skips_recall_only_turns_too(
         await store.close()
 
 
-async def test_the_lean_store_step_reads_the_rows_twice_and_moves_the_version(
+async def test_the_lean_store_step_never_reads_all_of_a_users_rows_and_moves_the_version(
     milvus_uri: str, redis_url: str, unique_name: str
 ) -> None:
-    """The store step reads the user's rows twice (repeat filter, scoring), and moves the
+    """The store step's reads are bounded (the repeat filter reads a round window and
+    neighbours, scoring searches the nearest), never the user's whole history; it moves the
     user's corpus version once it has written."""
     import redis.asyncio as aioredis
 
@@ -770,7 +771,7 @@ async def test_the_lean_store_step_reads_the_rows_twice_and_moves_the_version(
         reads.clear()
         more = await _round(user, 2, [("human", "My passport number is X1234567, renewed in May.")])
         await env.run(acts.store_round, _store_step(user, more, 2))
-        assert len(reads) == 2, reads
+        assert reads == [], reads
         assert int(await redis.get(corpus_version_key(prefix, user)) or 0) > first
     finally:
         await redis.aclose()
@@ -863,3 +864,138 @@ def test_a_repeat_after_something_unrelated_is_still_a_repeat() -> None:
         _frag("part", "User: I live at 12 Elm Street. The cats are fine.", 2),
     ]
     assert new_information([_frag("again", f"User: {told}", 3)], earlier) == []
+
+
+PLACES = ["Oslo", "Quito", "Hanoi", "Lagos", "Perth", "Cusco", "Tbilisi", "Galway", "Nara"]
+GOODS = ["a kite", "saffron", "a teapot", "wool socks", "a compass", "maps", "honey", "a drum"]
+
+
+async def _long_history(store: FragmentStore, user: str, first: int, last: int) -> int:
+    """One stored fragment per round from `first` to `last`, each saying something else (a
+    trip, a purchase and a number no other round has); returns how many."""
+    rows = [
+        Fragment(
+            id=fragment_id(user, n, 0),
+            user_id=user,
+            theme="travel",
+            types=["episode"],
+            content=f"User: On trip {n} to {PLACES[n % 9]} I bought {GOODS[n % 8]} for "
+            f"{n * 3 + 7} euros.\nAssistant: What a find.",
+            created_at=NOW + n * 3600.0,
+            reinforced_at=NOW + n * 3600.0,
+            round_no=n,
+        )
+        for n in range(first, last + 1)
+    ]
+    await store.upsert(rows)
+    return len(rows)
+
+
+async def test_repeats_are_found_past_the_round_window_and_the_read_stays_bounded(
+    acts: FragmentActivities,
+) -> None:
+    """A user with a long history: facts told in the first rounds, read back and told again
+    after more than REPEAT_ROUNDS other rounds, are still repeats (the nearest neighbours find
+    them); going back to an earlier value is still stored; and the peers read is the round
+    window plus the neighbours, not the history. Counted: said against stored per round."""
+    from mnemoflow.activities.fragments import REPEAT_NEIGHBOURS, REPEAT_ROUNDS
+
+    env = ActivityEnvironment()
+    hour = 3600.0
+    late = REPEAT_ROUNDS + 60  # the first rounds are well outside the window by now
+    user = "long-history"
+    told = await _round(user, 1, TOLD, NOW + hour)
+    assert (await env.run(acts.index, IndexInput(fragments=told))).ids == [f.id for f in told]
+    filler = await _long_history(acts.store, user, 2, late - 1)
+    for n, recall in enumerate(RECALLS[:4], start=late):
+        frags = await _round(user, n, recall, NOW + n * hour)
+        assert frags
+        assert (await env.run(acts.index, IndexInput(fragments=frags))).ids == [], recall
+    card = "My library card number is LB-30917, the branch is on Cross Street."
+    again = await _round(user, late + 9, [("human", card)], NOW + (late + 9) * hour)
+    assert (await env.run(acts.index, IndexInput(fragments=again))).ids == []
+    assert len(await acts.store.all_for_user(user)) == len(told) + filler
+
+    probe = await _round(user, late + 10, RECALLS[0], NOW + (late + 10) * hour)
+    peers = await acts.store.repeat_peers(
+        user, probe, rounds=REPEAT_ROUNDS, neighbours=REPEAT_NEIGHBOURS
+    )
+    since = late + 10 - REPEAT_ROUNDS
+    window = [p for p in peers if p.round_no >= since]
+    assert len(window) == late - since  # the filler rounds inside it (the recalls stored none)
+    assert len(peers) <= len(window) + REPEAT_NEIGHBOURS * len(probe)
+    assert any(p.round_no == 1 for p in peers)  # the told fact, through its neighbours
+
+    for k, (first, change) in enumerate(REVERTS):
+        user = f"long-revert-{k}"
+        counts = []
+        for n, line in [(1, first), (2, change), (late, first), (late + 1, first)]:
+            if n == late:
+                await _long_history(acts.store, user, 3, late - 1)
+            said = await _round(
+                user, n, [("human", line), ("ai", "Done, I have noted that.")], NOW + n * hour
+            )
+            stored = (await env.run(acts.index, IndexInput(fragments=said))).ids
+            counts.append((len(said), len(stored)))
+        assert counts == [(1, 1), (1, 1), (1, 1), (1, 0)], (first, counts)
+
+
+async def test_past_retrieve_k_a_far_identity_fragment_keeps_its_seat(
+    milvus_uri: str, redis_url: str, unique_name: str
+) -> None:
+    """A user with more fragments than `retrieve_k`: the round's store step scores only the
+    nearest ones, yet the identity fragment (far from the query) still takes its type-floor
+    seat, whether the round names the fragments it holds (`known`: published last, its own)
+    or not (then a floor search finds it); with no floor types it is not a candidate at all."""
+    from mnemoflow.activities.read_model import ReadModel
+    from mnemoflow.activities.round_store import RoundStoreActivities
+    from mnemoflow.models.contracts import InjectedContext
+    from mnemoflow.models.round_store import StoreRoundInput, short_id
+
+    store = FragmentStore(milvus_uri, HashingEmbeddings(), collection=unique_name)
+    await store.ensure()
+    read_model = ReadModel(redis_url, prefix=f"{unique_name}:")
+    acts = RoundStoreActivities(store, read_model, None)
+    env = ActivityEnvironment()
+    user = "heavy-user"
+    identity = Fragment(
+        id=fragment_id(user, 1, 0),
+        user_id=user,
+        theme="me",
+        types=["identity"],
+        content="User: My name is Oona Lindqvist and I restore harpsichords.",
+        created_at=NOW,
+        reinforced_at=NOW,
+        round_no=1,
+    )
+    try:
+        await store.upsert([identity])
+        await _long_history(store, user, 2, 40)
+        query = "which trip to Quito was the teapot bought on?"
+
+        async def picked(config: MemoryConfig, known: list[str] | None, n: int) -> set[str]:
+            new = await _round(user, n, [("human", f"Trip {n}: Quito again, {n} euros.")])
+            out = await env.run(
+                acts.store_round,
+                StoreRoundInput(
+                    fragments=new,
+                    select=SelectInput(user_id=user, query=query, config=config, now=NOW),
+                    context=InjectedContext(user_id=user, version=n, generated_at=NOW),
+                    known=None if known is None else [*known, *(f.id for f in new)],
+                ),
+            )
+            assert out.candidates <= config.retrieve_k + 1 + len(new), out.candidates
+            if known is None:
+                return {c.fragment_id for c in out.picked}
+            return {r.id for r in out.ranked[: config.top_k]}
+
+        bounded = MemoryConfig(retrieve_k=8, top_k=3)
+        assert identity.id in await picked(bounded, None, 41)
+        held = await picked(bounded, [identity.id], 42)
+        assert short_id(user, identity.id) in held
+        no_floor = bounded.model_copy(update={"always_inject_types": ()})
+        assert identity.id not in await picked(no_floor, None, 43)
+    finally:
+        await read_model.close()
+        await store.drop()
+        await store.close()

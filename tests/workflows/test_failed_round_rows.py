@@ -9,6 +9,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from temporalio.client import WorkflowUpdateStage
@@ -37,12 +38,19 @@ class FailsAfterWrite(FragmentStore):
 
     failures: ClassVar[dict[str, int]] = {}
 
-    async def candidates(self, user_id: str, query: str, limit: int | None) -> Any:
+    async def candidates(
+        self,
+        user_id: str,
+        query: str,
+        limit: int | None,
+        floor_types: Any = (),
+        held: Any = None,
+    ) -> Any:
         left = type(self).failures.get(user_id, 0)
         if left > 0:
             type(self).failures[user_id] = left - 1
             raise InvalidInputError("the store step fails for good after its write (test)")
-        return await super().candidates(user_id, query, limit)
+        return await super().candidates(user_id, query, limit, floor_types, held)
 
 
 def lines_of(thread: str, n: int) -> list[str]:
@@ -110,16 +118,16 @@ async def test_a_round_that_failed_after_its_write_leaves_no_rows_behind(
 
 
 class HeldSweep(FailsAfterWrite):
-    """FailsAfterWrite whose next read of all of a user's rows (the sweep that opens a round's
-    store step) waits for the test once `hold` is armed; `pass_reads` reads go first (the
-    workflow's read of the rows to sweep, before the round starts)."""
+    """FailsAfterWrite whose next read of a user's rows of some rounds (the sweep that opens a
+    round's store step) waits for the test once `hold` is armed; `pass_reads` reads go first
+    (the workflow's read of the rows to sweep, before the round starts)."""
 
     failures: ClassVar[dict[str, int]] = {}
     hold: ClassVar[asyncio.Event | None] = None
     reached: ClassVar[asyncio.Event | None] = None
     pass_reads: ClassVar[int] = 0
 
-    async def all_for_user(self, user_id: str) -> list[Fragment]:
+    async def of_rounds(self, user_id: str, rounds: Sequence[int]) -> list[Fragment]:
         cls = type(self)
         hold, reached = cls.hold, cls.reached
         if hold is not None and reached is not None and not reached.is_set():
@@ -128,7 +136,7 @@ class HeldSweep(FailsAfterWrite):
             else:
                 reached.set()
                 await hold.wait()
-        return await super().all_for_user(user_id)
+        return await super().of_rounds(user_id, rounds)
 
 
 async def _forget_a_row_of_a_failed_round(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 import pytest
@@ -81,7 +82,14 @@ class Store(FragmentStore):
     hold_selection: ClassVar[asyncio.Event | None] = None
     selecting: ClassVar[asyncio.Event | None] = None
 
-    async def candidates(self, user_id: str, query: str, limit: int | None) -> Any:
+    async def candidates(
+        self,
+        user_id: str,
+        query: str,
+        limit: int | None,
+        floor_types: Any = (),
+        held: Any = None,
+    ) -> Any:
         cls = type(self)
         if cls.hold_selection is not None and cls.selecting is not None:
             if not cls.selecting.is_set():
@@ -90,9 +98,9 @@ class Store(FragmentStore):
         if type(self).failures.get(user_id, 0) > 0:
             type(self).failures[user_id] -= 1
             raise InvalidInputError("the store step fails for good after its write (test)")
-        return await super().candidates(user_id, query, limit)
+        return await super().candidates(user_id, query, limit, floor_types, held)
 
-    async def all_for_user(self, user_id: str) -> list[Fragment]:
+    async def of_rounds(self, user_id: str, rounds: Sequence[int]) -> list[Fragment]:
         cls = type(self)
         if cls.hold is not None and cls.reached is not None and not cls.reached.is_set():
             if cls.pass_reads > 0:  # the workflow's read of the rows to sweep, before the round
@@ -100,7 +108,7 @@ class Store(FragmentStore):
             else:
                 cls.reached.set()
                 await cls.hold.wait()
-        return await super().all_for_user(user_id)
+        return await super().of_rounds(user_id, rounds)
 
     async def delete(self, user_id: str, ids: list[str]) -> int:
         deleted = await super().delete(user_id, ids)
