@@ -69,7 +69,10 @@ HEADLINES: dict[str, list[str]] = {
         "by_latency.800ms.mnemoflow_same_priority.added.p95_ms",
         "by_latency.0ms.mnemoflow.added.p95_ms",
     ],
-    "retrieval": ["by_store_size.10000.10_per_user_retrieve_k_64.select_total.p95_ms"],
+    "retrieval": [
+        "by_store_size.10000.1000_per_user_retrieve_k_256.select_total.p95_ms",
+        "by_store_size.10000.store_step_reads.3000_per_user.bounded.p50_ms",
+    ],
     "retrieval_scale": [
         "cases.0.milvus.agent_cpu_ms_per_call",
         "cases.-1.milvus.agent_cpu_ms_per_call",
