@@ -128,6 +128,11 @@ FLOOR_CANDIDATES = 32
 DOC_VECTORS_KEPT = 256
 
 
+def _oldest_first(rows: Rows) -> list[Fragment]:
+    """The rows' fragments, oldest first (ties by id)."""
+    return sorted((to_fragment(r) for r in rows), key=lambda f: (f.created_at, f.id))
+
+
 def _best_first(rows: Rows, cos: Sequence[float]) -> list[Candidate]:
     """One candidate per row id (the first seen), best cosine first, ties by id."""
     best: dict[str, Candidate] = {}
@@ -572,11 +577,11 @@ class FragmentStore:
                     c, self.collection, vectors, expr, n, kind, self._scalar_fields, opts
                 )
             )
-        found = {r["pk"]: to_fragment(r) for r in recent}
+        rows = {r["pk"]: r for r in recent}
         for hits in near:
             for h in hits:
-                found.setdefault(h["entity"]["pk"], to_fragment(h["entity"]))
-        return sorted(found.values(), key=lambda f: (f.created_at, f.id))
+                rows.setdefault(h["entity"]["pk"], h["entity"])
+        return _oldest_first(list(rows.values()))
 
     async def _rows(self, key: str, ids: list[str], fields: list[str]) -> Rows:
         if not ids:
@@ -601,7 +606,7 @@ class FragmentStore:
     async def all_for_user(self, user_id: str) -> list[Fragment]:
         """Every fragment of the user, oldest first."""
         rows = await self._user_rows(checked_user(user_id), self._scalar_fields)
-        return sorted((to_fragment(r) for r in rows), key=lambda f: (f.created_at, f.id))
+        return _oldest_first(rows)
 
     async def of_rounds(self, user_id: str, rounds: Sequence[int]) -> list[Fragment]:
         """The user's fragments stored by any of `rounds`, oldest first."""
@@ -614,7 +619,7 @@ class FragmentStore:
         rows = await self._run(
             lambda c: query_all(c, self.collection, expr, self._scalar_fields, opts)
         )
-        return sorted((to_fragment(r) for r in rows), key=lambda f: (f.created_at, f.id))
+        return _oldest_first(rows)
 
     async def highest_round(self, user_id: str) -> int:
         """The highest round number among the user's stored fragments (0 for none)."""

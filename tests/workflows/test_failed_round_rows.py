@@ -38,19 +38,12 @@ class FailsAfterWrite(FragmentStore):
 
     failures: ClassVar[dict[str, int]] = {}
 
-    async def candidates(
-        self,
-        user_id: str,
-        query: str,
-        limit: int | None,
-        floor_types: Any = (),
-        held: Any = None,
-    ) -> Any:
+    async def candidates(self, user_id: str, *args: Any, **kwargs: Any) -> Any:
         left = type(self).failures.get(user_id, 0)
         if left > 0:
             type(self).failures[user_id] = left - 1
             raise InvalidInputError("the store step fails for good after its write (test)")
-        return await super().candidates(user_id, query, limit, floor_types, held)
+        return await super().candidates(user_id, *args, **kwargs)
 
 
 def lines_of(thread: str, n: int) -> list[str]:

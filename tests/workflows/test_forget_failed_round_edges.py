@@ -82,14 +82,7 @@ class Store(FragmentStore):
     hold_selection: ClassVar[asyncio.Event | None] = None
     selecting: ClassVar[asyncio.Event | None] = None
 
-    async def candidates(
-        self,
-        user_id: str,
-        query: str,
-        limit: int | None,
-        floor_types: Any = (),
-        held: Any = None,
-    ) -> Any:
+    async def candidates(self, user_id: str, *args: Any, **kwargs: Any) -> Any:
         cls = type(self)
         if cls.hold_selection is not None and cls.selecting is not None:
             if not cls.selecting.is_set():
@@ -98,7 +91,7 @@ class Store(FragmentStore):
         if type(self).failures.get(user_id, 0) > 0:
             type(self).failures[user_id] -= 1
             raise InvalidInputError("the store step fails for good after its write (test)")
-        return await super().candidates(user_id, query, limit, floor_types, held)
+        return await super().candidates(user_id, *args, **kwargs)
 
     async def of_rounds(self, user_id: str, rounds: Sequence[int]) -> list[Fragment]:
         cls = type(self)

@@ -62,15 +62,8 @@ class Store(FragmentStore):
     lose: ClassVar[set[str]] = set()
     refuse: ClassVar[set[str]] = set()
 
-    async def candidates(
-        self,
-        user_id: str,
-        query: str,
-        limit: int | None,
-        floor_types: Any = (),
-        held: Any = None,
-    ) -> Any:
-        found = await super().candidates(user_id, query, limit, floor_types, held)
+    async def candidates(self, user_id: str, *args: Any, **kwargs: Any) -> Any:
+        found = await super().candidates(user_id, *args, **kwargs)
         cls = type(self)
         if cls.gate is not None and cls.entered is not None:
             cls.entered.set()
