@@ -1,10 +1,12 @@
 """An in-process replica of benchmarks/locomo.py's mnemoflow side, for iterating on retrieval.
 
-No Temporal, Redis or Milvus: each session is sliced by the heuristic slicer as one round, the
-index step's repeat filter applies, fragments are embedded with USE, and each question runs the
-same pure search, packing and prompt rendering the middleware runs. It leaves out what only the
-real run has (question threads handed over as memory, reinforcement, the induced profile's
-exact timing), so its figures are a guide; the committed figures come from benchmarks/locomo.py.
+No Temporal, Redis or Milvus: each 64 turns of a session are sliced by the heuristic slicer as
+one round, the index step's repeat filter applies against the peers production reads (`Stored`:
+the last rounds' fragments and the nearest ones, not the whole history), fragments are embedded
+with USE, and each question runs the same pure search, packing and prompt rendering the
+middleware runs. It leaves out what only the real run has (reinforcement, the induced profile's
+exact timing; question threads handed over as memory only with `--question-threads`), so its
+figures are a guide; the committed figures come from benchmarks/locomo.py.
 
     python benchmarks/_locomo_offline.py [--conversations N] [--questions N] [--ranks]
         [--milvus URI]
@@ -47,8 +49,67 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
 CACHE = Path("/tmp/locomo_offline_vectors")
 
 
-async def fragments_of(conv: Any, user: str) -> list[Any]:
-    from mnemoflow.activities.fragments import new_information
+class Stored:
+    """A user's stored fragments as the index step's repeat filter reads them
+    (`activities.fragments.only_new` over `FragmentStore.repeat_peers`): each new fragment is
+    compared with the fragments of the REPEAT_ROUNDS rounds before its round and the
+    REPEAT_NEIGHBOURS stored ones nearest it by vector, at most MAX_REPEAT_PEERS, not with the
+    whole history. Rounds are numbered from 1, one per `add`."""
+
+    def __init__(self, emb: Any) -> None:
+        self.emb = emb
+        self.fragments: list[Any] = []
+        self.rounds: list[int] = []
+        self.vectors: list[Any] = []
+        self.round_no = 0
+        self.peers_read = 0  # how many stored fragments the last `add` compared against
+
+    def add(self, fragments: list[Any]) -> list[Any]:
+        """Store what of one round's `fragments` is new; returns those."""
+        from mnemoflow.activities.fragments import (
+            MAX_REPEAT_PEERS,
+            REPEAT_NEIGHBOURS,
+            REPEAT_ROUNDS,
+            new_information,
+        )
+
+        self.round_no += 1
+        self.peers_read = 0
+        if not fragments:
+            return []
+        vectors = _unit(self.emb.embed_documents([f.content for f in fragments]))
+        since = self.round_no - REPEAT_ROUNDS
+        picked = {i for i, r in enumerate(self.rounds) if since <= 0 or r >= since}
+        if since > 0 and self.vectors and REPEAT_NEIGHBOURS > 0:
+            import numpy as np
+
+            cos = vectors @ np.vstack(self.vectors).T
+            for row in cos:
+                picked.update(int(i) for i in np.argsort(-row, kind="stable")[:REPEAT_NEIGHBOURS])
+        oldest_first = sorted(
+            picked, key=lambda i: (self.fragments[i].created_at, self.fragments[i].id)
+        )
+        peers = [self.fragments[i] for i in oldest_first[-MAX_REPEAT_PEERS:]]
+        self.peers_read = len(peers)
+        new = new_information(fragments, peers)
+        kept = {f.id for f in new}
+        for f, v in zip(fragments, vectors, strict=True):
+            if f.id in kept:
+                self.fragments.append(f)
+                self.rounds.append(self.round_no)
+                self.vectors.append(v)
+        return new
+
+
+async def fragments_of(conv: Any, user: str, emb: Any = None) -> list[Any]:
+    """The fragments stored of the conversation (`stored_of`)."""
+    return (await stored_of(conv, user, emb)).fragments
+
+
+async def stored_of(conv: Any, user: str, emb: Any = None) -> Stored:
+    """The conversation sliced one round per 64 turns of a session, what each round adds
+    stored (`Stored`: the production repeat filter's bounded peers); `emb`: USE if None."""
+    from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
     from mnemoflow.activities.llm.base import validate_drafts
     from mnemoflow.activities.llm.enrichment import with_notes
     from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
@@ -56,7 +117,7 @@ async def fragments_of(conv: Any, user: str) -> list[Any]:
     from mnemoflow.workflows.memory_round import build_fragments
 
     models = HeuristicMemoryModels()
-    stored: list[Any] = []
+    stored = Stored(emb or UniversalSentenceEncoderEmbeddings())
     for n in sorted(conv.sessions):
         thread = f"session-{n}"
         turns = session_turns(conv, n)
@@ -66,14 +127,14 @@ async def fragments_of(conv: Any, user: str) -> list[Any]:
             drafts = with_notes(drafts, batch)  # as the slice activity does
             inp = RoundInput.model_construct(
                 user_id=user,
-                round_no=len(stored) + 1000 * n + start,
+                round_no=len(stored.fragments) + 1000 * n + start,
                 thread_id=thread,
                 turns=batch,
                 event_id="e",
                 first_seq=0,
             )
             frags = build_fragments(inp, drafts, 1e12)
-            stored.extend(new_information(frags, stored))
+            stored.add(frags)
     return stored
 
 
@@ -84,9 +145,9 @@ def _unit(rows: Any) -> Any:
     return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
 
 
-def _asked(question: str, n: int, now: float, stored: list[Any]) -> list[Any]:
-    """The fragment a question's thread becomes (question + NO_ANSWER), unless a repeat."""
-    from mnemoflow.activities.fragments import new_information
+def _asked(question: str, n: int, now: float, stored: Stored) -> list[Any]:
+    """The fragment a question's thread becomes (question + NO_ANSWER), stored unless a
+    repeat (one round of its own)."""
     from mnemoflow.models.fragments import Fragment
 
     frag = Fragment(
@@ -102,7 +163,7 @@ def _asked(question: str, n: int, now: float, stored: list[Any]) -> list[Any]:
         start_pos=0,
         end_pos=2,
     )
-    return new_information([frag], stored)
+    return stored.add([frag])
 
 
 def main() -> int:
@@ -178,7 +239,8 @@ def main() -> int:
     ranks: dict[str, Counter[str]] = {}
     started = time.perf_counter()
     for conv in convs:
-        frags = asyncio.run(fragments_of(conv, "u"))
+        stored = asyncio.run(stored_of(conv, "u", emb))
+        frags = list(stored.fragments)
         served = _served(args.milvus, emb, frags, args.flush_rows) if args.milvus else None
         vectors = _unit(emb.embed_documents([f.content for f in frags]))
         docs = [SearchDoc(ContextFragment.of(f), f.created_at, 0, tuple(f.notes)) for f in frags]
@@ -193,7 +255,7 @@ def main() -> int:
         for n, (q, qv) in enumerate(zip(questions, qvecs, strict=True)):
             if args.question_threads and n:
                 # the previous question's thread, handed over as memory like any turn
-                asked = _asked(questions[n - 1]["question"], n - 1, now, frags)
+                asked = _asked(questions[n - 1]["question"], n - 1, now, stored)
                 if asked:
                     frags.extend(asked)
                     vectors = np.vstack([vectors, _unit(emb.embed_documents([asked[0].content]))])
@@ -347,7 +409,7 @@ def _served(uri: str, emb: Any, frags: list[Any], flush_rows: int = 64) -> Any:
     import uuid
 
     from mnemoflow.activities.fragment_store import FragmentStore
-    from mnemoflow.middleware.milvus_search import MilvusSearch
+    from mnemoflow.middleware import milvus_search
 
     name = f"locomo_{uuid.uuid4().hex[:10]}"
     store = FragmentStore(uri, emb, collection=name, lines=True, flush_rows=flush_rows)
@@ -363,7 +425,11 @@ def _served(uri: str, emb: Any, frags: list[Any], flush_rows: int = 64) -> Any:
         await store.close()
 
     asyncio.run(fill())
-    return MilvusSearch(uri, collection=store.collection, embeddings=emb)
+    # read here, so that `--set middleware.milvus_search.CANDIDATE_LINES=N` reaches the search
+    lines_read = milvus_search.CANDIDATE_LINES
+    return milvus_search.MilvusSearch(
+        uri, collection=store.collection, embeddings=emb, candidate_lines=lines_read
+    )
 
 
 def _narrowing_windows(schedule: str) -> None:
