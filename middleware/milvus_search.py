@@ -68,7 +68,11 @@ from mnemoflow.models.profile import UserProfile
 #: dense at 0.15 (the in-process fusion's weight, but atan compresses BM25's spread, so the
 #: dense side counts for more here) 0.70-0.71; at 0.02 / 0.03 / 0.05 / 0.08 with 128 and 48
 #: lines 0.718 / 0.722 / 0.720 / 0.720; 0.05 with 128 and 96 lines 0.725; 256 BM25 lines 0.712.
-CANDIDATE_LINES = 128
+#: Later, served by Milvus Lite (`--milvus`, dense at 0.05, BM25 / dense lines): 128 / 96 0.728,
+#: 96 / 96 0.734, 96 / 64 0.732, 80 / 64 0.730, 64 / 64 0.722, 64 / 48 0.714. Fewer lines
+#: than 96 lose evidence; more add lines that rank below the budget, and Milvus time (the
+#: hybrid search at 600 lines for a user: ~12 ms at 128 lines, ~8 ms at 64).
+CANDIDATE_LINES = 96
 DENSE_LINES = 96
 FUSED_DENSE_WEIGHT = 0.05
 #: How Milvus fuses the two rankings: "weighted" (above) or "rrf" (reciprocal rank fusion,
@@ -213,11 +217,6 @@ class MilvusSearch:
 
         return await asyncio.to_thread(work)
 
-    async def _embed(self, query: str) -> Sequence[float] | None:
-        if self.embeddings is None:
-            return None
-        return await asyncio.to_thread(self.embeddings.embed_query, query)
-
     async def search(
         self,
         user_id: str,
@@ -232,13 +231,22 @@ class MilvusSearch:
         budget (`memory.search.SearchIndex.excerpts` over the candidates; errors propagate, the
         caller falls back to the published context)."""
         uid = validate_user_id(user_id)
-        version, vector = await asyncio.gather(self._version(uid), self._embed(query))
+        # The version's Redis read runs on the loop while the thread embeds the question; the
+        # thread waits for it before Milvus is asked (the order the module docstring needs).
+        version_read = asyncio.run_coroutine_threadsafe(
+            self._version(uid), asyncio.get_running_loop()
+        )
 
-        def work() -> list[ContextFragment]:  # one thread hop for the read and the ranking
+        def work() -> list[ContextFragment]:  # one thread hop: embed, read, rank
+            vector = None if self.embeddings is None else self.embeddings.embed_query(query)
+            version = version_read.result(timeout=self.timeout_s + 1.0)
             index = self.candidates(uid, query, vector, version)
             return index.excerpts(query, vector, config, now, profile=profile, exclude=exclude)
 
-        return await asyncio.to_thread(work)
+        try:
+            return await asyncio.to_thread(work)
+        finally:
+            version_read.cancel()  # when the thread never got to wait for it
 
     async def copies_of(self, user_id: str, fragment_id: str, min_chars: int) -> list[str]:
         """Ids of the user's other fragments that hold the named fragment's words (case and
