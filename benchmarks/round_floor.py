@@ -598,6 +598,7 @@ def _worker(client: Any, settings: Any, activities: list[Any]) -> Any:
         max_concurrent_local_activities=limit,
         max_task_queue_activities_per_second=plan.activities_per_second,
         max_cached_workflows=app.MAX_CACHED_WORKFLOWS,
+        workflow_runner=app.workflow_runner(),
         graceful_shutdown_timeout=timedelta(seconds=settings.mnemoflow.graceful_shutdown_s),
         **options,
     )
@@ -680,7 +681,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "worker": {
             "max_cached_workflows": app.MAX_CACHED_WORKFLOWS,
             "max_concurrent_activities": settings.mnemoflow.max_concurrent_activities,
-            "workflow_runner": "default (sandboxed)",
+            "workflow_runner": f"sandboxed, {app.PASSED_THROUGH} passed through",
             "bytecode_cache": bytecode,
             "interceptors": "none (as mnemoflow dev)",
         },

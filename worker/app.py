@@ -41,6 +41,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from mnemoflow.worker.settings import Settings
 
@@ -254,6 +255,30 @@ def user_key_activities(settings: Settings, res: WorkerResources, client: Client
 MAX_CACHED_WORKFLOWS = 1000
 
 
+#: The package whose modules the workflow sandbox takes from this process instead of importing
+#: them afresh for every workflow run (`workflow_runner`).
+PASSED_THROUGH = "mnemoflow"
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The SDK's sandbox, with this package's modules passed through.
+
+    The sandbox imports a workflow's module afresh for every workflow run it starts, and every
+    round is a run: `workflows/memory_round.py` and `workflows/user_memory.py` were executed
+    again, in a new sandbox namespace, for each one (docs/PERFORMANCE.md, "The workflow
+    sandbox"). Their helpers (`workflows/state_ops.py`, `user_rounds.py`, ...) and the models
+    were passed through already, by `workflow.unsafe.imports_passed_through`; now the two
+    workflow modules are too, so a run reuses the modules this process imported once. What the
+    sandbox still does for every run: its own namespace for the workflow instance, the
+    restricted standard library for anything imported inside it, and its checks of the
+    workflow's calls. What it no longer does for our modules: give each run fresh module
+    globals. Those modules hold constants only, and the replay tests run the same workflows in
+    the SDK's default sandbox, where nothing is passed through (`tests/support/replay.py`).
+    """
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(PASSED_THROUGH)
+    return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
 def build_workers(client: Client, settings: Settings, res: WorkerResources) -> list[Worker]:
     """The Workers of `worker_plans`, their activities bound to the resolved components.
 
@@ -314,6 +339,7 @@ def _build_workers(client: Client, settings: Settings, res: WorkerResources) -> 
                 max_concurrent_local_activities=limit,
                 max_task_queue_activities_per_second=plan.activities_per_second,
                 max_cached_workflows=MAX_CACHED_WORKFLOWS,
+                workflow_runner=workflow_runner(),
                 graceful_shutdown_timeout=timedelta(seconds=settings.mnemoflow.graceful_shutdown_s),
                 **options,
             )
