@@ -427,11 +427,14 @@ def _current_pyc(source: str) -> bool:
 def workflow_bytecode_cache(probe: str | None = None, cache_dir: Path | None = None) -> str | None:
     """Let the workflow sandbox load our modules from bytecode instead of compiling them.
 
-    The sandbox imports a workflow's module afresh for every workflow run it starts, and a
-    round is a run of its own. With PYTHONDONTWRITEBYTECODE set (this machine's environment,
-    the Docker build) and an editable install (`make venv`, `mnemoflow dev`) no `.pyc` exists,
-    so every round compiled `workflows/memory_round.py` and what it imports from source again:
-    ~6 ms of CPU per round, the module alone (docs/PERFORMANCE.md, section 2). When Python may
+    The SDK's default sandbox imports a workflow's module afresh for every workflow run it
+    starts, and a round is a run of its own. With PYTHONDONTWRITEBYTECODE set (this machine's
+    environment, the Docker build) and an editable install (`make venv`, `mnemoflow dev`) no
+    `.pyc` exists, so every round compiled `workflows/memory_round.py` from source again: ~6 ms
+    of CPU per round, the module alone (docs/PERFORMANCE.md, section 2). The Workers now pass
+    the package through (`workflow_runner`), so they import it once per process; the cache
+    still spares that import its compile in every new process, and serves the sandboxes that
+    pass nothing through (`mnemoflow replay`, the replay tests). When Python may
     not write bytecode, this process writes it to the user's cache (`bytecode_cache_dir`, mode
     0700, owned by the user or not used) and reads it from there; nothing is written next to
     the sources. A cache, not a temp dir: `mnemoflow` commands end with `os._exit`, so nothing
