@@ -34,8 +34,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from temporalio.testing import WorkflowEnvironment
 
-from mnemoflow.activities.embeddings import HashingEmbeddings
-from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware import DurableMemoryMiddleware, MemoryClient
 from mnemoflow.models.contracts import UserStatus
@@ -44,9 +42,10 @@ from tests.support.chat import ReceiptModel, receipt
 from tests.support.drive import eventually
 from tests.support.invariants import Outcome, leaked_to, said_vs_stored
 from tests.support.memory_worker import memory_worker
+from tests.support.process_stack import process_stack
 from tests.support.reliability import Ledger
 from tests.support.replay import assert_replays
-from tests.support.temporal import RestartableDevServer, restartable_dev_server
+from tests.support.temporal import restartable_dev_server
 from tests.support.worker_process import worker_process
 
 pytestmark = pytest.mark.integration
@@ -309,40 +308,26 @@ async def test_randomised_writers_rewrites_outage_and_worker_kill(
 ) -> None:
     started = time.monotonic()
     rng = random.Random(SEED)
-    tag = uuid.uuid4().hex[:10]
-    server = RestartableDevServer(tmp_path)
-    task_queue, collection, prefix = f"tq-rand-{tag}", f"t_rand_{tag}", f"test:{tag}:"
+    outage_at = rng.randint(25, 45)
+    outage_turns = rng.randint(4, 8)
+    kill_at = rng.randint(outage_at + outage_turns + 5, 85)
     # The outage and the kill can each catch a round holding its workflow task; the task is
     # handed out again once it times out. Temporal's default 10 s instead of the rounds' 55 s
     # (sized for slow local LLM attempts; the offline models take milliseconds): the same
     # recovery, without up to 45 s of waiting per lost task.
-    common = dict(
-        address=server.address, task_queue=task_queue, milvus=milvus_uri, redis=redis_url,
-        collection=collection, prefix=prefix, round_task_timeout_s=10.0,
-    )  # fmt: skip
-    outage_at = rng.randint(25, 45)
-    outage_turns = rng.randint(4, 8)
-    kill_at = rng.randint(outage_at + outage_turns + 5, 85)
-    await server.start()
-    store = FragmentStore(uri=milvus_uri, embeddings=HashingEmbeddings(), collection=collection)
-    temporal = await server.client()
-    clients = [
-        MemoryClient(
-            temporal=temporal, task_queue=task_queue, redis=redis_url, key_prefix=prefix,
-            signal_timeout_s=2.0, close_timeout_s=60.0,
-        )
-        for _ in range(3)
-    ]  # fmt: skip
-    user = f"rand-{tag}"
-    t0 = time.time() - 3 * HOUR
-    writers = [
-        Writer(clients[0], [summarizer()], True, t0),  # summarises after memory's hooks
-        Writer(clients[1], [summarizer()], False, t0 + 1),  # summarises before them
-        Writer(clients[2], [keep_last_six], False, t0 + 2),  # trims the graph's list
-    ]
-    threads = ["shared", "shared", "side"]  # two writers, own checkpointers, one thread
-    said: dict[str, list[str]] = {"shared": [], "side": []}
-    try:
+    async with process_stack(
+        tmp_path, milvus_uri, redis_url, "rand", clients=3, round_task_timeout_s=10.0
+    ) as stack:
+        server, temporal, store, clients = stack.server, stack.temporal, stack.store, stack.clients
+        user, common = f"rand-{stack.tag}", stack.worker_args
+        t0 = time.time() - 3 * HOUR
+        writers = [
+            Writer(clients[0], [summarizer()], True, t0),  # summarises after memory's hooks
+            Writer(clients[1], [summarizer()], False, t0 + 1),  # summarises before them
+            Writer(clients[2], [keep_last_six], False, t0 + 2),  # trims the graph's list
+        ]
+        threads = ["shared", "shared", "side"]  # two writers, own checkpointers, one thread
+        said: dict[str, list[str]] = {"shared": [], "side": []}
         with (
             worker_process(tmp_path, "victim", **common) as victim,
             worker_process(tmp_path, "survivor", **common),
@@ -370,11 +355,6 @@ async def test_randomised_writers_rewrites_outage_and_worker_kill(
             total = sum(len(v) for v in said.values())
             assert sum(m.accepted for m in status.watermarks.values()) == total
             await temporal.get_workflow_handle(clients[0].workflow_id(user)).terminate("test over")
-    finally:
-        for client in clients:
-            await client.aclose()
-        await store.close()
-        await server.stop()
     reliability.record(
         request,
         key="randomised-delivery",

@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import random
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from mnemoflow.activities.embeddings import HashingEmbeddings
-from mnemoflow.activities.fragment_store import FragmentStore
 from mnemoflow.activities.fragments import REPEAT_ROUNDS
-from mnemoflow.middleware import MemoryClient
 from tests.middleware.test_delivery import HOUR, Writer, keep_last_six, settled, summarizer
 from tests.support.invariants import said_vs_stored
+from tests.support.process_stack import process_stack
 from tests.support.reliability import Ledger
-from tests.support.temporal import RestartableDevServer
 from tests.support.worker_process import worker_process
 
 pytestmark = pytest.mark.integration
@@ -49,34 +45,18 @@ async def test_past_the_repeat_window_updates_are_kept_and_a_repeat_is_not(
 ) -> None:
     started = time.monotonic()
     rng = random.Random(20261206)
-    tag = uuid.uuid4().hex[:10]
-    server = RestartableDevServer(tmp_path)
-    task_queue, collection, prefix = f"tq-long-{tag}", f"t_long_{tag}", f"test:{tag}:"
-    common = dict(
-        address=server.address, task_queue=task_queue, milvus=milvus_uri, redis=redis_url,
-        collection=collection, prefix=prefix,
-    )  # fmt: skip
-    await server.start()
-    store = FragmentStore(uri=milvus_uri, embeddings=HashingEmbeddings(), collection=collection)
-    temporal = await server.client()
-    clients = [
-        MemoryClient(
-            temporal=temporal, task_queue=task_queue, redis=redis_url, key_prefix=prefix,
-            signal_timeout_s=2.0, close_timeout_s=60.0,
-        )
-        for _ in range(2)
-    ]  # fmt: skip
-    user = f"long-{tag}"
-    t0 = time.time() - 3 * HOUR
-    writers = [
-        Writer(clients[0], [summarizer()], True, t0),
-        Writer(clients[1], [keep_last_six], False, t0 + 1),
-    ]
-    threads = ["a", "b"]
-    codes = [rng.randint(1000, 8999) for _ in range(4)]
-    said: dict[str, list[str]] = {"a": [], "b": [], "c": []}
-    first: list[str] = []
-    try:
+    async with process_stack(tmp_path, milvus_uri, redis_url, "long", clients=2) as stack:
+        temporal, store, clients = stack.temporal, stack.store, stack.clients
+        user, common = f"long-{stack.tag}", stack.worker_args
+        t0 = time.time() - 3 * HOUR
+        writers = [
+            Writer(clients[0], [summarizer()], True, t0),
+            Writer(clients[1], [keep_last_six], False, t0 + 1),
+        ]
+        threads = ["a", "b"]
+        codes = [rng.randint(1000, 8999) for _ in range(4)]
+        said: dict[str, list[str]] = {"a": [], "b": [], "c": []}
+        first: list[str] = []
         with (
             worker_process(tmp_path, "one", **common),  # type: ignore[arg-type]
             worker_process(tmp_path, "two", **common),  # type: ignore[arg-type]
@@ -121,11 +101,6 @@ async def test_past_the_repeat_window_updates_are_kept_and_a_repeat_is_not(
                 assert any(fact(k, code) in text for text in stored)
                 assert any(fact(k, code + 1) in text for text in stored)
             await temporal.get_workflow_handle(clients[0].workflow_id(user)).terminate("test over")
-    finally:
-        for client in clients:
-            await client.aclose()
-        await store.close()
-        await server.stop()
     total = sum(len(v) for v in said.values())
     reliability.record(
         request,

@@ -14,20 +14,16 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
-from mnemoflow.activities.embeddings import HashingEmbeddings
-from mnemoflow.activities.fragment_store import FragmentStore
-from mnemoflow.middleware import MemoryClient
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 from tests.middleware.test_delivery import HOUR, Writer, line, settled, summarizer
 from tests.support.drive import eventually
-from tests.support.temporal import RestartableDevServer
+from tests.support.process_stack import process_stack
 from tests.support.worker_process import worker_process
 
 pytestmark = pytest.mark.integration
@@ -54,45 +50,31 @@ async def test_forgets_racing_rounds_with_summarisation_and_two_worker_processes
     milvus_uri: str, redis_url: str, tmp_path: Path
 ) -> None:
     rng = random.Random(20261202)
-    tag = uuid.uuid4().hex[:10]
-    server = RestartableDevServer(tmp_path)
-    task_queue, collection, prefix = f"tq-fr-{tag}", f"t_fr_{tag}", f"test:{tag}:"
-    common = dict(
-        address=server.address, task_queue=task_queue, milvus=milvus_uri, redis=redis_url,
-        collection=collection, prefix=prefix,
-    )  # fmt: skip
-    await server.start()
-    store = FragmentStore(uri=milvus_uri, embeddings=HashingEmbeddings(), collection=collection)
-    temporal = await server.client()
-    redis = aioredis.Redis.from_url(redis_url)
-    client = MemoryClient(
-        temporal=temporal, task_queue=task_queue, redis=redis_url, key_prefix=prefix,
-        signal_timeout_s=2.0, close_timeout_s=60.0,
-    )  # fmt: skip
-    user = f"fr-{tag}"
-    writer = Writer(client, [summarizer()], True, time.time() - 3 * HOUR)
-    said: list[str] = []
-    forgotten: dict[str, str] = {}  # fragment id -> its content
-    pending: list[asyncio.Task[object]] = []
-    spans: list[tuple[float, float]] = []  # each forget, from its call to its answer
+    async with process_stack(tmp_path, milvus_uri, redis_url, "fr") as stack:
+        temporal, store, client, redis = stack.temporal, stack.store, stack.clients[0], stack.redis
+        user, prefix, common = f"fr-{stack.tag}", stack.prefix, stack.worker_args
+        writer = Writer(client, [summarizer()], True, time.time() - 3 * HOUR)
+        said: list[str] = []
+        forgotten: dict[str, str] = {}  # fragment id -> its content
+        pending: list[asyncio.Task[object]] = []
+        spans: list[tuple[float, float]] = []  # each forget, from its call to its answer
 
-    async def forget_one() -> None:
-        """Forget a random stored fragment not forgotten yet, while rounds go on."""
-        rows: list[Fragment] = []
+        async def forget_one() -> None:
+            """Forget a random stored fragment not forgotten yet, while rounds go on."""
+            rows: list[Fragment] = []
 
-        async def stored() -> bool:
-            rows[:] = [f for f in await store.all_for_user(user) if f.id not in forgotten]
-            return bool(rows)
+            async def stored() -> bool:
+                rows[:] = [f for f in await store.all_for_user(user) if f.id not in forgotten]
+                return bool(rows)
 
-        await eventually(stored, deadline_s=60, what="a fragment to forget")
-        victim = rng.choice(rows)
-        forgotten[victim.id] = victim.content
-        began = time.time()
-        result = await client.forget_fragment(user, victim.id, timeout_s=60)
-        assert result.deleted == 1, (victim.id, result)
-        spans.append((began, time.time()))
+            await eventually(stored, deadline_s=60, what="a fragment to forget")
+            victim = rng.choice(rows)
+            forgotten[victim.id] = victim.content
+            began = time.time()
+            result = await client.forget_fragment(user, victim.id, timeout_s=60)
+            assert result.deleted == 1, (victim.id, result)
+            spans.append((began, time.time()))
 
-    try:
         # One worker's store writes take 0.4 s: rounds there are still running as forgets come.
         with (
             worker_process(tmp_path, "one", slow_index_s=0.4, **common),  # type: ignore[arg-type]
@@ -168,8 +150,3 @@ async def test_forgets_racing_rounds_with_summarisation_and_two_worker_processes
             for s in said:
                 assert not any(s in t for t in texts), s
             await temporal.get_workflow_handle(client.workflow_id(user)).terminate("test over")
-    finally:
-        await client.aclose()
-        await redis.aclose()
-        await store.close()
-        await server.stop()
