@@ -78,6 +78,8 @@ HEADLINES: dict[str, list[str]] = {
         "cases.-1.milvus.agent_cpu_ms_per_call",
         "cases.0.milvus.agent_cpu_ms_per_call_less_idle",
         "cases.-1.milvus.agent_cpu_ms_per_call_less_idle",
+        "paired.ratio_agent_cpu_ms_per_call_p50",
+        "paired.ratio_agent_cpu_ms_per_call_less_idle_p50",
         "cases.0.milvus.p95_ms",
     ],
     "milvus_flush": ["policies.every_64_rows.round_store_mean_ms"],

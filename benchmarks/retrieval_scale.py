@@ -146,9 +146,8 @@ def others_lines(wanted: int, total: int, users: int) -> int:
 
 def _threads_cpu_s() -> dict[str, float]:
     """CPU seconds of this process's threads so far, summed by thread name (Python's threads
-    are all named `python`; gRPC's own runtime threads have names of their own). Linux only:
-    empty elsewhere."""
-    tick = os.sysconf("SC_CLK_TCK")
+    are all named `python`; gRPC's own runtime threads have names of their own), from the
+    scheduler's nanosecond run time (`schedstat`). Linux only: empty elsewhere."""
     out: dict[str, float] = {}
     try:
         tids = os.listdir("/proc/self/task")
@@ -156,12 +155,11 @@ def _threads_cpu_s() -> dict[str, float]:
         return out
     for tid in tids:
         try:
-            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
-        except OSError:  # the thread ended
+            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+            ran_ns = int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # the thread ended
             continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        out[name] = out.get(name, 0.0) + ran_ns / 1e9
     return out
 
 
@@ -288,6 +286,97 @@ async def _case(
     return out
 
 
+async def _paired(
+    sizes: tuple[int, int], args: argparse.Namespace, texts: list[str], questions: list[str]
+) -> dict[str, Any]:
+    """The agent's CPU per call for a small and a large user of one store, side by side:
+    every question is asked of both, in alternating order, and each call's CPU is read
+    alone, so that the machine's drift during the run falls on both alike. Per call, the CPU
+    less the process's idle rate (measured as in `_calls`) times the call's duration."""
+    import redis.asyncio as aioredis
+
+    from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
+    from mnemoflow.activities.fragment_store import FragmentStore
+    from mnemoflow.devstack.processes import free_port, start_milvus_lite, start_redis
+    from mnemoflow.middleware.milvus_search import MilvusSearch
+    from mnemoflow.models.config import MemoryConfig
+
+    use = UniversalSentenceEncoderEmbeddings()
+    use.embed_query("warm up")
+    users = {f"probe{n}": n for n in sizes}
+    out: dict[str, Any] = {"lines": list(sizes), "calls_each": len(questions)}
+    with tempfile.TemporaryDirectory(prefix="mnemoflow-scale-") as tmp:
+        milvus = start_milvus_lite(free_port(), Path(tmp) / "m")
+        redis_proc = start_redis(free_port(), Path(tmp) / "r")
+        redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{redis_proc.port}/0")
+        uri = f"http://127.0.0.1:{milvus.port}"
+        store = FragmentStore(
+            uri, RandomDocs(use), collection="scale", lines=True, flush_rows=BATCH
+        )
+        served = MilvusSearch(
+            uri,
+            collection="scale",
+            embeddings=use,
+            redis=redis,
+            key_prefix="bench:",
+            timeout_s=CALL_TIMEOUT_S,
+        )
+        try:
+            await store.ensure()
+            now = time.time()
+            for user, lines in users.items():
+                frags = history_fragments(user, lines, texts, now)
+                for i in range(0, len(frags), BATCH):
+                    await store.upsert_vectors(frags[i : i + BATCH])
+            lines_name = store.lines_collection
+            assert lines_name is not None
+            await store._run_write(lambda c: (c.flush("scale"), c.flush(lines_name)))
+            config = MemoryConfig()
+            for user in users:  # connect, load, warm
+                await served.search(user, questions[0], config, now)
+            idle_cpu0, idle_t0 = time.process_time(), time.perf_counter()
+            await asyncio.sleep(IDLE_S)
+            rate = (time.process_time() - idle_cpu0) / (time.perf_counter() - idle_t0)
+            load0 = os.getloadavg()
+            calls: dict[str, list[tuple[float, float]]] = {u: [] for u in users}
+            threads: dict[str, dict[str, float]] = {u: {} for u in users}
+            for k, q in enumerate(questions):
+                for user in list(users)[:: 1 if k % 2 == 0 else -1]:
+                    before = _threads_cpu_s()
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    await served.search(user, q, config, now)
+                    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+                    calls[user].append((cpu, wall))
+                    for name, v in _threads_cpu_s().items():
+                        got = threads[user].get(name, 0.0) + v - before.get(name, 0.0)
+                        threads[user][name] = got
+            out["agent_idle_cpu_ms_per_s"] = round(1e3 * rate, 2)
+            out["load_avg_during"] = [round(x, 2) for x in load0]
+            n = len(questions)
+            for user, lines in users.items():
+                each = [c for c, _ in calls[user]]
+                net = [c - rate * w for c, w in calls[user]]
+                out[str(lines)] = {
+                    **summary_ms([w for _, w in calls[user]]),
+                    "agent_cpu_ms_per_call_p50": round(1e3 * float(np.median(each)), 2),
+                    "agent_cpu_ms_per_call_mean": round(1e3 * float(np.mean(each)), 2),
+                    "agent_cpu_ms_per_call_less_idle_p50": round(1e3 * float(np.median(net)), 2),
+                    "agent_cpu_ms_per_call_by_thread": {
+                        k: round(1e3 * v / n, 2) for k, v in sorted(threads[user].items()) if v > 0
+                    },
+                }
+            small, large = (out[str(x)] for x in sizes)
+            for key in ("agent_cpu_ms_per_call_p50", "agent_cpu_ms_per_call_less_idle_p50"):
+                out[f"ratio_{key}"] = round(large[key] / small[key], 3)
+        finally:
+            await served.close()
+            await store.close()
+            await redis.aclose()
+            milvus.stop(timeout=5)
+            redis_proc.stop(timeout=5)
+    return out
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     convs = conversations(Path(args.data))
     texts = locomo_lines(Path(args.data))
@@ -299,8 +388,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             case = await _case(lines, users, args, texts, questions)
             print(case, flush=True)
             cases.append(case)
+    paired = None
+    if args.paired:
+        small, large = (int(x) for x in args.paired.split(","))
+        print(f"paired: {small} and {large} lines, calls alternating", flush=True)
+        paired = await _paired((small, large), args, texts, questions)
+        print(paired, flush=True)
     return {
         "cases": cases,
+        "paired": paired,
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
@@ -313,6 +409,12 @@ def main() -> int:
     parser.add_argument("--others-lines", type=int, default=600)
     parser.add_argument("--others-total", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=None, help="default 60")
+    parser.add_argument(
+        "--paired",
+        default=None,
+        help="two line counts whose users share one store, asked in alternation "
+        "(default 600,100000; short 600,10000; 'none' to skip)",
+    )
     parser.add_argument("--out", default="retrieval_scale")
     parser.add_argument(
         "--short",
@@ -321,11 +423,18 @@ def main() -> int:
     )
     args = parser.parse_args()
     # what is given wins; the rest is the short or the full size
-    short = {"lines": "600,10000", "users": "1,100", "queries": 20}
-    full = {"lines": "600,10000,100000", "users": "1,100,10000", "queries": 60}
+    short = {"lines": "600,10000", "users": "1,100", "queries": 20, "paired": "600,10000"}
+    full = {
+        "lines": "600,10000,100000",
+        "users": "1,100,10000",
+        "queries": 60,
+        "paired": "600,100000",
+    }
     for name, value in (short if args.short else full).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if args.paired == "none":
+        args.paired = None
     result = asyncio.run(run(args))
     write_result(args.out, result, args)
     return 0
