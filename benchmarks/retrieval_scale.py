@@ -24,7 +24,12 @@ The other users of the store own as many lines each as `--others-lines` (default
 that the store of the largest case stays within what Milvus Lite fills in minutes.
 
     python benchmarks/retrieval_scale.py [--short] [--lines 600,10000,100000]
-        [--users 1,100,10000] [--queries 60]
+        [--users 1,100,10000] [--queries 60] [--paired 600,100000 | none]
+
+`--paired`: after the cases, a user with each of the two line counts in one store, every
+question asked of both in alternating order, each call's CPU read alone (`_paired`): the
+agent's CPU per call at both sizes side by side, which the separate cases (each on a fresh
+stack, minutes apart) cannot give within the machine's drift.
 
 `--short`: 600 and 10,000 lines among 1 and 100 users, 20 calls per case (a few minutes; the
 full run takes about half an hour, most of it filling the 10,000-user store). Under the protocol
