@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -213,6 +213,22 @@ async def _calls(search: Any, user: str, questions: list[str], milvus_pid: int) 
     }
 
 
+def _served(uri: str, redis: Any, use: Any) -> Any:
+    """The production search over the benchmark's store, with a deadline long enough that
+    every call completes and is timed (the middleware's own is 2 s per Milvus call, then the
+    published context)."""
+    from mnemoflow.middleware.milvus_search import MilvusSearch
+
+    return MilvusSearch(
+        uri,
+        collection="scale",
+        embeddings=use,
+        redis=redis,
+        key_prefix="bench:",
+        timeout_s=CALL_TIMEOUT_S,
+    )
+
+
 async def _case(
     lines: int, users: int, args: argparse.Namespace, texts: list[str], questions: list[str]
 ) -> dict[str, Any]:
@@ -221,12 +237,11 @@ async def _case(
     from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
     from mnemoflow.activities.fragment_store import FragmentStore
     from mnemoflow.devstack.processes import free_port, start_milvus_lite, start_redis
-    from mnemoflow.middleware.milvus_search import MilvusSearch
     from mnemoflow.models.corpus import BUMP_VERSION, corpus_version_key
 
     use = UniversalSentenceEncoderEmbeddings()
     use.embed_query("warm up")
-    emb = RandomDocs(use)
+    emb: Any = RandomDocs(use)  # duck-typed Embeddings
     out: dict[str, Any] = {"lines": lines, "users": users}
     with tempfile.TemporaryDirectory(prefix="mnemoflow-scale-") as tmp:
         milvus = start_milvus_lite(free_port(), Path(tmp) / "m")
@@ -254,16 +269,7 @@ async def _case(
             out["fill_s"] = round(fill, 1)
             load0 = os.getloadavg()
             rss0 = _rss_mb()
-            # A deadline long enough that every call completes and is timed (the middleware's
-            # own is 2 s per Milvus call, then the published context).
-            served = MilvusSearch(
-                uri,
-                collection="scale",
-                embeddings=use,
-                redis=redis,
-                key_prefix="bench:",
-                timeout_s=CALL_TIMEOUT_S,
-            )
+            served = _served(uri, redis, use)
             out["milvus"] = await _calls(served, "probe", questions, milvus.pid)
             out["milvus"]["agent_rss_mb_after"] = _rss_mb()
             out["milvus"]["agent_rss_mb_added"] = round(_rss_mb() - rss0, 1)
@@ -303,7 +309,6 @@ async def _paired(
     from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
     from mnemoflow.activities.fragment_store import FragmentStore
     from mnemoflow.devstack.processes import free_port, start_milvus_lite, start_redis
-    from mnemoflow.middleware.milvus_search import MilvusSearch
     from mnemoflow.models.config import MemoryConfig
 
     use = UniversalSentenceEncoderEmbeddings()
@@ -316,16 +321,9 @@ async def _paired(
         redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{redis_proc.port}/0")
         uri = f"http://127.0.0.1:{milvus.port}"
         store = FragmentStore(
-            uri, RandomDocs(use), collection="scale", lines=True, flush_rows=BATCH
+            uri, cast(Any, RandomDocs(use)), collection="scale", lines=True, flush_rows=BATCH
         )
-        served = MilvusSearch(
-            uri,
-            collection="scale",
-            embeddings=use,
-            redis=redis,
-            key_prefix="bench:",
-            timeout_s=CALL_TIMEOUT_S,
-        )
+        served = _served(uri, redis, use)
         try:
             await store.ensure()
             now = time.time()
