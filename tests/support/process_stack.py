@@ -52,13 +52,13 @@ async def process_stack(
         address=server.address, task_queue=f"tq-{name}-{tag}", milvus=milvus_uri,
         redis=redis_url, collection=f"t_{name}_{tag}", prefix=prefix, **worker,
     )  # fmt: skip
-    await server.start()
-    store = FragmentStore(
+    store = FragmentStore(  # connects on first use
         uri=milvus_uri, embeddings=HashingEmbeddings(), collection=worker_args["collection"]
     )
     made: list[MemoryClient] = []
-    redis = aioredis.Redis.from_url(redis_url)
+    redis = aioredis.Redis.from_url(redis_url)  # likewise
     try:
+        await server.start()
         temporal = await server.client()
         made += [
             MemoryClient(
