@@ -46,8 +46,11 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -180,9 +183,7 @@ async def _calls(search: Any, user: str, questions: list[str], milvus_pid: int) 
         await search.search(user, questions[0], config, now)
     except Exception as err:  # counted below if the calls fail too
         print(f"warm-up call failed: {err!r}"[:300], flush=True)
-    idle_cpu0, idle_t0 = time.process_time(), time.perf_counter()
-    await asyncio.sleep(IDLE_S)
-    idle_rate = (time.process_time() - idle_cpu0) / (time.perf_counter() - idle_t0)
+    idle_rate = await _idle_rate()
     times, cpu0, mcpu0 = [], time.process_time(), process_cpu_s(milvus_pid, children=False)
     threads0 = _threads_cpu_s()
     failed = 0
@@ -213,6 +214,56 @@ async def _calls(search: Any, user: str, questions: list[str], milvus_pid: int) 
     }
 
 
+@dataclass
+class Stack:
+    """One case's own Milvus Lite server and Redis, with the fragment store (line rows on)."""
+
+    milvus: Any
+    redis: Any
+    uri: str
+    store: Any
+
+
+@asynccontextmanager
+async def _stack(use: Any) -> AsyncIterator[Stack]:
+    """A fresh Milvus Lite server and Redis in a temporary directory, stopped on the way out;
+    documents are embedded as random vectors (`RandomDocs`), questions by `use`."""
+    import redis.asyncio as aioredis
+
+    from mnemoflow.activities.fragment_store import FragmentStore
+    from mnemoflow.devstack.processes import free_port, start_milvus_lite, start_redis
+
+    with tempfile.TemporaryDirectory(prefix="mnemoflow-scale-") as tmp:
+        milvus = start_milvus_lite(free_port(), Path(tmp) / "m")
+        redis_proc = start_redis(free_port(), Path(tmp) / "r")
+        redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{redis_proc.port}/0")
+        uri = f"http://127.0.0.1:{milvus.port}"
+        docs: Any = RandomDocs(use)  # duck-typed Embeddings
+        store = FragmentStore(uri, docs, collection="scale", lines=True, flush_rows=BATCH)
+        try:
+            await store.ensure()
+            yield Stack(milvus, redis, uri, store)
+        finally:
+            await store.close()
+            await redis.aclose()
+            milvus.stop(timeout=5)
+            redis_proc.stop(timeout=5)
+
+
+async def _flush(store: Any) -> None:
+    """Seal what was written (both collections), so that searches read indexed segments."""
+    lines_name = store.lines_collection
+    assert lines_name is not None
+    await store._run_write(lambda c: (c.flush("scale"), c.flush(lines_name)))
+
+
+async def _idle_rate() -> float:
+    """The process's CPU seconds per second while it idles IDLE_S with its clients connected."""
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    await asyncio.sleep(IDLE_S)
+    return (time.process_time() - cpu0) / (time.perf_counter() - t0)
+
+
 def _served(uri: str, redis: Any, use: Any) -> Any:
     """The production search over the benchmark's store, with a deadline long enough that
     every call completes and is timed (the middleware's own is 2 s per Milvus call, then the
@@ -232,114 +283,78 @@ def _served(uri: str, redis: Any, use: Any) -> Any:
 async def _case(
     lines: int, users: int, args: argparse.Namespace, texts: list[str], questions: list[str]
 ) -> dict[str, Any]:
-    import redis.asyncio as aioredis
-
     from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
-    from mnemoflow.activities.fragment_store import FragmentStore
-    from mnemoflow.devstack.processes import free_port, start_milvus_lite, start_redis
     from mnemoflow.models.corpus import BUMP_VERSION, corpus_version_key
 
     use = UniversalSentenceEncoderEmbeddings()
     use.embed_query("warm up")
-    emb: Any = RandomDocs(use)  # duck-typed Embeddings
     out: dict[str, Any] = {"lines": lines, "users": users}
-    with tempfile.TemporaryDirectory(prefix="mnemoflow-scale-") as tmp:
-        milvus = start_milvus_lite(free_port(), Path(tmp) / "m")
-        redis_proc = start_redis(free_port(), Path(tmp) / "r")
-        redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{redis_proc.port}/0")
-        uri = f"http://127.0.0.1:{milvus.port}"
-        store = FragmentStore(uri, emb, collection="scale", lines=True, flush_rows=BATCH)
+    async with _stack(use) as stack:
+        store, redis = stack.store, stack.redis
         corpus = AgentIndex(redis, "bench:", use)
-        try:
-            await store.ensure()
-            now = time.time()
-            fill = 0.0
-            each = others_lines(args.others_lines, args.others_total, users)
-            out["others_lines_each"] = each
-            others: list[Any] = []  # the other users' fragments, BATCH at a time
-            for u in range(users - 1):
-                others += history_fragments(f"other{u}", each, texts, now)
-                if len(others) >= BATCH or u == users - 2:
-                    fill += await _fill(store, corpus, others)
-                    others = []
-            fill += await _fill(store, corpus, history_fragments("probe", lines, texts, now))
-            lines_name = store.lines_collection
-            assert lines_name is not None
-            await store._run_write(lambda c: (c.flush("scale"), c.flush(lines_name)))
-            out["fill_s"] = round(fill, 1)
-            load0 = os.getloadavg()
-            rss0 = _rss_mb()
-            served = _served(uri, redis, use)
-            out["milvus"] = await _calls(served, "probe", questions, milvus.pid)
-            out["milvus"]["agent_rss_mb_after"] = _rss_mb()
-            out["milvus"]["agent_rss_mb_added"] = round(_rss_mb() - rss0, 1)
-            await served.close()
+        now = time.time()
+        fill = 0.0
+        each = others_lines(args.others_lines, args.others_total, users)
+        out["others_lines_each"] = each
+        others: list[Any] = []  # the other users' fragments, BATCH at a time
+        for u in range(users - 1):
+            others += history_fragments(f"other{u}", each, texts, now)
+            if len(others) >= BATCH or u == users - 2:
+                fill += await _fill(store, corpus, others)
+                others = []
+        fill += await _fill(store, corpus, history_fragments("probe", lines, texts, now))
+        await _flush(store)
+        out["fill_s"] = round(fill, 1)
+        load0 = os.getloadavg()
+        rss0 = _rss_mb()
+        served = _served(stack.uri, redis, use)
+        out["milvus"] = await _calls(served, "probe", questions, stack.milvus.pid)
+        out["milvus"]["agent_rss_mb_after"] = _rss_mb()
+        out["milvus"]["agent_rss_mb_added"] = round(_rss_mb() - rss0, 1)
+        await served.close()
 
-            rss1 = _rss_mb()
-            local = corpus
-            builds = []
-            for _ in range(3):  # a round moved the version: the next call reads and rebuilds
-                await redis.eval(BUMP_VERSION, 1, corpus_version_key("bench:", "probe"))  # type: ignore[misc]
-                t0 = time.perf_counter()
-                await local.index("probe")
-                builds.append(time.perf_counter() - t0)
-            out["agent_index"] = await _calls(local, "probe", questions, milvus.pid)
-            out["agent_index"]["read_and_build"] = summary_ms(builds)
-            out["agent_index"]["agent_rss_mb_after"] = _rss_mb()
-            out["agent_index"]["agent_rss_mb_added"] = round(_rss_mb() - rss1, 1)
-            out["load_avg_during"] = [round(x, 2) for x in load0]
-            out["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
-        finally:
-            await store.close()
-            await redis.aclose()
-            milvus.stop(timeout=5)
-            redis_proc.stop(timeout=5)
+        rss1 = _rss_mb()
+        local = corpus
+        builds = []
+        for _ in range(3):  # a round moved the version: the next call reads and rebuilds
+            await redis.eval(BUMP_VERSION, 1, corpus_version_key("bench:", "probe"))  # type: ignore[misc]
+            t0 = time.perf_counter()
+            await local.index("probe")
+            builds.append(time.perf_counter() - t0)
+        out["agent_index"] = await _calls(local, "probe", questions, stack.milvus.pid)
+        out["agent_index"]["read_and_build"] = summary_ms(builds)
+        out["agent_index"]["agent_rss_mb_after"] = _rss_mb()
+        out["agent_index"]["agent_rss_mb_added"] = round(_rss_mb() - rss1, 1)
+        out["load_avg_during"] = [round(x, 2) for x in load0]
+        out["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     return out
 
 
-async def _paired(
-    sizes: tuple[int, int], args: argparse.Namespace, texts: list[str], questions: list[str]
-) -> dict[str, Any]:
+async def _paired(sizes: tuple[int, int], texts: list[str], questions: list[str]) -> dict[str, Any]:
     """The agent's CPU per call for a small and a large user of one store, side by side:
     every question is asked of both, in alternating order, and each call's CPU is read
     alone, so that the machine's drift during the run falls on both alike. Per call, the CPU
     less the process's idle rate (measured as in `_calls`) times the call's duration."""
-    import redis.asyncio as aioredis
-
     from mnemoflow.activities.embeddings import UniversalSentenceEncoderEmbeddings
-    from mnemoflow.activities.fragment_store import FragmentStore
-    from mnemoflow.devstack.processes import free_port, start_milvus_lite, start_redis
     from mnemoflow.models.config import MemoryConfig
 
     use = UniversalSentenceEncoderEmbeddings()
     use.embed_query("warm up")
     users = {f"probe{n}": n for n in sizes}
     out: dict[str, Any] = {"lines": list(sizes), "calls_each": len(questions)}
-    with tempfile.TemporaryDirectory(prefix="mnemoflow-scale-") as tmp:
-        milvus = start_milvus_lite(free_port(), Path(tmp) / "m")
-        redis_proc = start_redis(free_port(), Path(tmp) / "r")
-        redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{redis_proc.port}/0")
-        uri = f"http://127.0.0.1:{milvus.port}"
-        store = FragmentStore(
-            uri, cast(Any, RandomDocs(use)), collection="scale", lines=True, flush_rows=BATCH
-        )
-        served = _served(uri, redis, use)
+    async with _stack(use) as stack:
+        now = time.time()
+        for user, lines in users.items():
+            frags = history_fragments(user, lines, texts, now)
+            for i in range(0, len(frags), BATCH):
+                await stack.store.upsert_vectors(frags[i : i + BATCH])
+        await _flush(stack.store)
+        served = _served(stack.uri, stack.redis, use)
         try:
-            await store.ensure()
-            now = time.time()
-            for user, lines in users.items():
-                frags = history_fragments(user, lines, texts, now)
-                for i in range(0, len(frags), BATCH):
-                    await store.upsert_vectors(frags[i : i + BATCH])
-            lines_name = store.lines_collection
-            assert lines_name is not None
-            await store._run_write(lambda c: (c.flush("scale"), c.flush(lines_name)))
             config = MemoryConfig()
             for user in users:  # connect, load, warm
                 await served.search(user, questions[0], config, now)
-            idle_cpu0, idle_t0 = time.process_time(), time.perf_counter()
-            await asyncio.sleep(IDLE_S)
-            rate = (time.process_time() - idle_cpu0) / (time.perf_counter() - idle_t0)
+            rate = await _idle_rate()
             load0 = os.getloadavg()
             calls: dict[str, list[tuple[float, float]]] = {u: [] for u in users}
             threads: dict[str, dict[str, float]] = {u: {} for u in users}
@@ -348,35 +363,31 @@ async def _paired(
                     before = _threads_cpu_s()
                     c0, t0 = time.process_time(), time.perf_counter()
                     await served.search(user, q, config, now)
-                    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
-                    calls[user].append((cpu, wall))
+                    calls[user].append((time.process_time() - c0, time.perf_counter() - t0))
                     for name, v in _threads_cpu_s().items():
-                        got = threads[user].get(name, 0.0) + v - before.get(name, 0.0)
-                        threads[user][name] = got
-            out["agent_idle_cpu_ms_per_s"] = round(1e3 * rate, 2)
-            out["load_avg_during"] = [round(x, 2) for x in load0]
-            n = len(questions)
-            for user, lines in users.items():
-                each = [c for c, _ in calls[user]]
-                net = [c - rate * w for c, w in calls[user]]
-                out[str(lines)] = {
-                    **summary_ms([w for _, w in calls[user]]),
-                    "agent_cpu_ms_per_call_p50": round(1e3 * float(np.median(each)), 2),
-                    "agent_cpu_ms_per_call_mean": round(1e3 * float(np.mean(each)), 2),
-                    "agent_cpu_ms_per_call_less_idle_p50": round(1e3 * float(np.median(net)), 2),
-                    "agent_cpu_ms_per_call_by_thread": {
-                        k: round(1e3 * v / n, 2) for k, v in sorted(threads[user].items()) if v > 0
-                    },
-                }
-            small, large = (out[str(x)] for x in sizes)
-            for key in ("agent_cpu_ms_per_call_p50", "agent_cpu_ms_per_call_less_idle_p50"):
-                out[f"ratio_{key}"] = round(large[key] / small[key], 3)
+                        threads[user][name] = (
+                            threads[user].get(name, 0.0) + v - before.get(name, 0.0)
+                        )
         finally:
             await served.close()
-            await store.close()
-            await redis.aclose()
-            milvus.stop(timeout=5)
-            redis_proc.stop(timeout=5)
+    out["agent_idle_cpu_ms_per_s"] = round(1e3 * rate, 2)
+    out["load_avg_during"] = [round(x, 2) for x in load0]
+    n = len(questions)
+    for user, lines in users.items():
+        each = [c for c, _ in calls[user]]
+        net = [c - rate * w for c, w in calls[user]]
+        out[str(lines)] = {
+            **summary_ms([w for _, w in calls[user]]),
+            "agent_cpu_ms_per_call_p50": round(1e3 * float(np.median(each)), 2),
+            "agent_cpu_ms_per_call_mean": round(1e3 * float(np.mean(each)), 2),
+            "agent_cpu_ms_per_call_less_idle_p50": round(1e3 * float(np.median(net)), 2),
+            "agent_cpu_ms_per_call_by_thread": {
+                k: round(1e3 * v / n, 2) for k, v in sorted(threads[user].items()) if v > 0
+            },
+        }
+    small, large = (out[str(x)] for x in sizes)
+    for key in ("agent_cpu_ms_per_call_p50", "agent_cpu_ms_per_call_less_idle_p50"):
+        out[f"ratio_{key}"] = round(large[key] / small[key], 3)
     return out
 
 
@@ -395,7 +406,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.paired:
         small, large = (int(x) for x in args.paired.split(","))
         print(f"paired: {small} and {large} lines, calls alternating", flush=True)
-        paired = await _paired((small, large), args, texts, questions)
+        paired = await _paired((small, large), texts, questions)
         print(paired, flush=True)
     return {
         "cases": cases,
