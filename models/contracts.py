@@ -219,6 +219,11 @@ class RoundRecord(BaseModel):
     status: Literal["running", "completed", "failed"] = "running"
     fragments: int = 0
     error: str | None = None
+    theme: str | None = Field(
+        None,
+        description="the round's first theme as a word of THEME_VOCABULARY, once it completed "
+        "(rounds of shape 7 write no search attributes when they complete)",
+    )
     started_at: float = 0.0
     finished_at: float | None = None
 
@@ -421,7 +426,9 @@ class RoundInput(BaseModel):
         description="1: classic (five activities); 2: lean (local store step, one upsert); "
         "3: lean with local LLM attempts and bounded payloads; 4: as 3, and the result carries "
         "the contents of the round's own fragments only (the others by reference); 5: as 4, "
-        "without the theme cache (its LLM step looks the round's themes up in Redis)",
+        "without the theme cache (its LLM step looks the round's themes up in Redis); 6: as "
+        "5, with an LLM queue of its own one LLM activity (slice, lookup, missing tunes); 7: "
+        "as 6, and no search attributes written when it completes",
     )
     tuned_packed: dict[str, list[float]] = Field(
         default_factory=dict,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from mnemoflow.middleware import MemoryClient
 from mnemoflow.models import search_attributes as sa
@@ -27,6 +27,21 @@ def rounds_query(search_user: str, failed_only: bool = False) -> str:
     return query
 
 
+def _outcome_of(status: WorkflowExecutionStatus | None) -> str | None:
+    """The outcome a round's execution status stands for, where the round wrote none."""
+    if status is None:
+        return None
+    return _OUTCOMES.get(status, status.name.lower())
+
+
+_OUTCOMES = {
+    WorkflowExecutionStatus.RUNNING: "running",
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+}
+
+
 async def list_rounds(
     temporal: Client, client: MemoryClient, user_id: str, failed_only: bool = False
 ) -> dict[str, Any]:
@@ -43,9 +58,11 @@ async def list_rounds(
                 "workflow_id": execution.id,
                 "round": attrs.get(sa.ROUND),
                 "status": execution.status.name if execution.status else None,
-                "outcome": attrs.get(sa.OUTCOME),
+                # A round that completed writes no outcome or theme (round shape 7): its
+                # status says it, and the user workflow's record keeps the theme.
+                "outcome": attrs.get(sa.OUTCOME) or _outcome_of(execution.status),
                 "trigger": attrs.get(sa.TRIGGER),
-                "theme": attrs.get(sa.THEME),
+                "theme": attrs.get(sa.THEME) or (record.theme if record else None),
                 "event_id": record.event_id if record else None,
                 "error": record.error if record else None,
             }

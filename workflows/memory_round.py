@@ -120,6 +120,11 @@ STORED_WEIGHTS_SHAPE = 5
 #: From this shape a round whose LLM calls have a queue of their own makes them as one ordinary
 #: activity there (slice, weights looked up, missing tunes), as shape 3 does locally.
 ONE_LLM_ACTIVITY_SHAPE = 6
+#: From this shape a round that completes writes no search attributes: its outcome is the
+#: execution's own status, and its theme goes to the user workflow's record of it. A round that
+#: fails or is cancelled still records both (docs/OPERATIONS.md, "Search attributes"). The
+#: completion upsert was one history event and one billed action of every round.
+QUIET_COMPLETION_SHAPE = 7
 
 T = TypeVar("T")
 
@@ -155,7 +160,8 @@ class MemoryRoundWorkflow:
     # --- the lean shape ------------------------------------------------------------------
 
     async def _run_lean(self, inp: RoundInput) -> RoundResult:
-        """The lean round; its theme and outcome go to the search attributes in one upsert."""
+        """The lean round; its theme and outcome go to the search attributes in one upsert
+        (from QUIET_COMPLETION_SHAPE, only when it does not complete)."""
         self._theme: str | None = None
         # Shape 5: the stored weights of the round's themes, as its LLM step found them.
         self._looked_up: dict[str, TunedParams] = {}
@@ -172,8 +178,11 @@ class MemoryRoundWorkflow:
         return result
 
     def _record(self, outcome: str, inp: RoundInput) -> None:
-        if inp.search_attributes:
-            upsert_round_attributes(theme=self._theme, outcome=outcome)
+        if not inp.search_attributes:
+            return
+        if outcome == "completed" and inp.shape >= QUIET_COMPLETION_SHAPE:
+            return
+        upsert_round_attributes(theme=self._theme, outcome=outcome)
 
     async def _lean(self, inp: RoundInput) -> RoundResult:
         usage: dict[str, LLMUsage] = {}

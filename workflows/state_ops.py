@@ -42,6 +42,7 @@ from mnemoflow.models.fragments import (
 )
 from mnemoflow.models.profile import UserProfile, profile_facts, without_facts
 from mnemoflow.models.round_store import MAX_TUNED_THEMES, round_of
+from mnemoflow.models.search_attributes import theme_value
 from mnemoflow.models.turns import ChatTurn, identity_digest, turn_identity
 from mnemoflow.models.usage import PriceTable
 
@@ -560,7 +561,8 @@ def round_completed(
         swept = set(result.swept_rounds)
         ts.failed_rounds = [n for n in ts.failed_rounds if n not in swept]
         _keep_failed_batches(ts)
-    _finish(record, "completed", now, fragments=len(result.fragments))
+    theme = theme_value(result.themes[0]) if result.themes else None
+    _finish(record, "completed", now, fragments=len(result.fragments), theme=theme)
 
 
 def keep_made(

@@ -90,14 +90,14 @@ async def maybe_forget(run: UserRun) -> bool:
     await workflow.wait_condition(lambda: run.writes_in_flight == 0)
     absorb_requests(run)
     facts = len(profile_facts(run.state.profile))
-    dropped = state_ops.forget_all(run.state, clear_backoff=workflow.patched(FORGET_CLEARS_BACKOFF))
+    dropped = state_ops.forget_all(run.state, clear_backoff=run.patched(FORGET_CLEARS_BACKOFF))
     # The fence: a message said before the forget and delivered late (a writer that was cut
     # off, a re-send from a checkpointer) is refused, never indexed again. By its forget epoch
     # when the agent stamped one, else by its time.
     run.state.fence = max(run.state.fence, workflow.now().timestamp())
     epoch: int | None = None
     if run.epoch_rule is None:
-        run.epoch_rule = workflow.patched(FORGET_EPOCH)
+        run.epoch_rule = run.patched(FORGET_EPOCH)
     if run.epoch_rule:
         run.state.forget_epoch += 1
         epoch = run.state.forget_epoch
@@ -123,7 +123,7 @@ async def maybe_forget(run: UserRun) -> bool:
     # destroyed by the run this one continues as (its history needs none of them).
     keys = DestroyUserKeyOutput(destroyed=0)
     retired: list[str] = []
-    if workflow.patched(SHRED_AFTER_CONTINUE):
+    if run.patched(SHRED_AFTER_CONTINUE):
         if req.keys:
             retired = (
                 await _until_done(
@@ -135,7 +135,7 @@ async def maybe_forget(run: UserRun) -> bool:
                 )
             ).generations
             run.state.shred = list(retired)
-    elif workflow.patched(SHRED_KEYS):
+    elif run.patched(SHRED_KEYS):
         keys = await _until_done(
             run,
             DESTROY_USER_KEY,

@@ -67,10 +67,11 @@ class UserMemoryWorkflow:
     async def run(self, inp: UserMemoryInput) -> None:
         """Main loop: forget, absorb, round, induction, reinforcement, continue-as-new, sleep."""
         run = self._run
+        run.ask_rules()  # first, before any patch: see RULES_PATCH (workflows/user_state.py)
         # Keys a forget of the previous run retired: destroyed before anything else (this
         # run's history is sealed with a newer key; docs/PRIVACY.md).
         await user_forget.shred_retired(run)
-        if inp.state is None and workflow.patched(STORED_FLOOR_PATCH):
+        if inp.state is None and run.patched(STORED_FLOOR_PATCH):
             self._absorb()  # what the start brought is accepted (and shown) meanwhile
             await number_above_stored(run)
         while True:
@@ -111,7 +112,7 @@ class UserMemoryWorkflow:
         ):
             # Asked only once a message carries an epoch: histories without any replay as
             # they ran (workflows/user_forget.py, FORGET_EPOCH).
-            run.epoch_rule = workflow.patched(user_forget.FORGET_EPOCH)
+            run.epoch_rule = run.patched(user_forget.FORGET_EPOCH)
         absorb(run, now, self._horizon_at_now(now), self._seen_archive, self._late_turns)
         describe(run)
 
@@ -119,7 +120,7 @@ class UserMemoryWorkflow:
         """Whether what a forget covers is refused or cut however late it is delivered
         (FORGET_COVERS_LATE_TURNS_PATCH); asked only where the answer changes what is kept."""
         if self._late_rule is None:
-            self._late_rule = workflow.patched(FORGET_COVERS_LATE_TURNS_PATCH)
+            self._late_rule = self._run.patched(FORGET_COVERS_LATE_TURNS_PATCH)
         return self._late_rule
 
     def _seen_archive(self) -> bool:
@@ -127,7 +128,7 @@ class UserMemoryWorkflow:
         archive of identities that left `seen` (SEEN_ARCHIVE_PATCH). Asked only where the
         answer changes what is accepted; once asked, the answer holds for the run."""
         if self._archive_rule is None:
-            self._archive_rule = workflow.patched(SEEN_ARCHIVE_PATCH)
+            self._archive_rule = self._run.patched(SEEN_ARCHIVE_PATCH)
         return self._archive_rule
 
     def _horizon_at_now(self, now: float) -> bool:
@@ -136,7 +137,7 @@ class UserMemoryWorkflow:
         history records its marker only then; once asked, the answer holds for the run."""
         run = self._run
         if self._horizon_rule is None and state_ops.stamped_ahead(run.state, run.submits, now):
-            self._horizon_rule = workflow.patched(HORIZON_AT_NOW_PATCH)
+            self._horizon_rule = run.patched(HORIZON_AT_NOW_PATCH)
         return bool(self._horizon_rule)
 
     # --- signals and queries ----------------------------------------------------------------
@@ -273,7 +274,7 @@ def _waits_for_rounds(run: UserRun) -> bool:
     if workflow.info().get_current_history_length() >= CONTINUED_WAIT_EVENTS:
         return False
     size = len(run.continued_input().model_dump_json().encode("utf-8"))
-    return size > CONTINUED_MAX_BYTES and workflow.patched(CONTINUE_WAITS_PATCH)
+    return size > CONTINUED_MAX_BYTES and run.patched(CONTINUE_WAITS_PATCH)
 
 
 def _history_is_long(run: UserRun) -> bool:
@@ -287,7 +288,7 @@ def _history_is_long(run: UserRun) -> bool:
 def _past_events_bound(run: UserRun) -> bool:
     """Past HISTORY_EVENTS_BOUND (or the input's lower bound), in runs that recorded the patch."""
     bound = min(HISTORY_EVENTS_BOUND, run.inp.max_history_events)
-    return workflow.info().get_current_history_length() >= bound and workflow.patched(
+    return workflow.info().get_current_history_length() >= bound and run.patched(
         HISTORY_BOUND_PATCH
     )
 

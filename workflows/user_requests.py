@@ -112,7 +112,7 @@ async def remember(run: UserRun, req: RememberRequest) -> RememberResult:
             **store_activity("remember explicitly"),
         )
         run.remembered.append(FragmentRef(id=fragment.id, created_at=now, seq=0))
-        if workflow.patched(REMEMBER_PUBLISHES):
+        if run.patched(REMEMBER_PUBLISHES):
             await _publish_remembered(run, fragment)
     finally:
         run.writes_in_flight -= 1
@@ -177,7 +177,7 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
     # the forget takes those turns out (docs/ARCHITECTURE.md, "The round").
     made_in = round_of(run.inp.user_id, req.fragment_id)
     thread_id = state_ops.failed_round_thread(run.state, made_in)
-    if thread_id is not None and not workflow.patched(FORGET_FAILED_ROUND_TURNS):
+    if thread_id is not None and not run.patched(FORGET_FAILED_ROUND_TURNS):
         thread_id = None
     # Kept when a round read it before its sweep (user_rounds.SWEEP_READS_FIRST): its thread
     # even when its round left the thread's list since (more failures than it keeps).
@@ -189,11 +189,11 @@ async def forget_fragment(run: UserRun, req: ForgetFragmentRequest) -> ForgetFra
     if thread_id is not None:
         run.held_threads[thread_id] = run.held_threads.get(thread_id, 0) + 1
     try:
-        if workflow.patched(FORGET_FRAGMENT_WAITS_REINFORCE):
+        if run.patched(FORGET_FRAGMENT_WAITS_REINFORCE):
             await workflow.wait_condition(lambda: not run.reinforcing and not run.rewriting)
         user = run.inp.user_id
         rows: list[Fragment] = []
-        quotes = req.quotes and workflow.patched(FORGET_PENDING_QUOTES)
+        quotes = req.quotes and run.patched(FORGET_PENDING_QUOTES)
         if thread_id is not None or quotes:  # read first: a retried delete cannot read it back
             read = DeleteFragmentsInput(user_id=user, ids=[], read=[req.fragment_id])
             rows = (await _delete(run, read, "read the row to forget")).rows
@@ -242,9 +242,7 @@ def _cut_replies_quoting(run: UserRun, fragment_id: str) -> None:
     """A reply that read a forgotten fragment back and is still in an agent's outbox, or waits
     here for its round, loses the words it took from it (docs/ARCHITECTURE.md, "Invariants")."""
     state_ops.forgotten_with_quotes(run.state, fragment_id)
-    if state_ops.replies_quoting(run.state, fragment_id) and workflow.patched(
-        FORGET_COVERS_LATE_TURNS
-    ):
+    if state_ops.replies_quoting(run.state, fragment_id) and run.patched(FORGET_COVERS_LATE_TURNS):
         state_ops.cut_replies_quoting(run.state, fragment_id)
 
 
@@ -349,7 +347,7 @@ async def _swept_row(
     waits = thread_id is not None and running is not None
     if not waits and found() is None:
         return None
-    if not workflow.patched(FORGET_SWEPT_ROW):
+    if not run.patched(FORGET_SWEPT_ROW):
         return None
     if waits and running is not None:
         await _round_over(run, running)  # its result names the rows its sweep deleted
@@ -392,7 +390,7 @@ async def _rewrite_rows(run: UserRun, lines: ForgetLines, summary: str) -> None:
         shown = state_ops.shown_with_lines(
             run.state, lines.content, lines.quotes, set(lines.skip_ids)
         )
-        if shown and workflow.patched(FORGET_LINES_CHECKS_CONTEXT):
+        if shown and run.patched(FORGET_LINES_CHECKS_CONTEXT):
             lines.check_ids = shown
         again = await _delete(
             run,
@@ -407,7 +405,7 @@ async def _rewrite_rows(run: UserRun, lines: ForgetLines, summary: str) -> None:
         # A publish of the loop may have read the context meanwhile: its result would
         # put the old contents back.
         await workflow.wait_condition(lambda: not run.publishing)
-        by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
+        by_statement = run.patched(FORGET_FRAGMENT_BY_STATEMENT)
         gone, stale = list(again.deleted_ids), list(again.rewritten)
         if lines.check_ids and again.checked is not None:
             lost, shown_old = state_ops.after_lost_reply(
@@ -431,15 +429,15 @@ async def _forgotten_everywhere(
     if (
         not deleted
         and state_ops.mentions(run.state, req.fragment_id)
-        and workflow.patched(FORGET_FRAGMENT_REPLY_LOST)
+        and run.patched(FORGET_FRAGMENT_REPLY_LOST)
     ):
         # The row is gone but this attempt found nothing: an earlier attempt deleted it and its
         # reply was lost (the worker died after the delete). The state still names it: clean up.
         deleted = 1
-    if not deleted or not workflow.patched(FORGET_FRAGMENT_REPUBLISHES):
+    if not deleted or not run.patched(FORGET_FRAGMENT_REPUBLISHES):
         return ForgetFragmentResult(deleted=deleted)
     await workflow.wait_condition(lambda: not run.publishing)
-    by_statement = workflow.patched(FORGET_FRAGMENT_BY_STATEMENT)
+    by_statement = run.patched(FORGET_FRAGMENT_BY_STATEMENT)
     queued = len(run.state.uninducted)
     removed = state_ops.forget_fragment_facts(run.state, req.fragment_id, by_statement=by_statement)
     if len(run.state.uninducted) > queued:
@@ -451,7 +449,7 @@ async def _forgotten_everywhere(
         # The forget saga waits for writes in flight: this publish counts too, or a forget of
         # the whole user that came meanwhile could delete the read model before it lands (a
         # probe held this publish: the forgotten user's context came back to Redis).
-        counted = workflow.patched(FORGET_FRAGMENT_PUBLISH_COUNTED)
+        counted = run.patched(FORGET_FRAGMENT_PUBLISH_COUNTED)
         run.writes_in_flight += int(counted)
         try:
             # On failure the state holds it: the query and the next publish do.

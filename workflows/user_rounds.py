@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.models.turns import ChatTurn
     from mnemoflow.workflows import state_ops
     from mnemoflow.workflows.memory_round import (
+        QUIET_COMPLETION_SHAPE,
         MemoryRoundWorkflow,
         local_store_step,
         publish_context,
@@ -66,12 +67,12 @@ with workflow.unsafe.imports_passed_through():
     from mnemoflow.workflows.user_state import UserRun
 
 MAX_ROUND_ID_PROBES = 24
-#: The shape of the rounds this code starts (workflows/memory_round.py): 6, lean with local
+#: The shape of the rounds this code starts (workflows/memory_round.py): 7, lean with local
 #: LLM attempts, the contents of earlier fragments by reference, the theme weights looked up
-#: in Redis, and with an LLM queue of their own one LLM activity a round (slice, lookup,
-#: missing tunes). It travels in the round's input, so rounds started by older code replay
-#: their own.
-ROUND_SHAPE = 6
+#: in Redis, with an LLM queue of their own one LLM activity a round (slice, lookup, missing
+#: tunes), and no search attributes written when the round completes. It travels in the
+#: round's input, so rounds started by older code replay their own.
+ROUND_SHAPE = 7
 #: Shape 3 sends the theme cache packed (weights as lists, not named fields) and rounded to this
 #: many places: a third of its bytes in the round's input; the scores move by less than 1e-5.
 TUNED_PLACES = 6
@@ -133,7 +134,7 @@ async def maybe_round(run: UserRun) -> bool:
     if thread_id is None:
         return False
     ts = s.threads[thread_id]
-    batch = within_round_bytes(state_ops.round_batch(ts, cfg.max_turns_per_round))
+    batch = within_round_bytes(run, state_ops.round_batch(ts, cfg.max_turns_per_round))
     start, end = ts.indexed, ts.indexed + len(batch)  # ordinals of the thread's indexed messages
     after = state_ops.round_watermarks(s, thread_id, batch)
     record = RoundRecord(
@@ -165,7 +166,7 @@ async def maybe_round(run: UserRun) -> bool:
             run.rounds_cancelled += 1
             return True
         state_ops.round_failed(s, record, failure_text(err), now, cfg, started, batch)
-        if _stale_epoch(err) and workflow.patched(ROUND_TAKES_STORED_EPOCH):
+        if _stale_epoch(err) and run.patched(ROUND_TAKES_STORED_EPOCH):
             behind = s.forget_epoch
             await number_above_stored(run)
             if s.forget_epoch > behind:  # else the back-off holds (no loop of refused rounds)
@@ -211,7 +212,7 @@ async def maybe_round(run: UserRun) -> bool:
     run.round_record = None
     published = await _keep_remembered(run, floor)
     published = await drop_forgotten(run) or published
-    if newer_meanwhile and not published and workflow.patched(ROUND_REPUBLISHED):
+    if newer_meanwhile and not published and run.patched(ROUND_REPUBLISHED):
         await publish_held(run)
     return True
 
@@ -227,14 +228,14 @@ def _stale_epoch(err: BaseException) -> bool:
     return False
 
 
-def within_round_bytes(batch: list[ChatTurn]) -> list[ChatTurn]:
+def within_round_bytes(run: UserRun, batch: list[ChatTurn]) -> list[ChatTurn]:
     """The oldest turns of the batch that fit ROUND_MAX_BYTES (at least one); the rest stay
     pending for the next round. The patch is asked only when the bound cuts something."""
     size = 0
     for count, turn in enumerate(batch):
         size += len(turn.model_dump_json().encode("utf-8"))
         if size > ROUND_MAX_BYTES and count > 0:
-            return batch[:count] if workflow.patched(ROUND_BYTES_PATCH) else batch
+            return batch[:count] if run.patched(ROUND_BYTES_PATCH) else batch
     return batch
 
 
@@ -325,7 +326,7 @@ async def _keep_remembered(run: UserRun, floor: int) -> bool:
     s = run.state
     context = run.context()
     cleaned = state_ops.without_forgotten(context, s.forgotten_fragments, s.profile)
-    if cleaned is not context and workflow.patched(REMEMBERED_SKIPS_FORGOTTEN):
+    if cleaned is not context and run.patched(REMEMBERED_SKIPS_FORGOTTEN):
         context = cleaned
     for fragment in run.remembered_during_round:
         context = with_remembered(
@@ -345,7 +346,7 @@ async def _read_before_sweep(run: UserRun, thread_id: str) -> list[SweptRow]:
     that sweeps them starts (SWEEP_READS_FIRST); a read that fails fails the round before it
     starts (it backs off): nothing is swept that the workflow has not kept."""
     failed = run.state.threads[thread_id].failed_rounds
-    if not failed or not workflow.patched(SWEEP_READS_FIRST):
+    if not failed or not run.patched(SWEEP_READS_FIRST):
         return []
     try:
         out = await workflow.execute_activity(
@@ -459,7 +460,9 @@ def _round_attributes(run: UserRun, record: RoundRecord) -> TypedSearchAttribute
         user=run.search_user(),
         round_no=record.round_no,
         trigger=record.trigger,
-        outcome="running",
+        # No `running`: a round of QUIET_COMPLETION_SHAPE that completes writes no outcome,
+        # and would keep it; the execution's status says whether it runs.
+        outcome=None if ROUND_SHAPE >= QUIET_COMPLETION_SHAPE else "running",
     )
 
 

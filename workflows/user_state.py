@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from temporalio import workflow
+
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import (
     ContextFragment,
@@ -30,6 +32,49 @@ from mnemoflow.models.contracts import (
 from mnemoflow.models.fragments import Fragment
 from mnemoflow.models.ids import search_user_value
 from mnemoflow.workflows import state_ops
+
+#: Asked first in every run of the user workflow (UserRun.ask_rules). A run that records it
+#: takes every patch of PATCHES_APPLIED as applied without asking `workflow.patched`: each would
+#: record a marker, and the first ones of a workflow task a TemporalChangeVersion upsert, in
+#: every run (0.3 markers and 0.2 upserts a round at 10 rounds a run, docs/PERFORMANCE.md). One
+#: marker and one upsert a run instead. A run recorded before it finds no marker when it replays
+#: its first task, so it asks each patch as it did. Never extend PATCHES_APPLIED: a run that
+#: recorded RULES_PATCH before a new patch existed would replay past the new patch's code as if
+#: it had run it. A patch added later is asked in every run, until a rules patch of its own
+#: (a new id, and the set it applies) covers it.
+RULES_PATCH = "user-workflow-rules-1"
+PATCHES_APPLIED = frozenset(
+    {
+        "continue-as-new-waits-for-rounds",
+        "forget-clears-backoff",
+        "forget-covers-late-turns",
+        "forget-destroys-keys-after-continue-as-new",
+        "forget-epochs",
+        "forget-failed-round-turns",
+        "forget-fragment-facts-by-statement",
+        "forget-fragment-publish-counted",
+        "forget-fragment-reply-lost",
+        "forget-fragment-republishes",
+        "forget-fragment-waits-reinforce",
+        "forget-lines-checks-context",
+        "forget-pending-quotes",
+        "forget-shreds-user-keys-1",
+        "forget-swept-row",
+        "fresh-history-numbers-above-stored",
+        "history-events-bound-1000",
+        "horizon-at-now",
+        "induction-batch-shrinks",
+        "induction-facts-by-statement",
+        "reinforce-skips-forgotten",
+        "remember-publishes-context",
+        "remembered-skips-forgotten",
+        "round-bytes-bound",
+        "round-republished-after-newer",
+        "round-takes-stored-epoch",
+        "seen-archive",
+        "sweep-reads-rows-first",
+    }
+)
 
 
 @dataclass
@@ -78,6 +123,8 @@ class UserRun:
     # The rows each recent round's sweep deleted (round number -> rows as they were): a
     # forget_fragment of one of them that came after the sweep finds its lines here.
     swept_rows: dict[int, list[Fragment]] = field(default_factory=dict)
+    # RULES_PATCH as this run answered it (None: not asked yet; the run asks it first).
+    rules: bool | None = None
 
     @classmethod
     def start(cls, inp: UserMemoryInput) -> UserRun:
@@ -120,6 +167,19 @@ class UserRun:
     def display_user(self) -> str:
         """How the user is named in summaries an operator reads."""
         return self.search_user() if self.inp.pseudonymous else self.inp.user_id[:80]
+
+    def ask_rules(self) -> bool:
+        """Whether this run applies PATCHES_APPLIED without asking (RULES_PATCH, asked once)."""
+        if self.rules is None:
+            self.rules = workflow.patched(RULES_PATCH)
+        return self.rules
+
+    def patched(self, patch_id: str) -> bool:
+        """`workflow.patched(patch_id)`, or True without asking in a run under RULES_PATCH
+        when it is one of PATCHES_APPLIED."""
+        if patch_id in PATCHES_APPLIED and self.ask_rules():
+            return True
+        return workflow.patched(patch_id)
 
     def continued_input(self) -> UserMemoryInput:
         """The input of the next run: the durable state and the current config."""

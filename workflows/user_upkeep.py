@@ -66,13 +66,13 @@ async def _induct(run: UserRun, batch: list[FragmentRef], now: float) -> bool:
         s.last_error = f"induction failed: {failure_text(err)}"
         # A batch the model refuses for good (too long for its window, output it can never
         # make valid) would be refused again at every back-off: it shrinks instead.
-        if _failed_for_good(err) and workflow.patched(INDUCTION_SHRINKS):
+        if _failed_for_good(err) and run.patched(INDUCTION_SHRINKS):
             state_ops.induction_refused(s, batch, s.last_error)
         else:
             s.induction_not_before = now + cfg.failed_round_backoff_s
         return True
     # Facts carry the fragments that state them; one forgotten while this ran never shows.
-    by_statement = workflow.patched(INDUCTION_BY_STATEMENT)
+    by_statement = run.patched(INDUCTION_BY_STATEMENT)
     profile = state_ops.induced_profile(s, batch, out) if by_statement else out.profile
     try:
         # Store the merged profile first: the cursor never moves past an unstored profile.
@@ -119,7 +119,7 @@ async def maybe_reinforce(run: UserRun) -> bool:
     # its row back whole (ARCHITECTURE.md, "Forget leaves nothing to resurrect").
     gone = run.forgetting | set(s.forgotten_fragments)
     ids = [i for i in event.fragment_ids if i not in gone]
-    if len(ids) < len(event.fragment_ids) and workflow.patched(REINFORCE_SKIPS_FORGOTTEN):
+    if len(ids) < len(event.fragment_ids) and run.patched(REINFORCE_SKIPS_FORGOTTEN):
         if not ids:
             return True
     else:

@@ -6,12 +6,17 @@ import uuid
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.middleware import MemoryClient
+from mnemoflow.models import search_attributes as sa
 from mnemoflow.ops.operations import list_rounds, rounds_query
 from tests.support.memory_worker import memory_worker
 from tests.support.operations import BreakableModels, settled, turns, visible
+from tests.support.replay import assert_replays
+
+UPSERT = EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
 
 
 def client_for(env: WorkflowEnvironment, task_queue: str, **kw: Any) -> MemoryClient:
@@ -40,6 +45,29 @@ async def test_queries_find_a_users_rounds_and_exactly_the_failed_ones(
         report = await list_rounds(dev_env.client, client, user, failed_only=True)
         [row] = report["rounds"]
         assert row["outcome"] == "failed" and row["event_id"] and "refuses" in row["error"]
+
+        # The round that completed wrote no search attribute after its start (round shape 7):
+        # no outcome, no theme, no upsert event. Its status says it completed, and the
+        # report takes the theme from the user workflow's record of it.
+        rows = {
+            r["outcome"]: r for r in (await list_rounds(dev_env.client, client, user))["rounds"]
+        }
+        done = rows["completed"]
+        assert done["status"] == "COMPLETED" and done["event_id"] != row["event_id"]
+        [record] = [r for r in status.rounds if r.workflow_id == done["workflow_id"]]
+        assert record.theme in sa.THEME_VOCABULARY and done["theme"] == record.theme
+        done_id = done["workflow_id"]
+        [execution] = await visible(dev_env.client, f'WorkflowId = "{done_id}"', 1)
+        attrs = execution.typed_search_attributes
+        assert attrs.get(sa.OUTCOME) is None and attrs.get(sa.THEME) is None
+        assert attrs.get(sa.ROUND) == record.round_no
+        ids = [done["workflow_id"], row["workflow_id"]]
+        for workflow_id in ids:
+            history = await dev_env.client.get_workflow_handle(workflow_id).fetch_history()
+            upserts = [e for e in history.events if e.event_type == UPSERT]
+            # The failed round records its outcome: the failed-rounds query above found it.
+            assert len(upserts) == (workflow_id == row["workflow_id"]), workflow_id
+        assert await assert_replays(dev_env.client, ids, name="round-quiet") == 2
         await client.aclose()
 
 

@@ -304,13 +304,20 @@ def test_new_rounds_are_slim_and_old_inputs_classic() -> None:
 
 
 def test_a_round_takes_at_most_its_byte_bound_and_always_one_turn() -> None:
+    from mnemoflow.models.contracts import UserMemoryInput
     from mnemoflow.models.turns import ChatTurn
     from mnemoflow.workflows import user_rounds
+    from mnemoflow.workflows.user_state import UserRun
 
     def turn(k: int, size: int) -> ChatTurn:
         return ChatTurn(thread_id="t", position=k, role="human", content="😀" * size, time=1.0)
 
+    # A run under RULES_PATCH takes the patch as applied: nothing asks the workflow.
+    run = UserRun.start(UserMemoryInput(user_id="u"))
+    run.rules = True
     small = [turn(k, 100) for k in range(64)]
-    assert user_rounds.within_round_bytes(small) == small  # under the bound: no patch asked
+    assert user_rounds.within_round_bytes(run, small) == small  # under the bound
     huge = [turn(0, 200_000)]  # one turn over the bound on its own still makes a round
-    assert user_rounds.within_round_bytes(huge) == huge
+    assert user_rounds.within_round_bytes(run, huge) == huge
+    cut = user_rounds.within_round_bytes(run, [turn(k, 60_000) for k in range(4)])
+    assert 1 <= len(cut) < 4
