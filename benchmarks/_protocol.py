@@ -43,6 +43,9 @@ from _common import _TICKS, RESULTS, ROOT, _kids, _stat, machine_busy_s, meta
 OTHERS_LIMIT_CORES = 0.10
 REPEATS = 3
 SAMPLE_S = 0.5
+#: The fixed workload `calibrate` times (integer arithmetic and dict stores, then a JSON dump).
+CALIBRATION_N = 200_000
+CALIBRATION_RUNS = 5
 
 #: Per benchmark, the figures the protocol reports the spread of (paths into the result;
 #: a list index may be negative). The median is taken of every number, these are summarised.
@@ -231,6 +234,24 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def calibrate(runs: int = CALIBRATION_RUNS) -> float:
+    """CPU milliseconds this thread takes for a fixed pure-Python workload, the least of `runs`
+    (an interrupt or a preemption only adds). The same work costs more CPU time on a slower
+    machine (a throttled host, caches shared with a neighbour), which no count of other
+    processes shows: timed before and after every repeat, it says whether the machine itself
+    changed speed between repeats or runs."""
+    best = float("inf")
+    for _ in range(runs):
+        started = time.thread_time()
+        total, table = 0, {}
+        for i in range(CALIBRATION_N):
+            total += i * i % 7
+            table[i & 1023] = total
+        json.dumps(table)
+        best = min(best, time.thread_time() - started)
+    return round(best * 1000, 1)
+
+
 def run_repeat(script: Path, argv: list[str], out: Path) -> dict[str, Any]:
     """One repeat: the benchmark as a process of its own; its figures and what the machine did."""
     env = {**os.environ, "MNEMOFLOW_BENCH_OUT": str(out)}
@@ -276,14 +297,18 @@ def protocol(name: str, argv: list[str], repeats: int = REPEATS) -> dict[str, An
         for n in range(1, repeats + 1):
             print(f"== {name}: repeat {n} of {repeats}", flush=True)
             out = Path(tmp) / f"{n}.json"
+            before = calibrate()
             row = run_repeat(script, argv, out)
+            row["calibration_cpu_ms"] = {"before": before, "after": calibrate()}
             if row["exit_code"] != 0 or not out.exists():
                 raise SystemExit(f"{name}: repeat {n} failed (exit {row['exit_code']})")
             result = json.loads(out.read_text())
             result.pop("_meta", None)
             row["figures"] = {p: _maybe(result, p) for p in HEADLINES.get(name, [])}
             print(
-                f"   {row['wall_s']} s; others took {row['others_cores']:.0%} of a core"
+                f"   {row['wall_s']} s; calibration {before} / "
+                f"{row['calibration_cpu_ms']['after']} CPU-ms before / after;"
+                f" others took {row['others_cores']:.0%} of a core"
                 f"{' (excluded)' if row['excluded'] else ''}; {row['figures']}",
                 flush=True,
             )
@@ -304,6 +329,7 @@ def merge(name: str, rows: list[dict[str, Any]], results: list[dict[str, Any]]) 
         p: spread([v for i in taken if isinstance(v := rows[i]["figures"].get(p), int | float)])
         for p in HEADLINES.get(name, [])
     }
+    calibrated = [r.get("calibration_cpu_ms") for r in rows]
     merged["protocol"] = {
         "repeats": rows,
         "repeats_in_median": [i + 1 for i in taken],
@@ -311,6 +337,10 @@ def merge(name: str, rows: list[dict[str, Any]], results: list[dict[str, Any]]) 
         "others_limit_cores": OTHERS_LIMIT_CORES,
         "spread": spreads,
         # CPU per round of the same code between any two repeats (target: within 20 %)
+        # The fixed workload's CPU-ms before the first repeat and after each (calibrate)
+        "calibration_cpu_ms": [calibrated[0]["before"]] + [c["after"] for c in calibrated]
+        if calibrated and all(calibrated)
+        else None,
         "cpu_spread_all_repeats": spread(
             [
                 v

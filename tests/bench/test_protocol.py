@@ -51,6 +51,34 @@ def test_a_busy_repeat_is_left_out_of_the_median() -> None:
     assert p["cpu_spread_all_repeats"] == round((300 - 70) / 74, 3)
 
 
+def test_the_calibration_before_and_after_each_repeat_is_kept_in_order() -> None:
+    rows = [_row(0.0, 70.0, 24.0), _row(0.0, 80.0, 22.0)]
+    rows[0]["calibration_cpu_ms"] = {"before": 40.0, "after": 41.5}
+    rows[1]["calibration_cpu_ms"] = {"before": 41.6, "after": 47.0}
+    results = [_result(70.0, 24.0, "a"), _result(80.0, 22.0, "b")]
+    merged = _protocol.merge("throughput", rows, results)
+    assert merged["protocol"]["calibration_cpu_ms"] == [40.0, 41.5, 47.0]
+    # rows recorded before the calibration existed: none, not a made-up figure
+    assert (
+        _protocol.merge("throughput", [_row(0.0, 70.0, 24.0)], results[:1])["protocol"][
+            "calibration_cpu_ms"
+        ]
+        is None
+    )
+
+
+def test_the_calibration_counts_this_threads_cpu_time() -> None:
+    """It times the fixed workload in CPU time: four times the work costs more than twice."""
+    small = _protocol.calibrate(runs=3)
+    assert small > 0
+    saved = _protocol.CALIBRATION_N
+    try:
+        _protocol.CALIBRATION_N = saved * 4
+        assert _protocol.calibrate(runs=3) > 2 * small
+    finally:
+        _protocol.CALIBRATION_N = saved
+
+
 def test_when_every_repeat_is_busy_the_median_of_all_is_marked() -> None:
     rows = [_row(0.5, 100.0, 10.0), _row(0.6, 120.0, 9.0), _row(0.7, 110.0, 9.5)]
     results = [_result(100.0, 10.0, "a"), _result(120.0, 9.0, "b"), _result(110.0, 9.5, "c")]
