@@ -70,6 +70,7 @@ async def inspect_user(settings: Settings, user_id: str) -> dict[str, Any]:
                 "positions": [r.start, r.end],
                 "trigger": r.trigger,
                 "fragments": r.fragments,
+                "theme": r.theme,
                 "error": r.error,
                 "workflow_id": r.workflow_id,
             }
@@ -101,9 +102,10 @@ def render(report: dict[str, Any]) -> str:
     lines.append(f"rounds ({len(report['rounds'])} recent):")
     for r in report["rounds"]:
         error = f" error: {r['error']}" if r["error"] else ""
+        theme = f" ({r['theme']})" if r["theme"] else ""
         lines.append(
             f"  #{r['round']} {r['status']} {r['thread']} {r['positions']} "
-            f"{r['trigger']} -> {r['fragments']} fragments{error}"
+            f"{r['trigger']} -> {r['fragments']} fragments{theme}{error}"
         )
     costs = report["costs"]
     if costs:

@@ -9,6 +9,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
+from mnemoflow.models import search_attributes as sa
 from mnemoflow.ops.inspect import forget_user, inspect_user, render
 from mnemoflow.worker.settings import Settings
 from tests.support.drive import conversation, submit, wait_status
@@ -48,10 +49,11 @@ async def test_inspect_then_forget_a_user(
         assert report["workflow"] == "running"
         assert report["profile"]["name"] == "Ines"
         assert report["fragments"] and all(f["id"] for f in report["fragments"])
-        assert report["rounds"][0]["status"] == "completed"
+        first = report["rounds"][0]
+        assert first["status"] == "completed" and first["theme"] in sa.THEME_VOCABULARY
         assert report["costs"]["by_operation"]["slice"]["calls"] >= 1
         text = render(report)
-        assert "7001" in text and "#1 completed" in text
+        assert "7001" in text and "#1 completed" in text and f"({first['theme']})" in text
 
         receipt = await forget_user(settings, user, "test")
         assert receipt["fragments_deleted"] == len(report["fragments"])
