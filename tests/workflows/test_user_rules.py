@@ -10,12 +10,14 @@ import json
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from mnemoflow.activities.llm.heuristic import HeuristicMemoryModels
 from mnemoflow.middleware import MemoryClient
 from mnemoflow.models.contracts import UserStatus
+from mnemoflow.workflows import user_state
 from mnemoflow.workflows.user_state import PATCHES_APPLIED, RULES_PATCH
 from tests.support.drive import eventually
 from tests.support.memory_worker import memory_worker
@@ -81,12 +83,20 @@ def _patch_ids(history: object) -> list[str]:
     return out
 
 
+@pytest.mark.parametrize("applied", [True, False], ids=["rules", "each-patch"])
 async def test_a_new_run_records_one_patch_marker_whatever_it_does(
-    dev_env: WorkflowEnvironment, milvus_uri: str, redis_url: str
+    applied: bool,
+    dev_env: WorkflowEnvironment,
+    milvus_uri: str,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A fresh history that numbers above the stores, remembers, makes rounds in two threads
     and forgets a fragment with its quotes (each of which asked patches before) records the
-    rules marker only, and replays."""
+    rules marker only, and replays. With the rules applying nothing, the same run records a
+    marker per patch it asks, as runs did before them."""
+    if not applied:
+        monkeypatch.setattr(user_state, "PATCHES_APPLIED", frozenset())  # the sandbox shares it
     async with memory_worker(
         dev_env.client, milvus_uri=milvus_uri, redis_url=redis_url, models=HeuristicMemoryModels()
     ) as mw:
@@ -110,12 +120,19 @@ async def test_a_new_run_records_one_patch_marker_whatever_it_does(
         forgot = await client.forget_fragment(user, remembered.fragment_id, quotes=True)
         assert forgot.deleted == 1, forgot
         history = await dev_env.client.get_workflow_handle(workflow_id).fetch_history()
-        assert _patch_ids(history) == [RULES_PATCH]
+        asked = _patch_ids(history)
         upserts = [
             e
             for e in history.events
             if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
         ]
-        assert len(upserts) == 1, upserts  # the rules marker's TemporalChangeVersion
-        assert await assert_replays(dev_env.client, [workflow_id], name="rules-user") == 1
+        if applied:
+            assert asked == [RULES_PATCH]
+            assert len(upserts) == 1, upserts  # the rules marker's TemporalChangeVersion
+        else:
+            # 8 in a run of this code: the fresh history's, the remember's, the forget's
+            assert asked[0] == RULES_PATCH and len(set(asked) - {RULES_PATCH}) >= 5, asked
+            assert len(upserts) >= 2, upserts
+        if applied:  # the other is a made-up configuration: not a history to keep
+            assert await assert_replays(dev_env.client, [workflow_id], name="rules-user") == 1
         await client.aclose()
