@@ -67,6 +67,63 @@ def test_the_calibration_before_and_after_each_repeat_is_kept_in_order() -> None
     )
 
 
+def test_each_repeats_calibration_is_kept_beside_it() -> None:
+    rows = [_row(0.0, 70.0, 24.0), _row(0.0, 80.0, 22.0)]
+    rows[0]["calibration_cpu_ms"] = {"before": 40.0, "after": 52.5}
+    rows[1]["calibration_cpu_ms"] = {"before": 42.0, "after": 47.0}
+    results = [_result(70.0, 24.0, "a"), _result(80.0, 22.0, "b")]
+    p = _protocol.merge("throughput", rows, results)["protocol"]
+    assert p["calibration_by_repeat_cpu_ms"] == [[40.0, 52.5], [42.0, 47.0]]
+    assert p["settle_tolerance"] == _protocol.SETTLE_TOLERANCE
+
+
+class _FakeMachine:
+    """A machine whose calibration reads from a list, with a clock that sleeping moves."""
+
+    def __init__(self, readings: list[float]) -> None:
+        self.readings = list(readings)
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def measure(self) -> float:
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+    def clock(self) -> float:
+        return self.now
+
+
+def _settle(machine: _FakeMachine, baseline: float, max_s: float = 60.0) -> tuple[float, float]:
+    return _protocol.settle(
+        baseline,
+        tolerance=0.1,
+        max_s=max_s,
+        step_s=10.0,
+        measure=machine.measure,
+        sleep=machine.sleep,
+        clock=machine.clock,
+    )
+
+
+def test_settling_waits_until_the_machine_is_back_to_its_first_speed() -> None:
+    fast = _FakeMachine([21.5])
+    assert _settle(fast, 20.0) == (21.5, 0.0)  # within 10 %: no wait
+    assert fast.slept == []
+    slow = _FakeMachine([28.9, 26.0, 23.0, 21.9, 20.0])
+    assert _settle(slow, 20.0) == (21.9, 30.0)  # the first reading within 10 % ends it
+    assert slow.slept == [10.0, 10.0, 10.0]
+
+
+def test_settling_gives_up_after_its_bound() -> None:
+    stuck = _FakeMachine([30.0])
+    last, waited = _settle(stuck, 20.0, max_s=35.0)
+    assert (last, waited) == (30.0, 30.0)  # a fourth step would pass the bound
+    assert stuck.slept == [10.0, 10.0, 10.0]
+
+
 def test_the_calibration_counts_this_threads_cpu_time() -> None:
     """It times the fixed workload in CPU time: four times the work costs more than twice."""
     small = _protocol.calibrate(runs=3)
