@@ -122,6 +122,10 @@ SECOND_QUERY_WEIGHT = 0.5
 #: whose notes name nothing the lines before it did not already name goes after the others, so
 #: the budget spreads over the things a set question asks about. 0: off.
 ENTITY_GROUPS = 0
+#: Spread over conversations: among the first `THREAD_SPREAD` lines of the ranking, a line of a
+#: thread that already has `THREAD_SPREAD_CAP` lines before it goes after the others. 0: off.
+THREAD_SPREAD = 0
+THREAD_SPREAD_CAP = 2
 #: Shown between lines of one fragment that were not next to each other.
 GAP = "…"
 _SPEAKER_LINE = re.compile(r"^(?:User|Assistant)(?: \([^)\n]*\))?:")
@@ -450,6 +454,16 @@ class SearchIndex:
                 (first if not named or named - seen else later).append(ref)
                 seen |= named
             order = [*first, *later, *order[ENTITY_GROUPS:]]
+        if THREAD_SPREAD > 0:
+            per_thread: dict[str, int] = {}
+            ahead: list[int] = []
+            behind: list[int] = []
+            for ref in order[:THREAD_SPREAD]:
+                thread = self.docs[self.line_refs[ref][0]].fragment.thread_id
+                count = per_thread.get(thread, 0)
+                (ahead if count < THREAD_SPREAD_CAP else behind).append(ref)
+                per_thread[thread] = count + 1
+            order = [*ahead, *behind, *order[THREAD_SPREAD:]]
         return order
 
     def _entities(self, ref: int) -> list[str]:

@@ -1,6 +1,7 @@
-"""Issue 30's multi-hop options (memory/search.py, both off by default, measured and left out in
-docs/MEMORY_QUALITY.md): the second query built from what the first lines' notes name, and
-lines grouped by what they name. Each does what it says when switched on, and nothing when off."""
+"""Issue 30's multi-hop options (memory/search.py, all off by default, measured and left out in
+docs/MEMORY_QUALITY.md): the second query built from what the first lines' notes name, lines
+grouped by what they name, and lines spread over threads. Each does what it says when switched
+on, and nothing when off."""
 
 from __future__ import annotations
 
@@ -86,3 +87,43 @@ def test_entity_groups_put_lines_naming_nothing_new_after_the_others(
     assert repeats, "the fixture must rank a repeat of what an earlier line named"
     firsts = [ref for ref in before if ref not in repeats]
     assert after == [*firsts, *repeats]
+
+
+def _thread_doc(fid: str, thread: str, start: int, text: str) -> SearchDoc:
+    fragment = ContextFragment(
+        id=fid,
+        theme="t",
+        types=["chat"],
+        content=text,
+        thread_id=thread,
+        start_pos=start,
+        end_pos=start + 1,
+    )
+    return SearchDoc(fragment, NOW - 86400)
+
+
+def test_thread_spread_puts_a_threads_lines_past_its_cap_after_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # three threads, the first holding the best matches; one line a fragment, far apart in
+    # their threads so no window joins them
+    docs = [
+        _thread_doc(f"a{i}", "a", 10 * i, f"User (Jo): Pottery class pottery clay pottery {i}.")
+        for i in range(4)
+    ]
+    docs += [_thread_doc("b0", "b", 0, "User (Jo): Pottery with Ana on Sunday.")]
+    docs += [_thread_doc("c0", "c", 0, "User (Jo): Camping trip, some pottery too.")]
+    index = SearchIndex(docs)
+    before = index.line_ranking("pottery", [])
+    thread_of = [index.docs[index.line_refs[r][0]].fragment.thread_id for r in before]
+    assert thread_of[:4] == ["a", "a", "a", "a"], "the fixture must rank one thread first"
+    monkeypatch.setattr(search, "THREAD_SPREAD", len(before))
+    monkeypatch.setattr(search, "THREAD_SPREAD_CAP", 2)
+    after = index.line_ranking("pottery", [])
+    assert sorted(after) == sorted(before)  # the same lines, none lost or added
+    threads = [index.docs[index.line_refs[r][0]].fragment.thread_id for r in after]
+    assert threads[:2] == ["a", "a"] and threads[4:] == ["a", "a"]
+    assert sorted(threads[2:4]) == ["b", "c"]  # the other threads come up past the cap
+    assert after[:2] == before[:2] and after[4:] == before[2:4]
+    monkeypatch.setattr(search, "THREAD_SPREAD", 0)
+    assert index.line_ranking("pottery", []) == before  # off: the ranking as it was
