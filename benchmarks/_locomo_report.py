@@ -416,9 +416,9 @@ def _tried_table(steps: list[dict[str, Any]], tried: list[dict[str, Any]]) -> li
     lines += [
         "",
         f"Multi-hop moved by at most {multi:+.3f} and overall by at most {overall:+.3f}: "
-        f"{verdict}. Both put lines before others that the question's own words ranked "
+        f"{verdict}. Each puts lines before others that the question's own words ranked "
         "higher; on these conversations the lines they brought in held less evidence than "
-        "the lines they pushed past the budget. Both stay behind their settings, off, so "
+        "the lines they pushed past the budget. Each stays behind its settings, off, so "
         "the rows can be re-run.",
     ]
     return lines
