@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mnemoflow.memory.text import QUESTION_TOKENS, content_tokens, normalise, query_overlap
+from mnemoflow.memory.text import (
+    QUESTION_TOKENS,
+    content_tokens,
+    normalise,
+    overlap,
+    wanted_tokens,
+)
 from mnemoflow.models.contracts import ContextFragment
 
 #: How much full coverage of the query is worth, in units of the published score.
@@ -22,8 +28,9 @@ def rerank_for_query(
     """Published score plus weight * query overlap, best first; ties keep the published order."""
     if not query.strip() or weight <= 0:
         return list(fragments)
+    wanted = wanted_tokens(query)
     keyed = [
-        (-(f.score + weight * query_overlap(query, f"{f.theme} {f.content}")), i, f)
+        (-(f.score + weight * overlap(wanted, f"{f.theme} {f.content}")), i, f)
         for i, f in enumerate(fragments)
     ]
     return [f for _, _, f in sorted(keyed, key=lambda k: (k[0], k[1]))]
@@ -47,7 +54,8 @@ def drawn_on(
     if not answer.strip():
         return []
     size = len(content_tokens(normalise(answer)) - QUESTION_TOKENS)
-    scored = [(query_overlap(answer, f.content), i, f) for i, f in enumerate(fragments)]
+    wanted = wanted_tokens(answer)  # the answer's tokens once, not once per fragment
+    scored = [(overlap(wanted, f.content), i, f) for i, f in enumerate(fragments)]
     used = sorted(
         (s for s in scored if s[0] >= threshold and s[0] * size >= MIN_USED_TOKENS - 1e-9),
         key=lambda s: (-s[0], s[1]),

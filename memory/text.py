@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
+from functools import lru_cache
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
@@ -45,6 +46,12 @@ def normalise(text: str) -> str:
     return " ".join(folded.translate(_BLANKS).split())
 
 
+#: Stems kept (a word's stem is looked up, not recomputed: token lists are built for every
+#: line a search ranks and every fragment a reply is checked against, ~50 words each).
+STEM_CACHE = 1 << 16
+
+
+@lru_cache(maxsize=STEM_CACHE)
 def _stem(word: str) -> str:
     # A tiny suffix stripper: enough to make "Wednesdays"/"Wednesday", "plays"/"playing" meet.
     if len(word) > 4:
@@ -135,7 +142,17 @@ def query_overlap(query: str, text: str) -> float:
     The prefix match lets "shipped" meet "ship" and "deliveries" meet "delivery" where the tiny
     stemmer does not.
     """
-    wanted = content_tokens(normalise(query)) - _QUESTION_WORDS
+    return overlap(wanted_tokens(query), text)
+
+
+def wanted_tokens(query: str) -> frozenset[str]:
+    """The content tokens `query_overlap` looks for (its question words left out): made once
+    for a query compared with many texts (`overlap`)."""
+    return frozenset(content_tokens(normalise(query)) - _QUESTION_WORDS)
+
+
+def overlap(wanted: frozenset[str], text: str) -> float:
+    """`query_overlap` for a query's `wanted_tokens`."""
     if not wanted:
         return 0.0
     have = content_tokens(normalise(text))

@@ -45,8 +45,8 @@ def piece_at(text: str, piece: str) -> tuple[int, int] | None:
         # Spacing aside, the piece is there only if its other characters run unbroken in the
         # text's (str.isspace is what `\s` matches): checked first, because a pattern compiled
         # for each of a call's pieces (Python keeps 512) cost the model call ~20 ms.
-        bare = [c for c in piece if not c.isspace()]
-        if bare and "".join(bare) in "".join(text.split()):
+        bare = "".join(piece.split())  # str.split() splits where str.isspace() is true
+        if bare and bare in "".join(text.split()):
             loose = r"\s*".join(re.escape(c) for c in bare)
             spans = [(m.start(), m.end()) for m in re.finditer(loose, text)]
     for at, end in spans:
@@ -79,7 +79,7 @@ def quoted_texts(content: str) -> list[str]:
     spoken lines of QUOTE_MIN_CHARS or more (a remembered fact, with no speaker: its text)."""
     lines = [ln.text for ln in spoken_lines(content) if ln.role and ln.text]
     texts = lines or [content.strip()]
-    return [t for t in texts if sum(not c.isspace() for c in t) >= QUOTE_MIN_CHARS]
+    return [t for t in texts if len("".join(t.split())) >= QUOTE_MIN_CHARS]
 
 
 def cut_quotes(text: str, quotes: list[str]) -> str:

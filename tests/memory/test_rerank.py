@@ -51,3 +51,28 @@ def test_reinforcement_follows_evidence_of_use_not_injection() -> None:
     assert drawn_on("您女儿小米在学小提琴。", [violin, zh]) == [zh]
     many = [frag(i, "Lily violin Saturdays") for i in range(10)]
     assert len(drawn_on("Lily violin Saturdays", many)) == MAX_REINFORCED
+
+
+def test_overlap_of_wanted_tokens_is_query_overlap() -> None:
+    """`drawn_on` and `rerank_for_query` make a query's tokens once (`wanted_tokens`) and compare
+    them with each fragment (`overlap`): the same figure as `query_overlap`, pair by pair."""
+    from mnemoflow.memory.text import overlap, wanted_tokens
+
+    texts = [
+        "Please ship it to 2 Elm St",
+        "the card ending in 7291",
+        "我的狗叫饼干",
+        "Shipped deliveries arrive on Wednesdays; playing chess with Ada.",
+        "",
+    ]
+    queries = [
+        "Where should the parcel be shipped?",
+        "Which card did I pay with?",
+        "What?",
+        "我的狗叫什么",
+        "delivery on Wednesday, and who plays chess?",
+    ]
+    for q in queries:
+        wanted = wanted_tokens(q)
+        for t in texts:
+            assert overlap(wanted, t) == query_overlap(q, t), (q, t)
