@@ -398,6 +398,49 @@ async def test_flush_once_the_rows_written_reach_flush_rows(
         await store.close()
 
 
+async def test_a_flush_on_lite_warms_both_collections_and_a_failed_warm_up_loses_nothing(
+    milvus_uri: str, unique_name: str
+) -> None:
+    """After a flush on Milvus Lite the store searches each index once (the fragments' vectors,
+    the lines' BM25 and vectors), so that an agent's next search does not build the flushed
+    segments' indexes; no flush, no warm-up; a warm-up that fails leaves the write done."""
+    store = FragmentStore(
+        milvus_uri, HashingEmbeddings(), collection=unique_name, flush_rows=8, lines=True
+    )
+    await store.ensure()
+    try:
+        client = store._connected()
+        search = client.search
+        made: list[tuple[str, str]] = []
+        failing = False
+
+        def spied(collection: str, **kwargs: object) -> object:
+            made.append((collection, str(kwargs.get("anns_field"))))
+            if failing:
+                raise MilvusException(message="warm-up refused (test)")
+            return search(collection, **kwargs)
+
+        client.search = spied  # type: ignore[method-assign]
+        warmed = FragmentStore.warmups_total
+        await store.upsert([frag("alice", i, f"first batch line {i}") for i in range(4)])
+        assert made == [] and FragmentStore.warmups_total == warmed  # 4 rows: no flush yet
+        await store.upsert([frag("alice", i, f"second batch line {i}") for i in range(4, 8)])
+        lines = store.lines_collection
+        assert made == [(unique_name, "vector"), (lines, "sparse"), (lines, "vector")]
+        assert FragmentStore.warmups_total == warmed + 1
+        made.clear()
+        failing = True
+        await store.upsert([frag("bob", i, f"bob says line {i}") for i in range(8)])
+        assert made == [(unique_name, "vector")]  # the first warm-up search failed, no more
+        assert FragmentStore.warmups_total == warmed + 1
+        failing = False
+        assert await store.count("bob") == 8  # the write and its flush stand
+        assert len(await store.candidates("bob", "bob says line 3", None)) == 8
+    finally:
+        await store.drop()
+        await store.close()
+
+
 @pytest.mark.parametrize(("flush_rows", "expected"), [(1, 3), (0, 0)])
 async def test_flush_rows_one_flushes_every_write_and_zero_never(
     milvus_uri: str, unique_name: str, flush_rows: int, expected: int
