@@ -56,7 +56,6 @@ from pymilvus import MilvusClient, MilvusException
 from mnemoflow.activities.fragment_collection import (
     QUERY_WINDOW,
     create_if_missing,
-    index_params,
     nearest,
     nearest_each,
     not_loaded,
@@ -81,6 +80,7 @@ from mnemoflow.activities.fragment_rows import (
 from mnemoflow.activities.line_rows import (
     build_line_schema,
     earlier_lines_collections,
+    is_earlier_lines,
     line_index_params,
     line_rows,
     lines_collection,
@@ -92,8 +92,6 @@ from mnemoflow.models.errors import StaleEpochError
 from mnemoflow.models.fragments import Candidate, Fragment
 
 DEFAULT_COLLECTION = "mnemoflow_fragments"
-#: The columns that tell an earlier version's line collection (`drop_earlier_lines`).
-EARLIER_LINE_FIELDS = {"pk", "user_key", "fragment_id", "position", "terms", "sparse", "vector"}
 #: Rows a process writes before the store flushes (module docstring, "Flushing").
 FLUSH_ROWS = 64
 # Milvus Lite's partition-key buckets (milvus_lite.constants DEFAULT_NUM_PARTITIONS and
@@ -369,20 +367,17 @@ class FragmentStore:
 
     def _warm(self, client: MilvusClient) -> None:
         """After a flush on Milvus Lite, one search of each index over every partition: Lite
-        builds a flushed segment's search structures (its BM25 index, its vector index) on the
-        first search that reaches it, which would otherwise be an agent's per-call search
-        (docs/PERFORMANCE.md, "Hot path"). Here the worker pays it, once per flush. A failure
-        only leaves that cost to the next search."""
+        builds a flushed segment's search structures (the fragments' vector index, the lines'
+        BM25 index) on the first search that reaches it, which would otherwise be an agent's
+        per-call search (docs/PERFORMANCE.md, "Hot path"). Here the worker pays it, once per
+        flush. A failure only leaves that cost to the next search."""
         probe = [1.0] + [0.0] * (self.dim - 1)
         dense = {"metric_type": "COSINE"}
         searches: list[tuple[str, Any, str, dict[str, Any]]] = [
             (self.collection, probe, "vector", dense)
         ]
         if self.lines_collection is not None:
-            searches += [
-                (self.lines_collection, WARM_TERMS, "sparse", {"metric_type": "BM25"}),
-                (self.lines_collection, probe, "vector", dense),
-            ]
+            searches.append((self.lines_collection, WARM_TERMS, "sparse", {"metric_type": "BM25"}))
         try:
             for name, data, field, params in searches:
                 client.search(
@@ -404,12 +399,10 @@ class FragmentStore:
         """The fragments' rows, then their line rows (which carry the fragments' fields: every
         write of a fragment writes its lines), then the flush policy."""
         client.upsert(self.collection, rows, **self._opts())
-        self._write_lines(client, written)
+        self._write_lines(client, [f for f, _ in written])
         self._flush(client, len(rows))
 
-    def _write_lines(
-        self, client: MilvusClient, written: list[tuple[Fragment, list[float]]]
-    ) -> None:
+    def _write_lines(self, client: MilvusClient, written: list[Fragment]) -> None:
         """The written fragments' line rows, upserted in place of the lines they had (a search
         meanwhile sees the old row or the new one), then the positions past each fragment's
         new end deleted (a fragment stored again may have fewer lines); with the fragments' own
@@ -417,11 +410,11 @@ class FragmentStore:
         if self.lines_collection is None or not written:
             return
         name = self.lines_collection
-        rows = [row for f, v in written for row in line_rows(f, v)]
+        rows = [row for f in written for row in line_rows(f)]
         if rows:
             client.upsert(name, rows, **self._opts())
         ends: dict[str, dict[str, int]] = {}
-        for f, _ in written:
+        for f in written:
             ends.setdefault(checked_user(f.user_id), {})[f.id] = len(line_texts(f.content))
         for key, end in ends.items():
             # The positions past each fragment's end, found through the fragment_id index (a
@@ -456,7 +449,7 @@ class FragmentStore:
                     continue
                 described = client.describe_collection(name, **self._opts())
                 fields = {f.get("name") for f in described.get("fields", [])}
-                if not EARLIER_LINE_FIELDS <= fields or "fragment" in fields:
+                if not is_earlier_lines(name, fields):
                     # not a line collection of ours (a collection of that name made by
                     # something else): left alone
                     log.warning("%s is not an earlier line collection: not dropped", name)
@@ -521,8 +514,8 @@ class FragmentStore:
         name = self.lines_collection
         assert name is not None
         if not client.has_collection(name, **opts):
-            schema = build_line_schema(self.dim)
-            index = line_index_params(index_params(self.index_type))
+            schema = build_line_schema()
+            index = line_index_params()
             try:
                 client.create_collection(name, schema=schema, index_params=index, **opts)
                 self.lines_created = True

@@ -2,8 +2,9 @@
 "Read path": the per-call search only finds fragments that have line rows).
 
 `backfill_lines` walks the fragment collection in batches and writes the line rows of every
-fragment that has none, from the row itself (its content, notes and stored vector: nothing is
-embedded again). It never writes a fragment row, so it cannot bring back a forgotten fragment.
+fragment that has none, from the row itself (its content and notes: a line row carries no
+vector, and nothing is embedded). It never writes a fragment row, so it cannot bring back a
+forgotten fragment.
 
 It runs beside live workers, so each batch is checked after its write, against the fragment
 collection (strongly consistent), which stays the one authority:
@@ -33,7 +34,7 @@ from mnemoflow.activities.line_rows import fragment_json
 from mnemoflow.memory.lines import line_texts
 from mnemoflow.models.fragments import Fragment
 
-#: Fragment rows read per batch (each carries its 512-d vector: ~2 KB, so ~1 MB a batch).
+#: Fragment rows read per batch (without their vectors: a few hundred bytes each).
 BATCH = 500
 #: Rounds of write-then-check for one batch before it is reported as unsettled.
 CHECKS = 5
@@ -57,8 +58,8 @@ class BackfillReport:
 
 
 def _signature(fragment: Fragment) -> tuple[str, str]:
-    """What a fragment's line rows are made of, apart from its vector (which follows its
-    content): what its `fragment` column holds (a reinforcement meanwhile changes it too)."""
+    """What a fragment's line rows are made of: what its `fragment` column holds (a
+    reinforcement meanwhile changes it too)."""
     return fragment_json(fragment), "".join(n.model_dump_json() for n in fragment.notes)
 
 
@@ -71,21 +72,19 @@ async def backfill_lines(store: FragmentStore, *, batch: int = BATCH) -> Backfil
     await store.ensure()
     report = BackfillReport()
     users: set[str] = set()
-    fields = [*store._scalar_fields, "user_key", "vector"]
+    fields = [*store._scalar_fields, "user_key"]
     rows_of = _batches(store, fields, batch)
     while True:
         rows = await asyncio.to_thread(next, rows_of, None)
         if rows is None:
             break
         report.fragments_seen += len(rows)
-        by_user: dict[str, list[tuple[Fragment, list[float]]]] = {}
+        by_user: dict[str, list[Fragment]] = {}
         for row in rows:
-            by_user.setdefault(str(row["user_key"]), []).append(
-                (to_fragment(row), [float(x) for x in row["vector"]])
-            )
-        for key, pairs in by_user.items():
+            by_user.setdefault(str(row["user_key"]), []).append(to_fragment(row))
+        for key, fragments in by_user.items():
             users.add(key)
-            await _user_batch(store, key, pairs, report)
+            await _user_batch(store, key, fragments, report)
     report.users = len(users)
     return report
 
@@ -106,37 +105,37 @@ def _batches(store: FragmentStore, fields: list[str], batch: int) -> Iterator[li
 async def _user_batch(
     store: FragmentStore,
     key: str,
-    pairs: list[tuple[Fragment, list[float]]],
+    fragments: list[Fragment],
     report: BackfillReport,
 ) -> None:
     """One user's fragments of a batch: lines for those that have none, then checked."""
-    have = await _with_lines(store, key, [f.id for f, _ in pairs])
-    todo = [(f, v) for f, v in pairs if f.id not in have]
+    have = await _with_lines(store, key, [f.id for f in fragments])
+    todo = [f for f in fragments if f.id not in have]
     if not todo:
         return
     first = True
     for _ in range(CHECKS):
-        await store._run_write(partial(_write, store, pairs=todo))
+        await store._run_write(partial(_write, store, fragments=todo))
         if first:
             report.fragments_backfilled += len(todo)
             first = False
-        report.lines_written += sum(len(line_texts(f.content)) for f, _ in todo)
-        stored = await _stored(store, key, [f.id for f, _ in todo])
-        gone = [f.id for f, _ in todo if f.id not in stored]
+        report.lines_written += sum(len(line_texts(f.content)) for f in todo)
+        stored = await _stored(store, key, [f.id for f in todo])
+        gone = [f.id for f in todo if f.id not in stored]
         if gone:
             report.forgotten_meanwhile += len(gone)
             expr = _lines_of(key, gone)
             await store._run_write(partial(_delete, store, expr=expr))
         changed = [
             stored[f.id]
-            for f, _ in todo
-            if f.id in stored and _signature(stored[f.id][0]) != _signature(f)
+            for f in todo
+            if f.id in stored and _signature(stored[f.id]) != _signature(f)
         ]
         if not changed:
             return
         report.rewritten_meanwhile += len(changed)
         todo = changed
-    report.unsettled.extend(f.id for f, _ in todo)
+    report.unsettled.extend(f.id for f in todo)
 
 
 async def _with_lines(store: FragmentStore, key: str, ids: list[str]) -> set[str]:
@@ -149,23 +148,19 @@ async def _with_lines(store: FragmentStore, key: str, ids: list[str]) -> set[str
     return {str(r["fragment_id"]) for r in rows}
 
 
-async def _stored(
-    store: FragmentStore, key: str, ids: list[str]
-) -> dict[str, tuple[Fragment, list[float]]]:
-    """The fragments among `ids` as stored now, with their vectors (strongly consistent)."""
+async def _stored(store: FragmentStore, key: str, ids: list[str]) -> dict[str, Fragment]:
+    """The fragments among `ids` as stored now (strongly consistent)."""
     expr, opts = ids_filter(key, ids), store._read_opts(key)
-    fields = [*store._scalar_fields, "vector"]
+    fields = store._scalar_fields
     rows = await store._run(
         lambda c: c.query(store.collection, filter=expr, output_fields=fields, **opts)
     )
-    return {str(r["pk"]): (to_fragment(r), [float(x) for x in r["vector"]]) for r in rows}
+    return {str(r["pk"]): to_fragment(r) for r in rows}
 
 
-def _write(
-    store: FragmentStore, client: MilvusClient, *, pairs: list[tuple[Fragment, list[float]]]
-) -> None:
-    store._write_lines(client, pairs)
-    store._flush(client, len(pairs))
+def _write(store: FragmentStore, client: MilvusClient, *, fragments: list[Fragment]) -> None:
+    store._write_lines(client, fragments)
+    store._flush(client, len(fragments))
 
 
 def _delete(store: FragmentStore, client: MilvusClient, *, expr: str) -> None:

@@ -3,13 +3,17 @@ search's candidates (docs/ARCHITECTURE.md, "Read path"; README.md, "How memory i
 call").
 
 A row holds its line's analysed terms (`memory.lines.indexed_terms`, which a BM25
-function turns into a sparse field), its fragment's vector (the dense side of the hybrid
-search), where the line stands (its fragment's id and its position there), and the fragment
-fields a search ranks and injects by (FRAGMENT_FIELDS: content, theme, types, when it was said,
-how often it was drawn on, its thread and span; one JSON column), so that one hybrid search
-answers a model call (`middleware/milvus_search.py`); the line itself is the content's line at
-that position. The user key is the partition key, as in the fragment
-collection.
+function turns into a sparse field), where the line stands (its fragment's id and its position
+there), and the fragment fields a search ranks and injects by (FRAGMENT_FIELDS: content, theme,
+types, when it was said, how often it was drawn on, its thread and span; one JSON column); the
+line itself is the content's line at that position. The user key is the partition key, as in
+the fragment collection.
+
+No vector: every line of a fragment had its fragment's vector, so the dense side of a call's
+search reads the fragment collection, one row per fragment, and each fragment found stands for
+its lines (`middleware/milvus_search.py`). Milvus Lite materialises every column of every hit,
+the 512-d vector included; without it on the line rows, a 600-line user's search cost the Lite
+server ~25 % less CPU and a line write ~half (docs/PERFORMANCE.md, "Hot path").
 
 The fragment store writes these rows with every write of the fragment's own row, a
 reinforcement included, after it (so a line row never shows a fragment not stored yet), and
@@ -18,8 +22,8 @@ deletes them before the fragment's row, checking that none is left
 deletes it. Lines are upserted in place (a search running meanwhile sees the old row or the new
 one, never none); only positions past a shortened fragment's end are deleted.
 
-The content is repeated on each line of a fragment, as the vector is (a line row of a 3-line
-LoCoMo fragment: ~300 bytes of content beside the 2 KB vector); docs/CAPACITY.md counts it.
+The content is repeated on each line of a fragment (a line row of a 3-line LoCoMo fragment:
+~300 bytes of content); docs/CAPACITY.md counts it.
 
 `line_rows` is the one place that says what a line indexes: what else a line should be found
 by (dates, enrichment terms) goes into its `terms` here.
@@ -44,9 +48,16 @@ from mnemoflow.memory.lines import LINES_SUFFIX, indexed_terms, line_id, line_te
 from mnemoflow.models.fragments import Fragment
 
 #: The line collections earlier versions named after a fragment collection (the current one:
-#: `memory.lines.LINES_SUFFIX`): "_lines" carried no fragment fields; it is dropped once the
-#: current one is backfilled (`worker.app.migrate_to_lines`).
-EARLIER_LINES_SUFFIXES = ("_lines",)
+#: `memory.lines.LINES_SUFFIX`), with the fields that tell them from a collection someone else
+#: named so: "_lines" carried no fragment fields, "_lines2" its fragment's vector on every line.
+#: Each is dropped once the current one is backfilled (`worker.app.migrate_to_lines`).
+EARLIER_LINES_SUFFIXES = ("_lines", "_lines2")
+_EARLIER = frozenset({"pk", "user_key", "fragment_id", "position", "terms", "sparse", "vector"})
+#: Per earlier suffix: the fields its collection has, and one it has not.
+EARLIER_LINE_FIELDS: dict[str, tuple[frozenset[str], str | None]] = {
+    "_lines": (_EARLIER, "fragment"),
+    "_lines2": (_EARLIER | {"fragment"}, None),
+}
 LINE_PK_MAX_BYTES = PK_MAX_BYTES + 16
 #: The `fragment` column's limit: Milvus's VARCHAR ceiling, as the fragment row's content.
 FRAGMENT_MAX_BYTES = CONTENT_MAX_BYTES
@@ -67,6 +78,16 @@ def earlier_lines_collections(fragments_collection: str) -> list[str]:
     return [f"{fragments_collection}{suffix}" for suffix in EARLIER_LINES_SUFFIXES]
 
 
+def is_earlier_lines(name: str, fields: set[str]) -> bool:
+    """Whether a collection named as an earlier line collection has that version's fields (one
+    of another shape is not ours to drop)."""
+    for suffix in EARLIER_LINES_SUFFIXES:
+        if name.endswith(suffix):
+            has, lacks = EARLIER_LINE_FIELDS[suffix]
+            return has <= fields and (lacks is None or lacks not in fields)
+    return False
+
+
 #: The fragment's fields each line row carries in its `fragment` column, as JSON (what
 #: `middleware/milvus_search.py` reads): one column, because Milvus Lite materialises every
 #: column of every hit (eight columns cost ~7 ms more per search than this one, measured with
@@ -83,7 +104,7 @@ FRAGMENT_FIELDS = [
 ]
 
 
-def build_line_schema(dim: int) -> Any:
+def build_line_schema() -> Any:
     """One row per line; BM25 over `terms` into `sparse`; `user_key` the partition key."""
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=LINE_PK_MAX_BYTES)
@@ -100,7 +121,6 @@ def build_line_schema(dim: int) -> Any:
         analyzer_params=ANALYZER,
     )
     schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
     schema.add_field("fragment", DataType.VARCHAR, max_length=FRAGMENT_MAX_BYTES)
     schema.add_function(terms_bm25())
     return schema
@@ -116,16 +136,19 @@ def terms_bm25() -> Any:
     )
 
 
-def line_index_params(vector_index: Any) -> Any:
-    """The sparse BM25 index, the COSINE vector index and the scalar indexes reads filter on."""
-    vector_index.add_index(
+def line_index_params() -> Any:
+    """The sparse BM25 index and the scalar indexes reads filter on (without the one on
+    `user_key`, Milvus Lite scans every user's rows: `activities/fragment_collection.py`)."""
+    index = MilvusClient.prepare_index_params()
+    index.add_index(
         "sparse",
         index_type="SPARSE_INVERTED_INDEX",
         metric_type="BM25",
         params=BM25_PARAMS,
     )
-    vector_index.add_index("fragment_id", index_type="INVERTED")
-    return vector_index
+    index.add_index("user_key", index_type="INVERTED")
+    index.add_index("fragment_id", index_type="INVERTED")
+    return index
 
 
 def fragment_json(fragment: Fragment) -> str:
@@ -149,7 +172,7 @@ def _dumps(fields: dict[str, Any]) -> str:
     return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
 
 
-def line_rows(fragment: Fragment, vector: list[float]) -> list[dict[str, Any]]:
+def line_rows(fragment: Fragment) -> list[dict[str, Any]]:
     """The rows of a fragment's lines (text trimmed to the column limits)."""
     key = checked_user(fragment.user_id)
     shared = fragment_json(fragment)
@@ -162,7 +185,6 @@ def line_rows(fragment: Fragment, vector: list[float]) -> list[dict[str, Any]]:
                 "fragment_id": fragment.id,
                 "position": n,
                 "terms": clip(indexed_terms(text), CONTENT_MAX_BYTES),
-                "vector": vector,
                 "fragment": shared,
             }
         )

@@ -27,9 +27,10 @@ TERM_DIGITS = 12
 #: Separates a fragment id from a line's position in a line row's primary key.
 LINE_SEPARATOR = "#"
 #: The line collection of a fragment collection is named after it (`activities/line_rows.py`
-#: writes it, `middleware/milvus_search.py` reads it). "_lines2": rows carry their fragment's
-#: fields (the one-request search); the "_lines" collection before it carried none.
-LINES_SUFFIX = "_lines2"
+#: writes it, `middleware/milvus_search.py` reads it). "_lines3": rows carry their fragment's
+#: fields and no vector (the dense side reads the fragment collection); "_lines2" carried the
+#: fragment's vector on every line, "_lines" no fragment fields.
+LINES_SUFFIX = "_lines3"
 
 
 def term_token(term: str) -> str:

@@ -1,21 +1,26 @@
 """The per-call memory search served by Milvus (README.md, "How memory is chosen for a call";
 docs/ARCHITECTURE.md, "Read path").
 
-The agent process holds no user's corpus. Each search asks Milvus once for candidates and ranks
-only those, with the code the in-process search runs (`memory.search.CandidateIndex`): one
-hybrid search of the line collection (`activities/line_rows.py`, one row per line of every
-fragment, carrying its fragment's fields), strongly consistent: BM25 over the lines' analysed
-terms (`memory.lines.query_terms`, the tokenisation of the in-process search) and the
-fragments' vectors against the question's, fused by Milvus (weighted, the dense side at
-FUSED_DENSE_WEIGHT), restricted to the user by the partition key. Each hit brings its line's
-place and its fragment (content, theme, types, time, strength, thread and span), so no second
+The agent process holds no user's corpus. Each search asks Milvus for candidates and ranks only
+those, with the code the in-process search runs (`memory.search.CandidateIndex`): two searches,
+strongly consistent and restricted to the user by the partition key. BM25 over the lines'
+analysed terms (`memory.lines.query_terms`, the tokenisation of the in-process search) in the
+line collection (`activities/line_rows.py`, one row per line of every fragment, carrying its
+fragment's fields); the question's vector against the fragment collection, each fragment found
+standing for its lines (every line of a fragment had its fragment's vector, so the line rows
+carry none). The two are fused here as Milvus fuses a hybrid search (weighted, the dense side at
+FUSED_DENSE_WEIGHT, each side normalised as Milvus normalises it). Each hit brings its line's
+place and its fragment (content, theme, types, time, strength, thread and span), so no further
 read follows: a second query of the fragment collection for ~100 candidate ids cost 8-9 ms of
-the ~20 ms Milvus Lite took per call (docs/PERFORMANCE.md).
+the ~20 ms Milvus Lite took per call (docs/PERFORMANCE.md). One hybrid search of line rows that
+carried the vector cost Milvus Lite more than these two: it materialises every column of every
+hit, a 512-d vector included.
 
-The line collection is what the search trusts: the fragment store deletes a fragment's lines
-before its row and reads the delete back until no line is left (`activities/fragment_store.py`),
-and writes the lines after the row, so a forgotten fragment leaves the candidates in the step
-that deletes it. A forget that lands while a search runs is caught by the corpus version (below).
+The store's collections are what the search trusts: the fragment store deletes a fragment's
+lines before its row and reads the delete back until no line is left
+(`activities/fragment_store.py`), and writes the lines after the row, so a forgotten fragment
+leaves the candidates in the step that deletes it. A forget that lands while a search runs is
+caught by the corpus version (below).
 
 Then the memory formula, the line ranking, the windows and the packing run on those few
 fragments in this process. A window crosses into the fragment said just before or after only
@@ -37,16 +42,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import re
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 from langchain_core.embeddings import Embeddings
-from pymilvus import AnnSearchRequest, MilvusClient, RRFRanker, WeightedRanker
+from pymilvus import MilvusClient
 
-from mnemoflow.memory.lines import LINES_SUFFIX, query_terms
+from mnemoflow.memory.lines import LINES_SUFFIX, line_texts, query_terms
 from mnemoflow.memory.search import RRF_K, CandidateIndex, SearchDoc
 from mnemoflow.models.config import MemoryConfig
 from mnemoflow.models.contracts import ContextFragment
@@ -59,21 +66,27 @@ from mnemoflow.models.corpus import (
 from mnemoflow.models.ids import user_key, validate_user_id
 from mnemoflow.models.profile import UserProfile
 
-#: Lines the hybrid search returns and its BM25 request reads (CANDIDATE_LINES), lines its
-#: dense request reads (DENSE_LINES), and the dense side's weight in Milvus's weighted fusion
-#: (`WeightedRanker`, which both Milvus Lite and the server normalise alike: BM25 scores
-#: through 2/pi atan, cosines as (1 + cos) / 2). Chosen on LoCoMo (five conversations,
-#: evidence recall at ~1,190 tokens, `benchmarks/_locomo_offline.py`; `--simulate` imitates
-#: this step in process, within 0.01 of Milvus Lite): RRF of both sides alike 0.65; weighted,
-#: dense at 0.15 (the in-process fusion's weight, but atan compresses BM25's spread, so the
-#: dense side counts for more here) 0.70-0.71; at 0.02 / 0.03 / 0.05 / 0.08 with 128 and 48
-#: lines 0.718 / 0.722 / 0.720 / 0.720; 0.05 with 128 and 96 lines 0.725; 256 BM25 lines 0.712.
-#: Later, served by Milvus Lite (`--milvus`, dense at 0.05, BM25 / dense lines): 128 / 96 0.728,
-#: 96 / 96 0.734, 96 / 64 0.732, 80 / 64 0.730, 64 / 64 0.722, 64 / 48 0.714. Fewer lines
-#: than 96 lose evidence; more add lines that rank below the budget, and Milvus time (the
-#: hybrid search at 600 lines for a user: ~12 ms at 128 lines, ~8 ms at 64).
+#: Lines the search returns and its BM25 side reads (CANDIDATE_LINES), lines its dense side ranks
+#: (DENSE_LINES), and the dense side's weight in the weighted fusion (as Milvus's `WeightedRanker`,
+#: which Milvus Lite and the server normalise alike: BM25 scores through 2/pi atan, cosines as (1 +
+#: cos) / 2; `_fused` does the same). Chosen on LoCoMo (five conversations, evidence recall at
+#: ~1,190 tokens, `benchmarks/_locomo_offline.py`; `--simulate` imitates this step in process,
+#: within 0.01 of Milvus Lite): RRF of both sides alike 0.65; weighted, dense at 0.15 (the
+#: in-process fusion's weight, but atan compresses BM25's spread, so the dense side counts for more
+#: here) 0.70-0.71; at 0.02 / 0.03 / 0.05 / 0.08 with 128 and 48 lines 0.718 / 0.722 / 0.720 /
+#: 0.720; 0.05 with 128 and 96 lines 0.725; 256 BM25 lines 0.712. Later, served by Milvus Lite
+#: (`--milvus`, dense at 0.05, BM25 / dense lines): 128 / 96 0.728, 96 / 96 0.734, 96 / 64 0.732, 80
+#: / 64 0.730, 64 / 64 0.722, 64 / 48 0.714. Fewer lines than 96 lose evidence; more add lines that
+#: rank below the budget, and Milvus time (the hybrid search at 600 lines for a user: ~12 ms at 128
+#: lines, ~8 ms at 64).
 CANDIDATE_LINES = 96
 DENSE_LINES = 96
+#: The dense side reads this many nearest fragments of the fragment collection and ranks their
+#: lines, DENSE_LINES at most (the line rows carry no vector: `activities/line_rows.py`). A
+#: LoCoMo fragment has ~5 lines, the hot-path benchmark's 3: 32 fragments reach 96 lines
+#: with either, and the dense side only decides lines that BM25 does not rank
+#: (FUSED_DENSE_WEIGHT is small).
+DENSE_FRAGMENTS = 32
 FUSED_DENSE_WEIGHT = 0.05
 #: How Milvus fuses the two rankings: "weighted" (above) or "rrf" (reciprocal rank fusion,
 #: both sides alike).
@@ -265,7 +278,15 @@ class MilvusSearch:
             words = _folded(named[0][0].content)
             if len(words) < min_chars:
                 return []
-            index = candidate_index(client, self.lines, key, named[0][0].content, None, opts)
+            index = candidate_index(
+                client,
+                self.lines,
+                key,
+                named[0][0].content,
+                None,
+                opts,
+                fragments=self.collection,
+            )
             return [
                 d.fragment.id
                 for d in index.docs
@@ -287,6 +308,7 @@ class MilvusSearch:
             self._opts(user_key(user_id)),
             self.candidate_lines,
             version,
+            fragments=self.collection,
         )
 
 
@@ -307,90 +329,149 @@ def candidate_index(
     opts: dict[str, Any],
     limit: int = CANDIDATE_LINES,
     version: int = 0,
+    *,
+    fragments: str | None = None,
 ) -> CandidateIndex:
-    """The one read of the module docstring, as a `CandidateIndex` (blocking)."""
-    hits = _hybrid(client, lines, key, query, vector, opts, limit)
+    """The reads of the module docstring, as a `CandidateIndex` (blocking). `fragments`: the
+    fragment collection (default: the one `lines` is named after)."""
+    if fragments is None:
+        fragments = lines.removesuffix(LINES_SUFFIX)
+    hits = _hybrid(client, lines, fragments, key, query, vector, opts, limit)
     line_scores: dict[tuple[str, int], float] = {}
     relevance: dict[str, float] = {}
-    fragments: dict[str, tuple[ContextFragment, int]] = {}
+    found: dict[str, tuple[ContextFragment, int]] = {}
     for hit in hits:
-        entity = hit.get("entity", hit)
-        fid, score = str(entity["fragment_id"]), float(hit["distance"])
-        if not _ID.fullmatch(fid):
-            continue
-        line_scores[(fid, int(entity["position"]))] = score
+        fid, score = hit.fragment_id, hit.score
+        line_scores[(fid, hit.position)] = score
         relevance[fid] = max(relevance.get(fid, 0.0), score)
-        if fid not in fragments:
-            fields = json.loads(entity["fragment"])
-            fragments[fid] = (_context({**fields, "pk": fid}), int(fields["strengthen_count"]))
-    docs = [SearchDoc(f, f.created_at, count) for f, count in fragments.values()]
+        if fid not in found:
+            fields = hit.fields
+            found[fid] = (_context({**fields, "pk": fid}), int(fields["strengthen_count"]))
+    docs = [SearchDoc(f, f.created_at, count) for f, count in found.values()]
     docs.sort(key=lambda d: (d.created_at, d.fragment.id))
     return CandidateIndex(docs, relevance, line_scores, version)
+
+
+@dataclass(frozen=True)
+class LineHit:
+    """One candidate line: where it stands, its fused score and its fragment's fields
+    (FRAGMENT_FIELDS without the id)."""
+
+    fragment_id: str
+    position: int
+    score: float
+    fields: dict[str, Any]
+
+
+def _bm25_norm(score: float) -> float:
+    """A BM25 score as Milvus's weighted fusion normalises it (into [0, 1))."""
+    return 2.0 * math.atan(score) / math.pi
+
+
+def _cosine_norm(score: float) -> float:
+    """A cosine as Milvus's weighted fusion normalises it (into [0, 1])."""
+    return (1.0 + score) * 0.5
 
 
 def _hybrid(
     client: MilvusClient,
     lines: str,
+    fragments: str,
     key: str,
     query: str,
     vector: Sequence[float] | None,
     opts: dict[str, Any],
     limit: int,
-) -> list[dict[str, Any]]:
-    """The user's best lines for the question, with their fragments' fields: BM25 and dense
-    fused by Milvus (strongly consistent: a line deleted before the call is not there)."""
+) -> list[LineHit]:
+    """The user's best lines for the question, with their fragments' fields, best first: the
+    BM25 side from the line collection, the dense side from the fragment collection (each
+    fragment found standing for its lines, in order, DENSE_LINES at most), fused here as Milvus
+    fuses a hybrid search (`FUSION`: weighted, each side normalised, or reciprocal rank). Both
+    reads strongly consistent: a line or fragment deleted before the call is not there."""
     expr = _user(key)
     terms = query_terms(query)
-    requests = []
+    sides: list[list[tuple[str, int, float, dict[str, Any]]]] = []
     if terms:
-        requests.append(
-            AnnSearchRequest(
-                data=[terms],
-                anns_field="sparse",
-                param={"metric_type": "BM25"},
-                limit=limit,
-                expr=expr,
-            )
-        )
-    if vector is not None:
-        requests.append(
-            AnnSearchRequest(
-                data=[list(map(float, vector))],
-                anns_field="vector",
-                param={"metric_type": "COSINE", "params": {"ef": max(64, DENSE_LINES)}},
-                limit=min(limit, DENSE_LINES),
-                expr=expr,
-            )
-        )
-    if not requests:
-        return []
-    if len(requests) == 1:  # one side only: its own ranking, scored as RRF would score it
         found = client.search(
             lines,
-            data=requests[0].data,
-            anns_field=requests[0].anns_field,
-            search_params=requests[0].param,
+            data=[terms],
+            anns_field="sparse",
+            search_params={"metric_type": "BM25"},
             filter=expr,
-            limit=requests[0].limit,
+            limit=limit,
             output_fields=HIT_FIELDS,
             consistency_level="Strong",
             **opts,
         )
-        ranked = list(found[0]) if found else []
-        return [{**h, "distance": 1.0 / (RRF_K + n)} for n, h in enumerate(ranked, start=1)]
-    ranker: Any = (
-        WeightedRanker(1.0, FUSED_DENSE_WEIGHT) if FUSION == "weighted" else RRFRanker(RRF_K)
-    )
-    found = client.hybrid_search(
-        lines,
-        requests,
-        ranker,
-        limit=limit,
-        output_fields=HIT_FIELDS,
-        consistency_level="Strong",
-        **opts,
-    )
-    return list(found[0]) if found else []
+        bm25 = []
+        for hit in found[0] if found else []:
+            entity = hit.get("entity", hit)
+            fid = str(entity["fragment_id"])
+            if _ID.fullmatch(fid):
+                fields = json.loads(entity["fragment"])
+                # BM25 scores are >= 0; Milvus Lite's plain search returns them negated
+                score = abs(float(hit["distance"]))
+                bm25.append((fid, int(entity["position"]), score, fields))
+        sides.append(bm25)
+    if vector is not None:
+        found = client.search(
+            fragments,
+            data=[list(map(float, vector))],
+            anns_field="vector",
+            search_params={"metric_type": "COSINE", "params": {"ef": max(64, DENSE_FRAGMENTS)}},
+            filter=expr,
+            limit=DENSE_FRAGMENTS,
+            output_fields=FRAGMENT_FIELDS,
+            consistency_level="Strong",
+            **opts,
+        )
+        dense: list[tuple[str, int, float, dict[str, Any]]] = []
+        room = min(limit, DENSE_LINES)
+        for hit in found[0] if found else []:
+            entity = hit.get("entity", hit)
+            fid = str(entity.get("pk", hit.get("id")))
+            if not _ID.fullmatch(fid):
+                continue
+            fields = {name: entity[name] for name in FRAGMENT_FIELDS if name != "pk"}
+            cosine = float(hit["distance"])
+            for n in range(len(line_texts(str(fields["content"])))):
+                if len(dense) >= room:
+                    break
+                dense.append((fid, n, cosine, fields))
+        sides.append(dense)
+    if not sides:
+        return []
+    if len(sides) == 1:  # one side only: its own ranking, scored as RRF would score it
+        return [
+            LineHit(fid, pos, 1.0 / (RRF_K + n), fields)
+            for n, (fid, pos, _, fields) in enumerate(sides[0][:limit], start=1)
+        ]
+    return _fused(sides[0], sides[1], limit)
+
+
+def _fused(
+    bm25: list[tuple[str, int, float, dict[str, Any]]],
+    dense: list[tuple[str, int, float, dict[str, Any]]],
+    limit: int,
+) -> list[LineHit]:
+    """Both sides' lines fused, best first, `limit` at most (a line on one side only gets
+    nothing from the other)."""
+    scores: dict[tuple[str, int], float] = {}
+    fields_of: dict[tuple[str, int], dict[str, Any]] = {}
+    for side, (weight, norm) in (
+        (bm25, (1.0, _bm25_norm)),
+        (dense, (FUSED_DENSE_WEIGHT, _cosine_norm)),
+    ):
+        for rank, (fid, pos, score, fields) in enumerate(side, start=1):
+            line = (fid, pos)
+            fields_of.setdefault(line, fields)
+            if FUSION == "weighted":
+                part = weight * norm(score)
+            else:
+                part = 1.0 / (RRF_K + rank)
+            scores[line] = scores.get(line, 0.0) + part
+    ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
+    return [LineHit(fid, pos, score, fields_of[(fid, pos)]) for (fid, pos), score in ranked]
 
 
 def _fragments(

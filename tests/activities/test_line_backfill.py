@@ -121,9 +121,9 @@ async def test_a_forget_or_a_rewrite_during_the_backfill_leaves_only_stored_line
     real = line_backfill._write
     writes: list[int] = []
 
-    def racing(store: FragmentStore, client: Any, *, pairs: Any) -> None:
-        real(store, client, pairs=pairs)
-        writes.append(len(pairs))
+    def racing(store: FragmentStore, client: Any, *, fragments: Any) -> None:
+        real(store, client, fragments=fragments)
+        writes.append(len(fragments))
         if len(writes) == 1:  # what the worker does meanwhile, through its own store
             client.delete(before.collection, filter=f'pk in ["{forgotten.id}"]')
             client.upsert(before.collection, [to_row(shorter, vector, notes=before._notes)])
@@ -140,12 +140,13 @@ async def test_a_forget_or_a_rewrite_during_the_backfill_leaves_only_stored_line
     assert await line_count(after, "dana") == 3
 
 
-async def test_the_worker_migration_drops_the_earlier_line_collection(
+async def test_the_worker_migration_drops_the_earlier_line_collections(
     stores: tuple[FragmentStore, FragmentStore], redis_url: str, unique_name: str
 ) -> None:
-    """A worker of this version, starting beside an earlier version's line collection (whose
-    rows carried no fragment fields), backfills the current one and drops the earlier one:
-    nothing deletes its rows any more, so a later forget would leave lines there."""
+    """A worker of this version, starting beside the line collections of earlier versions (rows
+    with no fragment fields; rows with their fragment's fields and vector), backfills the
+    current one and drops the earlier ones: nothing deletes their rows any more, so a later
+    forget would leave lines there."""
     import redis.asyncio as aioredis
 
     from mnemoflow.activities.line_rows import earlier_lines_collections
@@ -153,8 +154,9 @@ async def test_the_worker_migration_drops_the_earlier_line_collection(
 
     before, after = stores
     await before.upsert(history("dana", 3))
-    [earlier] = earlier_lines_collections(after.collection)
-    await after._run_write(lambda c: _earlier_lines(c, earlier, before.dim))
+    first, second = earlier_lines_collections(after.collection)
+    await after._run_write(lambda c: _earlier_lines(c, first, before.dim))
+    await after._run_write(lambda c: _earlier_lines(c, second, before.dim, fragment=True))
     redis = aioredis.Redis.from_url(redis_url)
     res = SimpleNamespace(
         store=after, read_model=SimpleNamespace(redis=redis, prefix=f"{unique_name}:")
@@ -163,30 +165,44 @@ async def test_the_worker_migration_drops_the_earlier_line_collection(
         await migrate_to_lines(res)  # type: ignore[arg-type]
     finally:
         await redis.aclose()
-    assert not await after._run(lambda c: c.has_collection(earlier))
+    for earlier in (first, second):
+        assert not await after._run(lambda c, name=earlier: c.has_collection(name))
     assert await line_count(after, "dana") == 6
 
 
 async def test_a_collection_named_like_an_earlier_line_collection_but_not_one_is_kept(
     stores: tuple[FragmentStore, FragmentStore],
 ) -> None:
-    """Someone else's collection that happens to bear the earlier name is never dropped."""
+    """Someone else's collection that happens to bear an earlier name is never dropped: a
+    fragment collection under either name, and under the first name a collection shaped as
+    the second version's lines."""
     from mnemoflow.activities.fragment_collection import build_schema
     from mnemoflow.activities.line_rows import earlier_lines_collections
 
     _, after = stores
     await after.ensure()
-    [earlier] = earlier_lines_collections(after.collection)
-    await after._run_write(lambda c: c.create_collection(earlier, schema=build_schema(after.dim)))
+    first, second = earlier_lines_collections(after.collection)
+    for name in (first, second):
+        await after._run_write(
+            lambda c, name=name: c.create_collection(name, schema=build_schema(after.dim))
+        )
+        try:
+            assert await after.drop_earlier_lines() == []
+            assert await after._run(lambda c, name=name: c.has_collection(name))
+        finally:
+            await after._run_write(lambda c, name=name: c.drop_collection(name))
+    await after._run_write(lambda c: _earlier_lines(c, first, after.dim, fragment=True))
     try:
         assert await after.drop_earlier_lines() == []
-        assert await after._run(lambda c: c.has_collection(earlier))
+        assert await after._run(lambda c: c.has_collection(first))
     finally:
-        await after._run_write(lambda c: c.drop_collection(earlier))
+        await after._run_write(lambda c: c.drop_collection(first))
 
 
-def _earlier_lines(client: Any, name: str, dim: int) -> None:
-    """The line collection as the version before the one-request search made it."""
+def _earlier_lines(client: Any, name: str, dim: int, *, fragment: bool = False) -> None:
+    """A line collection as an earlier version made it: before the one-request search (no
+    fragment fields), or with `fragment` as the one-request search's first version made it
+    (its fragment's fields and vector on every line)."""
     from pymilvus import DataType, MilvusClient
 
     from mnemoflow.activities.line_rows import terms_bm25
@@ -206,5 +222,7 @@ def _earlier_lines(client: Any, name: str, dim: int) -> None:
     )
     schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+    if fragment:
+        schema.add_field("fragment", DataType.VARCHAR, max_length=4096)
     schema.add_function(terms_bm25())
     client.create_collection(name, schema=schema)

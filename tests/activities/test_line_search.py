@@ -187,7 +187,7 @@ async def test_forget_during_a_search_leaves_the_candidates_in_the_same_step(
 
     def forget_meanwhile(*args: Any) -> Any:
         hits = real(*args)
-        seen.extend(str(h["entity"]["fragment_id"]) for h in hits)  # it found the line
+        seen.extend(h.fragment_id for h in hits)  # it found the line
         asyncio.run_coroutine_threadsafe(forget(), loop).result(30)
         return hits
 
@@ -278,3 +278,137 @@ async def test_copies_of_a_memory_are_found_through_milvus(
     await store.upsert([remembered])
     copies = await searcher.copies_of("hal", remembered.id, 16)
     assert copies == [fragment_id("hal", 3, 0)]
+
+
+async def test_the_two_reads_rank_lines_as_one_hybrid_search_of_lines_with_vectors_did(
+    store: FragmentStore, searcher: MilvusSearch
+) -> None:
+    """The line rows carry no vector: the dense side reads the fragment collection and each
+    fragment found stands for its lines. Against a collection of the earlier layout (each line
+    row with its fragment's vector, one hybrid search fused by Milvus Lite) holding the same
+    lines, the fused scores are the same, line for line (lines of one fragment tie on the
+    dense side, so where the cut falls among tied lines either may be kept: scores compared
+    in order, lines compared where no tie is cut)."""
+    from pymilvus import AnnSearchRequest, DataType, MilvusClient, WeightedRanker
+
+    from mnemoflow.activities.line_rows import line_rows, terms_bm25
+    from mnemoflow.memory.lines import query_terms
+
+    words = ["garden", "tomato", "river", "kayak", "violin", "recital", "bakery", "sourdough"]
+    frags = []
+    for n in range(1, 31):
+        lines = [
+            f"User: note {n} about the {words[n % 8]} and the {words[(n * 3) % 8]} {n * 7}",
+            f"Assistant: heard, the {words[(n + 5) % 8]} matters {n}",
+        ] + ([f"User: also {words[(n * 5) % 8]} plans for week {n}"] if n % 3 else [])
+        frags.append(frag("ann", n, lines))
+    frags.append(frag("bob", 1, ["User: the garden and the river with my violin"]))
+    await store.upsert(frags)  # one write: one segment, so BM25 statistics as in the copy
+    vectors = store._embeddings.embed_documents([f.content for f in frags])
+    old = f"{store.collection}_layout_before"
+    client = store._connected()
+
+    def earlier_layout(c: Any) -> None:
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=200)
+        schema.add_field("user_key", DataType.VARCHAR, max_length=64, is_partition_key=True)
+        schema.add_field("fragment_id", DataType.VARCHAR, max_length=128)
+        schema.add_field("position", DataType.INT64)
+        schema.add_field(
+            "terms",
+            DataType.VARCHAR,
+            max_length=4096,
+            enable_analyzer=True,
+            analyzer_params={"tokenizer": "standard"},
+        )
+        schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=store.dim)
+        schema.add_field("fragment", DataType.VARCHAR, max_length=65535)
+        schema.add_function(terms_bm25())
+        index = MilvusClient.prepare_index_params()
+        index.add_index("vector", index_type="FLAT", metric_type="COSINE")
+        index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+        c.create_collection(old, schema=schema, index_params=index)
+        rows = [
+            {**row, "vector": v}
+            for f, v in zip(frags, vectors, strict=True)
+            for row in line_rows(f)
+        ]
+        c.insert(old, rows)
+        c.flush(old)
+        c.flush(store.collection)
+        assert store.lines_collection is not None
+        c.flush(store.lines_collection)
+
+    await store._run_write(earlier_layout)
+    try:
+        key = user_key("ann")
+        hexkey = milvus_search._hex(key)
+        opts = searcher._opts(key)
+        assert store.lines_collection is not None
+        compared = 0
+        for question in [
+            "what about the garden and the tomato",
+            "kayak on the river",
+            "violin recital plans",
+            "sourdough at the bakery week 12",
+            "nothing here matches",
+        ]:
+            vector = searcher.embeddings.embed_query(question)  # type: ignore[union-attr]
+            # 96: every line of ann's on both sides. Below 82 lines the dense side cuts
+            # through a fragment, and which of its tied lines the earlier layout kept was
+            # arbitrary (and then their fused scores): only the cut's size is compared there.
+            for limit in (96, 20):
+                expr = f'user_key == "{hexkey}"'
+                before = client.hybrid_search(
+                    old,
+                    [
+                        AnnSearchRequest(
+                            data=[query_terms(question)],
+                            anns_field="sparse",
+                            param={"metric_type": "BM25"},
+                            limit=limit,
+                            expr=expr,
+                        ),
+                        AnnSearchRequest(
+                            data=[vector],
+                            anns_field="vector",
+                            param={"metric_type": "COSINE"},
+                            limit=min(limit, milvus_search.DENSE_LINES),
+                            expr=expr,
+                        ),
+                    ],
+                    WeightedRanker(1.0, milvus_search.FUSED_DENSE_WEIGHT),
+                    limit=limit,
+                    output_fields=["fragment_id", "position"],
+                    consistency_level="Strong",
+                )[0]
+                now = milvus_search._hybrid(
+                    client,
+                    store.lines_collection,
+                    store.collection,
+                    hexkey,
+                    question,
+                    vector,
+                    opts,
+                    limit,
+                )
+                was = [round(float(h["distance"]), 5) for h in before]
+                scores = [round(h.score, 5) for h in now]
+                assert scores == sorted(scores, reverse=True) and len(now) == len(was)
+                if limit < 82:
+                    continue
+                assert scores == was, (question, limit)
+                last = was[-1] if was else None
+                untied_before = {
+                    (h["entity"]["fragment_id"], int(h["entity"]["position"]))
+                    for h in before
+                    if round(float(h["distance"]), 5) != last
+                }
+                untied_now = {(h.fragment_id, h.position) for h in now if round(h.score, 5) != last}
+                assert untied_now == untied_before, (question, limit)
+                assert all(h.fragment_id.startswith(key[:24]) for h in now)  # ann's only
+                compared += len(now)
+        assert compared > 350
+    finally:
+        await store._run_write(lambda c: c.drop_collection(old))

@@ -90,6 +90,6 @@ async def test_settings_clients_search_through_the_settings_milvus(
     async with memory_client(temporal, Settings.load()) as served:
         assert isinstance(served.searcher, MilvusSearch)
         assert served.searcher.uri == "http://127.0.0.1:1"
-        assert served.searcher.lines == "lines_test_lines2"
+        assert served.searcher.lines == "lines_test_lines3"
     async with MemoryClient(temporal=temporal, task_queue="q") as bare:
         assert bare.searcher is None
