@@ -13,7 +13,8 @@ figures are a guide; the committed figures come from benchmarks/locomo.py.
 
 `--milvus URI` runs each question through the search served by Milvus instead
 (`middleware/milvus_search.py`: the conversation's fragments stored with their lines by the
-worker's `FragmentStore`, candidates from one hybrid search, ranked in process); the
+worker's `FragmentStore`, candidates from the lines' BM25 search and the fragments' vector
+search, fused and ranked in process); the
 in-process index is then used only for `--ranks`.
 
 `--ranks` also prints, per category, how many evidence turns were injected and where the

@@ -15,7 +15,8 @@ The main chat model answers in 0 ms, so a turn's time is the middleware plus the
 "added" = turn time minus the median turn time of `none` at the same turn index. mnemoflow's
 includes everything a model call does for memory: the Redis read of the published context and
 the per-call search of all of the user's memory (the question embedded in the agent process with
-USE, one hybrid search of the user's lines in Milvus, the candidates ranked and packed to the
+USE, the BM25 search of the user's lines and the vector search of their fragments in Milvus,
+the candidates ranked and packed to the
 budget). Before each mnemoflow conversation its user is given a stored history of `--history`
 lines (default 600, a LoCoMo conversation's size; LoCoMo turns written as the worker writes
 them), so every call searches a user of that size. Each agent runs in its own subprocess

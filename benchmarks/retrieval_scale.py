@@ -2,9 +2,10 @@
 
 Side by side in one run, per (lines of the probed user, users in the store):
 
-- `milvus`: `middleware.milvus_search.MilvusSearch` (one hybrid search of the line collection,
-  the neighbours and the fragments by id, ranking in the agent), the rows written by the
-  worker's `FragmentStore(lines=True)`;
+- `milvus`: `middleware.milvus_search.MilvusSearch` (the line collection's BM25 search and the
+  fragment collection's vector search, whose hits carry their fragments; ranking in the agent;
+  until commit 5afb2f0 one hybrid search of line rows that carried the vector), the rows
+  written by the worker's `FragmentStore(lines=True)`;
 - `agent_index`: the read path this project had before (`AgentIndex` below): a copy of every
   fragment with its vector in a Redis hash per user, read whole and built into an in-process
   `memory.search.SearchIndex` (`middleware.search.build_index`) whenever the user's version

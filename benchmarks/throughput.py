@@ -259,7 +259,10 @@ def history_figures(history: Any) -> dict[str, int]:
       replayed).
     - `activity_retries`: attempts past the first (ActivityTaskStarted carries the attempt).
     - `local_activity_failures` / `local_activity_timeouts`: local-activity markers holding a
-      failure / a timeout failure.
+      failure / a timeout failure. `local_activity_retries`: local attempts past the first, as
+      the markers record them (`_marker_attempt`): attempts that timed out or failed and were
+      made again within the workflow task leave no event of their own, only the attempt number
+      of the marker that followed, and their work was done twice.
     - `actions`: Temporal Cloud billable actions as the published definition counts them
       (docs/CAPACITY.md, "Temporal Cloud actions"): one per workflow run started (client start,
       signal-with-start, child start, continue-as-new), per signal received, per timer started,
@@ -286,6 +289,7 @@ def history_figures(history: Any) -> dict[str, int]:
         "activity_retries": 0,
         "local_activity_failures": 0,
         "local_activity_timeouts": 0,
+        "local_activity_retries": 0,
         "actions": 0,
         "heartbeats_min": 0,
     }
@@ -323,6 +327,7 @@ def history_figures(history: Any) -> dict[str, int]:
             marker = e.marker_recorded_event_attributes
             if marker.marker_name == LOCAL_ACTIVITY_MARKER:
                 task_with_local.add(last_task)
+                out["local_activity_retries"] += _marker_attempt(marker) - 1
                 if marker.HasField("failure"):
                     out["local_activity_failures"] += 1
                     if marker.failure.HasField("timeout_failure_info"):
@@ -345,6 +350,16 @@ def history_figures(history: Any) -> dict[str, int]:
     out["actions"] += len(task_with_local)
     out["actions_with_heartbeats"] = out["actions"] + out["heartbeats_min"]
     return out
+
+
+def _marker_attempt(marker: Any) -> int:
+    """The attempt a local-activity marker recorded (its `data` detail, JSON); 1 when it
+    records none or cannot be read."""
+    try:
+        payload = marker.details["data"].payloads[0].data
+        return max(1, int(json.loads(payload).get("attempt") or 1))
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError):
+        return 1
 
 
 async def _fetch_all(temporal: Any, ids: list[str]) -> list[dict[str, int]]:

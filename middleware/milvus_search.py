@@ -68,16 +68,16 @@ from mnemoflow.models.profile import UserProfile
 
 #: Lines the search returns and its BM25 side reads (CANDIDATE_LINES), lines its dense side ranks
 #: (DENSE_LINES), and the dense side's weight in the weighted fusion (as Milvus's `WeightedRanker`,
-#: which Milvus Lite and the server normalise alike: BM25 scores through 2/pi atan, cosines as (1 +
-#: cos) / 2; `_fused` does the same). Chosen on LoCoMo (five conversations, evidence recall at
+#: which Milvus Lite and the server normalise alike: BM25 scores through 2/pi atan, cosines as
+#: (1+cos)/2; `_fused` does the same). Chosen on LoCoMo (five conversations, evidence recall at
 #: ~1,190 tokens, `benchmarks/_locomo_offline.py`; `--simulate` imitates this step in process,
 #: within 0.01 of Milvus Lite): RRF of both sides alike 0.65; weighted, dense at 0.15 (the
 #: in-process fusion's weight, but atan compresses BM25's spread, so the dense side counts for more
 #: here) 0.70-0.71; at 0.02 / 0.03 / 0.05 / 0.08 with 128 and 48 lines 0.718 / 0.722 / 0.720 /
 #: 0.720; 0.05 with 128 and 96 lines 0.725; 256 BM25 lines 0.712. Later, served by Milvus Lite
-#: (`--milvus`, dense at 0.05, BM25 / dense lines): 128 / 96 0.728, 96 / 96 0.734, 96 / 64 0.732, 80
-#: / 64 0.730, 64 / 64 0.722, 64 / 48 0.714. Fewer lines than 96 lose evidence; more add lines that
-#: rank below the budget, and Milvus time (the hybrid search at 600 lines for a user: ~12 ms at 128
+#: (`--milvus`, dense at 0.05, BM25/dense lines): 128/96 0.728, 96/96 0.734, 96/64 0.732, 80/64
+#: 0.730, 64/64 0.722, 64/48 0.714. Fewer lines than 96 lose evidence; more add lines that rank
+#: below the budget, and Milvus time (the hybrid search at 600 lines for a user: ~12 ms at 128
 #: lines, ~8 ms at 64).
 CANDIDATE_LINES = 96
 DENSE_LINES = 96

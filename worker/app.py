@@ -495,8 +495,8 @@ async def running_worker(
 
 async def migrate_to_lines(res: WorkerResources) -> None:
     """Once, by the worker that created the line collection: the line rows of the fragments
-    stored before it (`activities/line_backfill.py`), then the line collection an older
-    version kept dropped (`FragmentStore.drop_earlier_lines`) and the fragment copies an older
+    stored before it (`activities/line_backfill.py`), then the line collections older versions
+    kept dropped (`FragmentStore.drop_earlier_lines`) and the fragment copies an older
     version kept in Redis deleted (`activities/search_corpus.py`). In the background: the
     worker serves rounds meanwhile. `mnemoflow backfill-lines` does the same on demand."""
     from mnemoflow.activities.line_backfill import backfill_lines

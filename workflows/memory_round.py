@@ -447,7 +447,7 @@ async def store_round(inp: StoreRoundInput, summary: str) -> StoreRoundOutput:
 async def local_store_step(
     name: str, arg: Any, result_type: type[T], summary: str, heartbeat: timedelta | None = None
 ) -> T:
-    """An idempotent step on the stores: a local activity first, then (its local attempts
+    """An idempotent step on the stores: a local activity first, then (its local attempt
     failed or ran past LOCAL_STORE_BOUND) the same step as an ordinary activity retried for the
     store bound, with its attempts visible in the Temporal UI."""
     out, _ = await try_local(name, arg, result_type, store_local_activity(summary))

@@ -44,11 +44,17 @@ STORE_HEARTBEAT = timedelta(seconds=10)
 # The lean round's store step runs as a local activity for this long at most (a local activity
 # is invisible to operators while it retries); then as an ordinary activity with the bounds above.
 LOCAL_STORE_BOUND = timedelta(seconds=10)
+# One local attempt with the whole bound. With three attempts of a third each, a busy worker's
+# store steps ran past their third (they wait for the worker's threads and the store behind the
+# other rounds' steps), were cancelled and made again while the cancelled attempt's Milvus calls
+# went on in their threads: 4-200 rounds in 1,200 did the step twice in a throughput run
+# (`local_activity_retries` in benchmarks/results/throughput.json). Three attempts of the whole
+# bound each would not do: the SDK makes the attempts a retry policy allows before it honours
+# schedule_to_close (measured with a hung local activity, bound 2 s: one attempt gave up after
+# 2.0 s, three of a third after 2.2 s, three of the whole bound after 8.0 s). A step that fails
+# at once goes to the ordinary activity at once, which retries it visibly.
 LOCAL_STORE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_attempts=3,
-    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+    maximum_attempts=1, non_retryable_error_types=list(NON_RETRYABLE_TYPES)
 )
 # Shape 3 runs the LLM steps (slice, tune) as one local attempt on the round's worker first,
 # when the LLM activities share the workflow's task queue: a success leaves one marker instead of
@@ -110,14 +116,12 @@ def store_activity(
 
 
 def store_local_activity(summary: str) -> dict[str, Any]:
-    """Options of the lean round's store step as a local activity: three quick attempts within
-    LOCAL_STORE_BOUND, after which the round runs it as an ordinary activity (`store_activity`).
-    Cancelled, it is waited for, like `store_activity`."""
+    """Options of the lean round's store step as a local activity: one attempt within
+    LOCAL_STORE_BOUND (LOCAL_STORE_RETRY says why), after which the round runs it as an ordinary
+    activity (`store_activity`). Cancelled, it is waited for, like `store_activity`."""
     return {
         "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-        # Each attempt gets a third of the bound: the SDK does not always end the attempts at
-        # schedule_to_close (measured: three full 10 s attempts, 33 s, before the fallback).
-        "start_to_close_timeout": LOCAL_STORE_BOUND / 3,
+        "start_to_close_timeout": LOCAL_STORE_BOUND,
         "schedule_to_close_timeout": LOCAL_STORE_BOUND,
         "retry_policy": LOCAL_STORE_RETRY,
         "summary": summary,
