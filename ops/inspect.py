@@ -127,7 +127,7 @@ def render(report: dict[str, Any]) -> str:
 async def backfill_lines(settings: Settings) -> dict[str, Any]:
     """Write the line rows of every fragment that has none (activities/line_backfill.py), for
     fragments stored before the line collection, which the per-call search finds only through
-    their lines; then drop the line collection an older version kept (once every fragment has
+    their lines; then drop the line collections older versions kept (once every fragment has
     its lines) and delete the fragment copies an older version kept in Redis."""
     import redis.asyncio as aioredis
 

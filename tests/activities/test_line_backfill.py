@@ -200,29 +200,7 @@ async def test_a_collection_named_like_an_earlier_line_collection_but_not_one_is
 
 
 def _earlier_lines(client: Any, name: str, dim: int, *, fragment: bool = False) -> None:
-    """A line collection as an earlier version made it: before the one-request search (no
-    fragment fields), or with `fragment` as the one-request search's first version made it
-    (its fragment's fields and vector on every line)."""
-    from pymilvus import DataType, MilvusClient
+    """A line collection as an earlier version made it (`tests/support/line_layouts.py`)."""
+    from tests.support.line_layouts import earlier_line_schema
 
-    from mnemoflow.activities.line_rows import terms_bm25
-
-    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=160)
-    schema.add_field("user_key", DataType.VARCHAR, max_length=64, is_partition_key=True)
-    schema.add_field("fragment_id", DataType.VARCHAR, max_length=128)
-    schema.add_field("position", DataType.INT64)
-    schema.add_field("text", DataType.VARCHAR, max_length=1024)
-    schema.add_field(
-        "terms",
-        DataType.VARCHAR,
-        max_length=1024,
-        enable_analyzer=True,
-        analyzer_params={"tokenizer": "standard"},
-    )
-    schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-    if fragment:
-        schema.add_field("fragment", DataType.VARCHAR, max_length=4096)
-    schema.add_function(terms_bm25())
-    client.create_collection(name, schema=schema)
+    client.create_collection(name, schema=earlier_line_schema(dim, fragment=fragment))

@@ -289,10 +289,11 @@ async def test_the_two_reads_rank_lines_as_one_hybrid_search_of_lines_with_vecto
     lines, the fused scores are the same, line for line (lines of one fragment tie on the
     dense side, so where the cut falls among tied lines either may be kept: scores compared
     in order, lines compared where no tie is cut)."""
-    from pymilvus import AnnSearchRequest, DataType, MilvusClient, WeightedRanker
+    from pymilvus import AnnSearchRequest, MilvusClient, WeightedRanker
 
-    from mnemoflow.activities.line_rows import line_rows, terms_bm25
+    from mnemoflow.activities.line_rows import line_rows
     from mnemoflow.memory.lines import query_terms
+    from tests.support.line_layouts import earlier_line_schema
 
     words = ["garden", "tomato", "river", "kayak", "violin", "recital", "bakery", "sourdough"]
     frags = []
@@ -309,22 +310,7 @@ async def test_the_two_reads_rank_lines_as_one_hybrid_search_of_lines_with_vecto
     client = store._connected()
 
     def earlier_layout(c: Any) -> None:
-        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=200)
-        schema.add_field("user_key", DataType.VARCHAR, max_length=64, is_partition_key=True)
-        schema.add_field("fragment_id", DataType.VARCHAR, max_length=128)
-        schema.add_field("position", DataType.INT64)
-        schema.add_field(
-            "terms",
-            DataType.VARCHAR,
-            max_length=4096,
-            enable_analyzer=True,
-            analyzer_params={"tokenizer": "standard"},
-        )
-        schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=store.dim)
-        schema.add_field("fragment", DataType.VARCHAR, max_length=65535)
-        schema.add_function(terms_bm25())
+        schema = earlier_line_schema(store.dim, fragment=True)
         index = MilvusClient.prepare_index_params()
         index.add_index("vector", index_type="FLAT", metric_type="COSINE")
         index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
