@@ -182,6 +182,9 @@ class FragmentStore:
         self.uri = uri
         self.collection = collection
         self.lines_collection = lines_collection(collection) if lines else None
+        #: Earlier versions' line collections found at `ensure` and not dropped yet
+        #: (`_delete_lines`).
+        self._earlier_lines: list[str] = []
         self.dim = resolved_dim
         self.index_type = index_type.upper()
         self.timeout_s = timeout_s
@@ -432,9 +435,20 @@ class FragmentStore:
                 client.delete(name, ids=past, **self._opts())
 
     def _delete_lines(self, client: MilvusClient, expr: str) -> None:
-        """Delete line rows (before the delete's flush, which flushes both collections)."""
-        if self.lines_collection is not None:
-            client.delete(self.lines_collection, filter=expr, **self._opts())
+        """Delete line rows (before the delete's flush, which flushes both collections), in the
+        earlier versions' line collections too while they exist: an agent of an earlier version
+        searches its own until the migration drops it, and a fragment forgotten meanwhile must
+        leave that search as well (README, "Lines in Milvus")."""
+        if self.lines_collection is None:
+            return
+        client.delete(self.lines_collection, filter=expr, **self._opts())
+        for name in list(self._earlier_lines):
+            try:
+                client.delete(name, filter=expr, **self._opts())
+            except MilvusException:
+                if client.has_collection(name, **self._opts()):
+                    raise
+                self._earlier_lines.remove(name)  # dropped meanwhile
 
     async def drop_earlier_lines(self) -> list[str]:
         """Drop the line collections an earlier version kept beside this fragment collection
@@ -456,6 +470,7 @@ class FragmentStore:
                     continue
                 client.drop_collection(name, **self._opts())
                 dropped.append(name)
+            self._earlier_lines = [n for n in self._earlier_lines if n not in dropped]
             return dropped
 
         return await self._run_write(work)
@@ -506,9 +521,21 @@ class FragmentStore:
             client.load_collection(self.collection, **opts)
             if self.lines_collection is not None:
                 self._ensure_lines(client, opts)
+                self._earlier_lines = self._earlier_present(client, opts)
             self._lite_buckets = _has_lite_buckets(client, self.collection, opts)
 
         await self._run_write(work)
+
+    def _earlier_present(self, client: MilvusClient, opts: dict[str, Any]) -> list[str]:
+        """The earlier versions' line collections of this fragment collection that exist."""
+        found = []
+        for name in earlier_lines_collections(self.collection):
+            if not client.has_collection(name, **opts):
+                continue
+            described = client.describe_collection(name, **opts)
+            if is_earlier_lines(name, {f.get("name") for f in described.get("fields", [])}):
+                found.append(name)
+        return found
 
     def _ensure_lines(self, client: MilvusClient, opts: dict[str, Any]) -> None:
         name = self.lines_collection

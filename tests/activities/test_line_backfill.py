@@ -199,6 +199,43 @@ async def test_a_collection_named_like_an_earlier_line_collection_but_not_one_is
         await after._run_write(lambda c: c.drop_collection(first))
 
 
+async def test_a_forget_during_the_upgrade_leaves_the_earlier_line_collection_too(
+    stores: tuple[FragmentStore, FragmentStore],
+) -> None:
+    """An agent of the earlier version searches `_lines2` until the migration drops it: a
+    fragment forgotten meanwhile through a worker of this version leaves that collection too,
+    as a forgotten user's lines do; once it is dropped, forgets go on without it."""
+    from mnemoflow.activities.line_rows import earlier_lines_collections, line_rows
+
+    _, after = stores
+    frags = history("dana", 2) + history("erin", 1)
+    _, second = earlier_lines_collections(after.collection)
+    await after._run_write(lambda c: _earlier_lines(c, second, after.dim, fragment=True))
+    vectors = HashingEmbeddings().embed_documents([f.content for f in frags])
+    # what a worker of the earlier version wrote there: every line of every fragment
+    rows = [
+        {**row, "vector": v} for f, v in zip(frags, vectors, strict=True) for row in line_rows(f)
+    ]
+    await after._run_write(lambda c: c.insert(second, rows))
+    await after.ensure()
+    await after.upsert(frags)
+
+    async def earlier(fragment_id: str) -> int:
+        expr = f'fragment_id == "{fragment_id}"'
+        found = await after._run(lambda c: c.query(second, filter=expr, output_fields=["count(*)"]))
+        return int(found[0]["count(*)"])
+
+    dana, kept, erin = frags[0].id, frags[1].id, frags[2].id
+    assert [await earlier(i) for i in (dana, kept, erin)] == [2, 2, 2]
+    await after.delete("dana", [dana])
+    assert [await earlier(i) for i in (dana, kept, erin)] == [0, 2, 2]
+    await after.delete_user("erin")
+    assert [await earlier(i) for i in (dana, kept, erin)] == [0, 2, 0]
+    assert await after.drop_earlier_lines() == [second]
+    assert await after.delete("dana", [kept]) == 1
+    assert await line_count(after, "dana") == 0
+
+
 def _earlier_lines(client: Any, name: str, dim: int, *, fragment: bool = False) -> None:
     """A line collection as an earlier version made it (`tests/support/line_layouts.py`)."""
     from tests.support.line_layouts import earlier_line_schema
