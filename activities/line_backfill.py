@@ -14,8 +14,12 @@ collection (strongly consistent), which stays the one authority:
   of the version stored now, and the check repeats until what was written is what is stored.
 
 A forget that comes after the check deletes the lines itself (`FragmentStore.delete`), as does
-a later store of the fragment. Running it twice is harmless: the second run finds every
-fragment with lines and writes nothing.
+a later store of the fragment. A forget made meanwhile by a worker of the earlier version
+(a rolling upgrade runs both) deletes the fragment's row and its lines in the earlier
+collection only: so the backfill ends by deleting every line row whose fragment row is gone
+(`orphan_lines_deleted`; a line row is written after its fragment's row and deleted before it,
+so such a row is never one being written). Run after the rollout, it leaves none. Running it
+twice is harmless: the second run finds every fragment with lines and writes nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class BackfillReport:
     users: int = 0
     forgotten_meanwhile: int = 0
     rewritten_meanwhile: int = 0
+    orphan_lines_deleted: int = 0
     unsettled: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -86,7 +91,45 @@ async def backfill_lines(store: FragmentStore, *, batch: int = BATCH) -> Backfil
             users.add(key)
             await _user_batch(store, key, fragments, report)
     report.users = len(users)
+    await _sweep_orphans(store, batch, report)
     return report
+
+
+async def _sweep_orphans(store: FragmentStore, batch: int, report: BackfillReport) -> None:
+    """Delete the line rows whose fragment row is gone (module docstring)."""
+    name = store.lines_collection
+    assert name is not None
+    lines_of = _line_batches(store, name, batch)
+    while True:
+        rows = await asyncio.to_thread(next, lines_of, None)
+        if rows is None:
+            break
+        by_user: dict[str, set[str]] = {}
+        for row in rows:
+            by_user.setdefault(str(row["user_key"]), set()).add(str(row["fragment_id"]))
+        for key, ids in by_user.items():
+            wanted = sorted(ids)
+            stored = await _stored(store, key, wanted)
+            gone = [i for i in wanted if i not in stored]
+            if gone:
+                report.orphan_lines_deleted += await store._lines_left(key, gone)
+                await store._run_write(partial(_delete, store, expr=_lines_of(key, gone)))
+
+
+def _line_batches(store: FragmentStore, name: str, batch: int) -> Iterator[list[dict[str, Any]]]:
+    """Every line row's user key and fragment id, `batch` at a time."""
+    it = store._connected().query_iterator(
+        name,
+        batch_size=batch,
+        filter=_ALL,
+        output_fields=["user_key", "fragment_id"],
+        timeout=60,
+    )
+    try:
+        while rows := it.next():
+            yield rows
+    finally:
+        it.close()
 
 
 def _batches(store: FragmentStore, fields: list[str], batch: int) -> Iterator[list[dict[str, Any]]]:

@@ -236,6 +236,32 @@ async def test_a_forget_during_the_upgrade_leaves_the_earlier_line_collection_to
     assert await line_count(after, "dana") == 0
 
 
+async def test_the_backfill_deletes_the_lines_of_fragments_an_earlier_worker_forgot(
+    stores: tuple[FragmentStore, FragmentStore],
+) -> None:
+    """During a rolling upgrade a worker of the earlier version forgets a fragment: it deletes
+    the fragment's row (and its lines in its own line collection), not the lines this version
+    wrote. The backfill, run after the rollout, deletes every line row whose fragment is gone,
+    and only those."""
+    before, after = stores
+    frags = history("dana", 3) + history("erin", 2)
+    await after.ensure()
+    await after.upsert(frags)
+    gone = [frags[1].id, frags[3].id]  # one of dana's, one of erin's
+    expr = f"pk in [{', '.join(f'{chr(34)}{i}{chr(34)}' for i in gone)}]"
+    await before._run_write(lambda c: c.delete(before.collection, filter=expr))
+    assert await line_count(after, "dana") == 6 and await line_count(after, "erin") == 4
+
+    report = await backfill_lines(after, batch=3)  # several batches of line rows
+    assert report.orphan_lines_deleted == 4
+    assert report.fragments_backfilled == 0
+    assert await line_count(after, "dana", [frags[1].id]) == 0
+    assert await line_count(after, "erin", [frags[3].id]) == 0
+    assert await line_count(after, "dana") == 4 and await line_count(after, "erin") == 2
+    again = await backfill_lines(after)
+    assert again.orphan_lines_deleted == 0 and again.lines_written == 0
+
+
 def _earlier_lines(client: Any, name: str, dim: int, *, fragment: bool = False) -> None:
     """A line collection as an earlier version made it (`tests/support/line_layouts.py`)."""
     from tests.support.line_layouts import earlier_line_schema
