@@ -454,22 +454,13 @@ class FragmentStore:
         """Drop the line collections an earlier version kept beside this fragment collection
         (once the current one is backfilled: nothing writes or deletes their rows any more, so
         a forgotten fragment's lines would stay there). Returns the names dropped."""
-        names = earlier_lines_collections(self.collection) if self.lines_collection else []
+        if self.lines_collection is None:
+            return []
 
         def work(client: MilvusClient) -> list[str]:
-            dropped = []
-            for name in names:
-                if not client.has_collection(name, **self._opts()):
-                    continue
-                described = client.describe_collection(name, **self._opts())
-                fields = {f.get("name") for f in described.get("fields", [])}
-                if not is_earlier_lines(name, fields):
-                    # not a line collection of ours (a collection of that name made by
-                    # something else): left alone
-                    log.warning("%s is not an earlier line collection: not dropped", name)
-                    continue
+            dropped = self._earlier_present(client, self._opts())
+            for name in dropped:
                 client.drop_collection(name, **self._opts())
-                dropped.append(name)
             self._earlier_lines = [n for n in self._earlier_lines if n not in dropped]
             return dropped
 
@@ -527,7 +518,8 @@ class FragmentStore:
         await self._run_write(work)
 
     def _earlier_present(self, client: MilvusClient, opts: dict[str, Any]) -> list[str]:
-        """The earlier versions' line collections of this fragment collection that exist."""
+        """The earlier versions' line collections of this fragment collection that exist (a
+        collection of such a name made by something else is not one: left alone)."""
         found = []
         for name in earlier_lines_collections(self.collection):
             if not client.has_collection(name, **opts):
@@ -535,6 +527,8 @@ class FragmentStore:
             described = client.describe_collection(name, **opts)
             if is_earlier_lines(name, {f.get("name") for f in described.get("fields", [])}):
                 found.append(name)
+            else:
+                log.warning("%s is not an earlier line collection: left alone", name)
         return found
 
     def _ensure_lines(self, client: MilvusClient, opts: dict[str, Any]) -> None:

@@ -78,7 +78,7 @@ async def backfill_lines(store: FragmentStore, *, batch: int = BATCH) -> Backfil
     report = BackfillReport()
     users: set[str] = set()
     fields = [*store._scalar_fields, "user_key"]
-    rows_of = _batches(store, fields, batch)
+    rows_of = _batches(store, store.collection, fields, batch)
     while True:
         rows = await asyncio.to_thread(next, rows_of, None)
         if rows is None:
@@ -99,7 +99,7 @@ async def _sweep_orphans(store: FragmentStore, batch: int, report: BackfillRepor
     """Delete the line rows whose fragment row is gone (module docstring)."""
     name = store.lines_collection
     assert name is not None
-    lines_of = _line_batches(store, name, batch)
+    lines_of = _batches(store, name, ["user_key", "fragment_id"], batch)
     while True:
         rows = await asyncio.to_thread(next, lines_of, None)
         if rows is None:
@@ -116,27 +116,12 @@ async def _sweep_orphans(store: FragmentStore, batch: int, report: BackfillRepor
                 await store._run_write(partial(_delete, store, expr=_lines_of(key, gone)))
 
 
-def _line_batches(store: FragmentStore, name: str, batch: int) -> Iterator[list[dict[str, Any]]]:
-    """Every line row's user key and fragment id, `batch` at a time."""
+def _batches(
+    store: FragmentStore, collection: str, fields: list[str], batch: int
+) -> Iterator[list[dict[str, Any]]]:
+    """Every row of `collection`, `batch` at a time (one iterator over the whole collection)."""
     it = store._connected().query_iterator(
-        name,
-        batch_size=batch,
-        filter=_ALL,
-        output_fields=["user_key", "fragment_id"],
-        timeout=60,
-    )
-    try:
-        while rows := it.next():
-            yield rows
-    finally:
-        it.close()
-
-
-def _batches(store: FragmentStore, fields: list[str], batch: int) -> Iterator[list[dict[str, Any]]]:
-    """Every fragment row, `batch` at a time (one iterator over the whole collection)."""
-    client = store._connected()
-    it = client.query_iterator(
-        store.collection, batch_size=batch, filter=_ALL, output_fields=fields, timeout=60
+        collection, batch_size=batch, filter=_ALL, output_fields=fields, timeout=60
     )
     try:
         while rows := it.next():
