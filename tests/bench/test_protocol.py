@@ -124,6 +124,44 @@ def test_settling_gives_up_after_its_bound() -> None:
     assert stuck.slept == [10.0, 10.0, 10.0]
 
 
+def test_the_first_window_times_the_workload_once_a_step() -> None:
+    recovering = _FakeMachine([30.0, 24.0, 19.5, 19.8])
+    readings = _protocol.first_baseline(
+        window_s=30.0, step_s=10.0, measure=recovering.measure, sleep=recovering.sleep
+    )
+    assert readings == [30.0, 24.0, 19.5, 19.8]
+    assert recovering.slept == [10.0, 10.0, 10.0]
+
+
+def test_the_first_repeat_waits_for_the_fastest_speed_of_the_first_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A benchmark started on a host the previous one slowed: the first repeat waits as the
+    others do, for the fastest speed the window saw, not for the slow one it started on."""
+    baselines: list[float] = []
+
+    def settle(baseline: float) -> tuple[float, float]:
+        baselines.append(baseline)
+        return 20.1, 10.0
+
+    def run_repeat(script: Path, argv: list[str], out: Path) -> dict[str, Any]:
+        out.write_text(json.dumps(_result(70.0 + len(baselines), 24.0, "a")))
+        return {**_row(0.0, 70.0, 24.0), "exit_code": 0, "wall_s": 1.0}
+
+    monkeypatch.setattr(_protocol, "first_baseline", lambda: [30.0, 19.5, 21.0, 20.0])
+    monkeypatch.setattr(_protocol, "settle", settle)
+    monkeypatch.setattr(_protocol, "run_repeat", run_repeat)
+    monkeypatch.setattr(_protocol, "calibrate", lambda: 22.0)
+    merged = _protocol.protocol("throughput", [], repeats=2)
+    assert baselines == [19.5, 19.5]
+    first, second = merged["protocol"]["repeats"]
+    assert first["calibration_first_window_cpu_ms"] == [30.0, 19.5, 21.0, 20.0]
+    assert first["calibration_cpu_ms"] == {"before": 20.1, "after": 22.0}
+    assert first["settle_s"] == 10.0 + _protocol.FIRST_WINDOW_S
+    assert second["settle_s"] == 10.0
+    assert "calibration_first_window_cpu_ms" not in second
+
+
 def test_the_calibration_counts_this_threads_cpu_time() -> None:
     """It times the fixed workload in CPU time: four times the work costs more than twice."""
     small = _protocol.calibrate(runs=3)
