@@ -267,6 +267,35 @@ def calibrate(runs: int = CALIBRATION_RUNS) -> float:
     return round(best * 1000, 1)
 
 
+#: The memory-bound workload `calibrate_memory` times: a gather in random order over this many
+#: 8-byte integers (64 MB, far past the caches).
+MEMORY_CALIBRATION_N = 8_000_000
+
+
+def calibrate_memory(runs: int = CALIBRATION_RUNS, n: int = MEMORY_CALIBRATION_N) -> float:
+    """CPU milliseconds this thread takes to read `n` integers in a fixed random order, the least
+    of `runs`. `calibrate`'s workload fits in a core's own caches; this one waits on memory, which
+    neighbours sharing the host's caches and memory slow while the core runs at its usual speed
+    (docs/PERFORMANCE.md, "The machine's own speed": the no-op round floor cost a third more CPU
+    one evening than one morning, `calibrate` reading the same). Recorded beside each repeat;
+    the settling waits on `calibrate` only."""
+    return round(gather_s(runs, n) * 1000, 1)
+
+
+def gather_s(runs: int, n: int) -> float:
+    """The least CPU seconds of `runs` gathers of `n` integers in a fixed random order."""
+    import numpy as np
+
+    values = np.arange(n, dtype=np.int64)
+    order = np.random.default_rng(7).permutation(n)
+    best = float("inf")
+    for _ in range(runs):
+        started = time.thread_time()
+        int(values[order].sum())
+        best = min(best, time.thread_time() - started)
+    return best
+
+
 def settle(
     baseline: float,
     *,
@@ -355,8 +384,13 @@ def protocol(name: str, argv: list[str], repeats: int = REPEATS) -> dict[str, An
             before, waited = settle(baseline)
             if n == 1:
                 waited += FIRST_WINDOW_S
+            memory_before = calibrate_memory()
             row = run_repeat(script, argv, out)
             row["calibration_cpu_ms"] = {"before": before, "after": calibrate()}
+            row["calibration_memory_cpu_ms"] = {
+                "before": memory_before,
+                "after": calibrate_memory(),
+            }
             row["settle_s"] = waited
             if n == 1:
                 row["calibration_first_window_cpu_ms"] = first
@@ -390,6 +424,7 @@ def merge(name: str, rows: list[dict[str, Any]], results: list[dict[str, Any]]) 
         for p in HEADLINES.get(name, [])
     }
     calibrated = [r.get("calibration_cpu_ms") for r in rows]
+    memory = [[m["before"], m["after"]] for r in rows if (m := r.get("calibration_memory_cpu_ms"))]
     merged["protocol"] = {
         "repeats": rows,
         "repeats_in_median": [i + 1 for i in taken],
@@ -404,6 +439,10 @@ def merge(name: str, rows: list[dict[str, Any]], results: list[dict[str, Any]]) 
         # Per repeat, the calibration before it (after settling) and after it
         "calibration_by_repeat_cpu_ms": [[c["before"], c["after"]] for c in calibrated]
         if calibrated and all(calibrated)
+        else None,
+        # The memory-bound workload's CPU-ms before and after each repeat (calibrate_memory)
+        "calibration_memory_by_repeat_cpu_ms": memory
+        if memory and len(memory) == len(rows)
         else None,
         "settle_tolerance": SETTLE_TOLERANCE,
         "cpu_spread_all_repeats": spread(

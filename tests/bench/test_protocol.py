@@ -152,7 +152,14 @@ def test_the_first_repeat_waits_for_the_fastest_speed_of_the_first_window(
     monkeypatch.setattr(_protocol, "settle", settle)
     monkeypatch.setattr(_protocol, "run_repeat", run_repeat)
     monkeypatch.setattr(_protocol, "calibrate", lambda: 22.0)
+    memory = iter([90.0, 130.0, 95.0, 99.0])
+    monkeypatch.setattr(_protocol, "calibrate_memory", lambda: next(memory))
     merged = _protocol.protocol("throughput", [], repeats=2)
+    # the memory-bound workload, timed before and after each repeat, is kept beside it
+    assert merged["protocol"]["calibration_memory_by_repeat_cpu_ms"] == [
+        [90.0, 130.0],
+        [95.0, 99.0],
+    ]
     assert baselines == [19.5, 19.5]
     first, second = merged["protocol"]["repeats"]
     assert first["calibration_first_window_cpu_ms"] == [30.0, 19.5, 21.0, 20.0]
@@ -160,6 +167,16 @@ def test_the_first_repeat_waits_for_the_fastest_speed_of_the_first_window(
     assert first["settle_s"] == 10.0 + _protocol.FIRST_WINDOW_S
     assert second["settle_s"] == 10.0
     assert "calibration_first_window_cpu_ms" not in second
+
+
+def test_the_memory_calibration_waits_on_memory_not_on_the_core() -> None:
+    """A read costs several times more when the reads wander over 64 MB than over a few hundred
+    KB that the caches hold: the workload times memory, not the core."""
+    n = _protocol.MEMORY_CALIBRATION_N
+    spread_out = _protocol.gather_s(3, n) / n
+    in_cache = _protocol.gather_s(20, n // 100) / (n // 100)
+    assert spread_out > 2 * in_cache, (spread_out, in_cache)
+    assert _protocol.calibrate_memory(runs=1) > 0
 
 
 def test_the_calibration_counts_this_threads_cpu_time() -> None:
