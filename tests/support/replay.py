@@ -13,6 +13,7 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -22,11 +23,11 @@ from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 REPLAY_DIR = Path(__file__).resolve().parent.parent / "replay"
 
 
-def replayer(*, sandboxed: bool = True) -> Replayer:
-    """A replayer with both workflows and the project's data converter."""
+def replayer(*, sandboxed: bool = True, converter: DataConverter | None = None) -> Replayer:
+    """A replayer with both workflows and the project's data converter (or `converter`)."""
     return Replayer(
         workflows=[UserMemoryWorkflow, MemoryRoundWorkflow],
-        data_converter=pydantic_data_converter,
+        data_converter=converter or pydantic_data_converter,
         workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
     )
 
