@@ -276,8 +276,9 @@ def calibrate_memory(runs: int = CALIBRATION_RUNS, n: int = MEMORY_CALIBRATION_N
     """CPU milliseconds this thread takes to read `n` integers in a fixed random order, the least
     of `runs`. `calibrate`'s workload fits in a core's own caches; this one waits on memory, which
     neighbours sharing the host's caches and memory slow while the core runs at its usual speed
-    (docs/PERFORMANCE.md, "The machine's own speed": the no-op round floor cost a third more CPU
-    one evening than one morning, `calibrate` reading the same). Recorded beside each repeat;
+    (docs/PERFORMANCE.md, "The calibration workload does not see every slowdown": the no-op
+    round floor cost a third more CPU one evening than one morning, `calibrate` reading the
+    same). Recorded beside each repeat;
     the settling waits on `calibrate` only."""
     return round(gather_s(runs, n) * 1000, 1)
 
