@@ -80,6 +80,9 @@ HEADLINES: dict[str, list[str]] = {
         "phases.-1.history_per_round.total.events",
         "phases.-1.history_per_round.total.workflow_tasks",
         "phases.-1.history_per_round.total.actions",
+        "floor.cpu_ms_per_round_all",
+        "floor.events_per_round",
+        "floor.workflow_tasks_per_round",
     ],
     "round_floor": ["phases.0.rounds_per_s", "phases.0.cpu_ms_per_round.all"],
     "hot_path": [

@@ -21,6 +21,13 @@ Shapes (`--shapes`, measured in the order given, each with users of its own):
   are tuned in the first round and found "stored" from then on, as shape 5 finds them in
   Redis), the store step indexes exactly the fragments it was given and publishes a selection
   of those alone. So every round completes normally, with one fragment indexed.
+- `production_split`: the same, in the Helm chart's layout (benchmarks/throughput.py
+  `--layout split`): the LLM activities on a queue of their own (`TEMPORAL_LLM_TASK_QUEUE`),
+  served by a second Worker in this process (worker/app.py `worker_plans`, role llm) at the
+  chart's rate limit (`--llm-rate`, default the chart's `workers.llm.activitiesPerSecond`), so
+  the round's slice-and-tune is an ordinary activity and the round takes a workflow task for
+  its result. Not in the default `--shapes`: it runs at the rate limit (5 rounds/s at the
+  chart's), and benchmarks/throughput.py measures it beside the split layout's real rounds.
 - `child_local` (toy, `ToyWorkflow` here): a parent workflow per user takes a signal per round
   and starts a child workflow per round that runs 2 no-op local activities.
 - `no_child` (toy, `ToyWorkflow` here): a parent workflow per user takes a signal per round and
@@ -56,7 +63,7 @@ Measured per shape:
   the round's last step.
 
     python benchmarks/round_floor.py [--short] [--users 100] [--rounds 10]
-        [--shapes production,child_local,no_child]
+        [--shapes production,child_local,no_child] [--llm-rate R]
 
 `--short` (20 users x 3 rounds, as `make bench` runs it) is a quick smoke run. Results:
 benchmarks/results/round_floor.json.
@@ -66,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import tempfile
 import time
@@ -121,7 +129,11 @@ with workflow.unsafe.imports_passed_through():
         DestroyUserKeyOutput,
     )
 
-SHAPES = ("production", "child_local", "no_child")
+SHAPES = ("production", "child_local", "no_child", "production_split")
+#: The shapes driven through the production client path (the others are the toys).
+PRODUCTION_SHAPES = ("production", "production_split")
+#: `--shapes` by default (production_split runs at the LLM queue's rate limit: its own run).
+DEFAULT_SHAPES = ("production", "child_local", "no_child")
 TARGET_ROUNDS_PER_S = 20.0
 TARGET_CPU_MS_PER_ROUND = 60.0
 #: Users of each shape's warm-up (one round each, not measured): the first workflows of the
@@ -366,10 +378,9 @@ class ProductionDriver(Driver):
     """The production client path, as benchmarks/throughput.py drives it (2 turns per round,
     urgent, the demo story's lines)."""
 
-    shape = "production"
-
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, shape: str = "production") -> None:
         self.client = client  # a MemoryClient
+        self.shape = shape
 
     async def submit(self, user: str, n: int) -> None:
         from mnemoflow.devstack.demo_story import SESSION_ONE
@@ -573,16 +584,34 @@ def _settings(data_dir: str, address: str) -> Any:
     return settings.model_copy(update={"temporal": temporal})
 
 
-def _worker(client: Any, settings: Any, activities: list[Any]) -> Any:
+def _split_settings(settings: Any, llm_rate: float | None) -> Any:
+    """The settings of the chart's layout (benchmarks/throughput.py `start_split_workers`):
+    the LLM activities on a queue of their own, rate limited (0 or None: unlimited)."""
+    queue = settings.temporal.task_queue
+    return settings.model_copy(
+        update={
+            "temporal": settings.temporal.model_copy(update={"llm_task_queue": f"{queue}-llm"}),
+            "mnemoflow": settings.mnemoflow.model_copy(
+                update={"llm_activities_per_second": llm_rate or None}
+            ),
+        }
+    )
+
+
+def _worker(client: Any, settings: Any, activities: list[Any], plan: Any = None) -> Any:
     """One Worker with production's arguments (worker/app.py `build_workers`; keep in step):
-    the production workflows and the toys, the no-op activities."""
+    the production workflows and the toys, the no-op activities. `plan` (worker/app.py
+    `WorkerPlan`) names the queue and whether it runs workflows; default the dev layout's one
+    Worker, which runs everything."""
     from temporalio.worker import Worker
 
     from mnemoflow.worker import app
     from mnemoflow.workflows.memory_round import MemoryRoundWorkflow
     from mnemoflow.workflows.user_memory import UserMemoryWorkflow
 
-    (plan,) = app.worker_plans(settings)  # the dev layout: one Worker runs everything
+    if plan is None:
+        (plan,) = app.worker_plans(settings)
+    workflows = [UserMemoryWorkflow, MemoryRoundWorkflow, ToyWorkflow] if plan.workflows else []
     limit = settings.mnemoflow.max_concurrent_activities
     options: dict[str, Any] = {}
     versioning = app.deployment_config(settings)
@@ -591,7 +620,7 @@ def _worker(client: Any, settings: Any, activities: list[Any]) -> Any:
     return Worker(
         client,
         task_queue=plan.task_queue,
-        workflows=[UserMemoryWorkflow, MemoryRoundWorkflow, ToyWorkflow],
+        workflows=workflows,
         activities=activities,
         activity_executor=None,  # every no-op is async
         max_concurrent_activities=limit,
@@ -620,6 +649,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     unknown = set(shapes) - set(SHAPES)
     if unknown or not shapes:
         raise SystemExit(f"--shapes takes {', '.join(SHAPES)}; got {args.shapes!r}")
+    llm_rate = getattr(args, "llm_rate", None)
+    if llm_rate is None and "production_split" in shapes:
+        from throughput import chart_llm_rate
+
+        llm_rate = chart_llm_rate()
     # As running_worker does before it builds the Workers.
     app.single_threaded_blas()
     bytecode = app.workflow_bytecode_cache()
@@ -649,17 +683,26 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 *app.activity_methods(ToyActivities(ends)),
             ]
             pids = {"worker_and_driver": os.getpid(), "temporal": server.pid}
-            client = memory_client(temporal, settings)
-            async with _worker(temporal, settings, acts):
+            split = _split_settings(settings, llm_rate) if "production_split" in shapes else None
+            clients = {"production": memory_client(temporal, settings)}
+            if split is not None:
+                clients["production_split"] = memory_client(temporal, split)
+            async with contextlib.AsyncExitStack() as workers:
+                await workers.enter_async_context(_worker(temporal, settings, acts))
+                for plan in app.worker_plans(split) if split is not None else []:
+                    if not plan.workflows:  # the LLM queue's Worker (the main one runs above)
+                        await workers.enter_async_context(_worker(temporal, split, acts, plan))
                 for shape in shapes:
                     driver: Driver = (
-                        ProductionDriver(client)
-                        if shape == "production"
+                        ProductionDriver(clients[shape], shape)
+                        if shape in PRODUCTION_SHAPES
                         else ToyDriver(shape, temporal, settings.temporal.task_queue)
                     )
                     phase = await _phase(driver, ends, temporal, pids, args.users, args.rounds)
-                    if shape == "production":
+                    if shape in PRODUCTION_SHAPES:
                         phase["round_shape"] = user_rounds.ROUND_SHAPE
+                    if shape == "production_split":
+                        phase["llm_activities_per_second"] = llm_rate
                     phases.append(phase)
                     h = phase["history_per_round"]["total"]
                     print(
@@ -668,7 +711,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         f"{h['events']} events, {h['workflow_tasks']} workflow tasks per round",
                         flush=True,
                     )
-            await client.aclose()
+            for client in clients.values():
+                await client.aclose()
         finally:
             await asyncio.to_thread(server.stop, 15.0)
     production = next((p for p in phases if p["shape"] == "production"), None)
@@ -702,7 +746,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     """The phases as a compact text table."""
     head = (
-        f"{'shape':<12} {'rounds/s':>8} {'CPU-ms/round srv+bench=all':>27} {'settled all':>11} "
+        f"{'shape':<22} {'rounds/s':>8} {'CPU-ms/round srv+bench=all':>27} {'settled all':>11} "
         f"{'events':>7} {'wf tasks':>8} {'bytes':>7} {'machine':>7} {'load start->end':>16}"
     )
     lines = [head, "-" * len(head)]
@@ -713,7 +757,7 @@ def table(result: dict[str, Any]) -> str:
         cpu = f"{c['temporal']:.1f}+{c['worker_and_driver']:.1f}={c['all']:.1f}"
         load = f"{p['load_avg_1_5_15']['start'][0]:.2f}->{p['load_avg_1_5_15']['end'][0]:.2f}"
         lines.append(
-            f"{name:<12} {p['rounds_per_s']:>8.2f} {cpu:>27} {s['all']:>11.1f} "
+            f"{name:<22} {p['rounds_per_s']:>8.2f} {cpu:>27} {s['all']:>11.1f} "
             f"{t['events']:>7.2f} {t['workflow_tasks']:>8.2f} {t['bytes']:>7.0f} "
             f"{p['utilisation_machine']:>7.0%} {load:>16}"
         )
@@ -727,8 +771,14 @@ def main() -> int:
     parser.add_argument("--short", action="store_true", help="20 users x 3 rounds per shape")
     parser.add_argument(
         "--shapes",
-        default=",".join(SHAPES),
+        default=",".join(DEFAULT_SHAPES),
         help="measured in this order, on one dev server: " + ", ".join(SHAPES),
+    )
+    parser.add_argument(
+        "--llm-rate",
+        type=float,
+        default=None,
+        help="production_split: LLM activities per second (default: the chart's; 0: unlimited)",
     )
     args = parser.parse_args()
     args.users = args.users or (20 if args.short else 100)

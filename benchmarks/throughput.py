@@ -1023,26 +1023,42 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         }
     if one is not None:
         out["one_user"] = one
-    if args.floor and args.layout == "embedded":
-        out["floor"] = await _floor_beside(chosen, users, rounds)
+    if args.floor:
+        out["floor"] = await _floor_beside(chosen, users, rounds, args)
     return out
 
 
-async def _floor_beside(chosen: dict[str, Any], users: int, rounds: int) -> dict[str, Any]:
+async def _floor_beside(
+    chosen: dict[str, Any], users: int, rounds: int, args: argparse.Namespace
+) -> dict[str, Any]:
     """The floor measured in the same run, right after the real rounds, at the same size:
     benchmarks/round_floor.py's `production` shape (the same workflows and client path, every
-    activity a no-op, Temporal and the worker alone, a fresh dev server). CPU per round read
-    the same way (at the last round's end, all processes of the stack); what the round costs
-    above it is what its activities do (embedding, Milvus, Redis). A floor from another run
-    cannot say whether a total that moved between runs moved in the floor or the activities."""
+    activity a no-op, Temporal and the worker alone, a fresh dev server), or in the split
+    layout its `production_split` shape (the LLM activities on a queue of their own at the
+    same rate limit, served by a second Worker). CPU per round read the same way (at the last
+    round's end, all processes of the stack); what the round costs above it is what its
+    activities do (embedding, Milvus, Redis). A floor from another run cannot say whether a
+    total that moved between runs moved in the floor or the activities. The floor's events and
+    workflow tasks per round are what the workflows cost with activities that cannot fail or
+    wait: what the history targets are read against."""
     import round_floor
 
-    floor_args = argparse.Namespace(users=users, rounds=rounds, shapes="production")
+    split = args.layout == "split"
+    shape = "production_split" if split else "production"
+    floor_args = argparse.Namespace(
+        users=users, rounds=rounds, shapes=shape, llm_rate=args.llm_rate if split else None
+    )
     phase = (await round_floor.run(floor_args))["phases"][0]
     floor_cpu = phase["cpu_ms_per_round"]["all"]
     ours = chosen["cpu_ms_per_round_all"]
+    tasks = phase["history_per_round"]["total"]["workflow_tasks"]
+    task_target = (
+        TARGET_SPLIT_WORKFLOW_TASKS_PER_ROUND if split else TARGET_WORKFLOW_TASKS_PER_ROUND
+    )
     return {
-        "what": "round_floor.py --shapes production, in this run after the real rounds",
+        "what": f"round_floor.py --shapes {shape}, in this run after the real rounds",
+        "shape": shape,
+        "llm_activities_per_second": phase.get("llm_activities_per_second"),
         "round_shape": phase.get("round_shape"),
         "rounds_per_s": phase["rounds_per_s"],
         "cpu_ms_per_round": phase["cpu_ms_per_round"],
@@ -1053,6 +1069,10 @@ async def _floor_beside(chosen: dict[str, Any], users: int, rounds: int) -> dict
         "cpu_ms_per_round_above_floor": round(ours - floor_cpu, 1),
         "cpu_ratio_to_floor": round(ours / max(floor_cpu, 1e-9), 2),
         "floor_meets_cpu_target": floor_cpu <= TARGET_CPU_MS_PER_ROUND,
+        "history_per_round": {
+            k: phase["history_per_round"][k] for k in ("parent", "child", "total")
+        },
+        "floor_meets_workflow_task_target": tasks <= task_target,
     }
 
 
@@ -1102,8 +1122,8 @@ def main() -> int:
         "--no-floor",
         dest="floor",
         action="store_false",
-        help="embedded layout: skip the floor measured after the rounds (round_floor.py's "
-        "production shape, same size, in this run; results `floor`)",
+        help="skip the floor measured after the rounds (round_floor.py's production shape, "
+        "production_split in the split layout; same size, in this run; results `floor`)",
     )
     parser.add_argument("--dry-run", action="store_true", help="parse arguments and exit")
     args = parser.parse_args()
@@ -1127,7 +1147,8 @@ def main() -> int:
         f = result["floor"]
         print(
             f"floor in this run (no-op activities): {f['rounds_per_s']} rounds/s, "
-            f"{f['cpu_ms_per_round_all']} CPU-ms/round; the rounds cost "
+            f"{f['cpu_ms_per_round_all']} CPU-ms/round, {f['events_per_round']} events, "
+            f"{f['workflow_tasks_per_round']} workflow tasks per round; the rounds cost "
             f"{f['cpu_ms_per_round_above_floor']} CPU-ms above it (x{f['cpu_ratio_to_floor']})"
         )
     print(f"targets met: {result['met']}")
