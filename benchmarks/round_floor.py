@@ -725,7 +725,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "worker": {
             "max_cached_workflows": app.MAX_CACHED_WORKFLOWS,
             "max_concurrent_activities": settings.mnemoflow.max_concurrent_activities,
-            "workflow_runner": f"sandboxed, {app.PASSED_THROUGH} passed through",
+            "workflow_runner": "sandboxed, "
+            + ", ".join((app.PASSED_THROUGH, *app.FINALIZERS_PASSED_THROUGH))
+            + " passed through",
             "bytecode_cache": bytecode,
             "interceptors": "none (as mnemoflow dev)",
         },

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import importlib.util
 import inspect
 import logging
@@ -258,10 +259,24 @@ MAX_CACHED_WORKFLOWS = 1000
 #: The package whose modules the workflow sandbox takes from this process instead of importing
 #: them afresh for every workflow run (`workflow_runner`).
 PASSED_THROUGH = "mnemoflow"
+#: Packages no workflow imports, passed through too: their objects live in the worker process
+#: (the activities' clients) and a finalizer of theirs imports, so a garbage collection that
+#: lands in a workflow activation (it runs on that thread, with the sandbox's importer in
+#: place) would import the module afresh inside the sandbox. Measured: redis-py's
+#: `ConnectionPool.__del__` imports `redis.observability.recorder`, which brought redis's
+#: modules, OpenTelemetry's (reading `os.environ`, which the sandbox restricts: "get on
+#: os.environ restricted" in the log) and `cryptography` into a run's namespace, through
+#: importlib's module locks, where Python 3.11 can fail a nested import
+#: (`no_collection_while_validating`). Passed through, such an import is the module this
+#: process already holds (`tests/worker/test_workflow_runner.py`).
+FINALIZERS_PASSED_THROUGH = ("redis", "hiredis")
+#: What those finalizers import (`workflow_runner` loads it before any Worker runs).
+FINALIZER_IMPORTS = ("redis.observability.recorder",)
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
-    """The SDK's sandbox, with this package's modules passed through.
+    """The SDK's sandbox, with this package's modules passed through (and the packages whose
+    finalizers import, FINALIZERS_PASSED_THROUGH).
 
     The sandbox imports a workflow's module afresh for every workflow run it starts, and every
     round is a run: `workflows/memory_round.py` and `workflows/user_memory.py` were executed
@@ -275,7 +290,16 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     globals. Those modules hold constants only, and the replay tests run the same workflows in
     the SDK's default sandbox, where nothing is passed through (`tests/support/replay.py`).
     """
-    restrictions = SandboxRestrictions.default.with_passthrough_modules(PASSED_THROUGH)
+    # The module redis-py's pool finalizer imports, loaded once here: passed through, that
+    # import in a workflow thread then finds it loaded and takes no module lock.
+    for name in FINALIZER_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a redis-py without it: its finalizer imports nothing either
+            pass
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(
+        PASSED_THROUGH, *FINALIZERS_PASSED_THROUGH
+    )
     return SandboxedWorkflowRunner(restrictions=restrictions)
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -124,3 +125,66 @@ async def test_every_worker_built_for_production_uses_it(dev_env: WorkflowEnviro
         assert PASSED_THROUGH in runner.restrictions.passthrough_modules
     finally:
         await res.aclose()
+
+
+# A redis-py connection pool collected inside a workflow activation (its finalizer runs on the
+# workflow's thread, where the sandbox's importer is in place, as a garbage collection there
+# runs it), counted in a subprocess of its own (a clean module table): which modules the
+# activation's namespace gained, and whether each is the one this process holds.
+FINALIZER_PROBE = r"""
+import gc, json, sys, warnings
+import redis.asyncio
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
+from temporalio.worker.workflow_sandbox._importer import Importer
+from temporalio.worker.workflow_sandbox._restrictions import RestrictionContext
+
+from mnemoflow.worker.app import workflow_runner
+
+restrictions = (
+    workflow_runner().restrictions if sys.argv[1] == "production" else SandboxRestrictions.default
+)
+pool = redis.asyncio.ConnectionPool.from_url("redis://127.0.0.1:1/0")
+# A pool that made a connection (every client that connected leaves one): its finalizer
+# records the connections it drops, importing the recorder module to do it.
+pool._available_connections.append(pool.make_connection())
+context = RestrictionContext()
+context.in_activation = True
+importer = Importer(restrictions, context)
+before = set(importer.new_modules)
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    with importer.applied():
+        del pool  # in a reference cycle (its maintenance-notification handler): freed
+        gc.collect()  # by a collection, which runs the finalizer here, on this thread
+gained = {n: m is sys.modules.get(n) for n, m in importer.new_modules.items() if n not in before}
+print(json.dumps({"gained": gained, "warnings": [str(w.message) for w in seen]}))
+"""
+
+
+def _finalizer_in_activation(runner: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", FINALIZER_PROBE, runner],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_a_finalizer_that_imports_in_an_activation_imports_afresh_by_default() -> None:
+    """The premise, probed the same way (so the next test can fail): with the SDK's default
+    restrictions the pool's finalizer imports redis's recorder module, and what it imports,
+    afresh into the run's namespace."""
+    seen = _finalizer_in_activation("default")
+    fresh = [n for n, same in seen["gained"].items() if not same]
+    assert "redis.observability.recorder" in fresh, seen
+    assert any("imported after initial workflow load" in w for w in seen["warnings"]), seen
+
+
+def test_the_production_runner_hands_a_finalizer_the_modules_of_this_process() -> None:
+    seen = _finalizer_in_activation("production")
+    assert seen["gained"].get("redis.observability.recorder") is True, seen
+    assert all(seen["gained"].values()), seen  # nothing imported afresh in the sandbox
+    assert not any("imported after initial workflow load" in w for w in seen["warnings"]), seen
