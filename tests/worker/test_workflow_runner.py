@@ -70,9 +70,10 @@ print(json.dumps(dict(ran)))
 """
 
 
-def _ran(runner: str) -> dict[str, int]:
+def _probe(script: str, runner: str) -> Any:
+    """What `script` prints last (JSON), run in a Python process of its own with `runner`."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, runner],
+        [sys.executable, "-c", script, runner],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -80,6 +81,10 @@ def _ran(runner: str) -> dict[str, int]:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _ran(runner: str) -> dict[str, int]:
+    return dict(_probe(PROBE, runner))
 
 
 def test_the_sdk_default_executes_the_workflow_modules_for_every_run() -> None:
@@ -162,15 +167,7 @@ print(json.dumps({"gained": gained, "warnings": [str(w.message) for w in seen]})
 
 
 def _finalizer_in_activation(runner: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", FINALIZER_PROBE, runner],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return dict(_probe(FINALIZER_PROBE, runner))
 
 
 def test_a_finalizer_that_imports_in_an_activation_imports_afresh_by_default() -> None:
